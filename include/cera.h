@@ -1,0 +1,207 @@
+/*
+ * cera.h — the public API of cera, an LLM inference engine for GGUF models.
+ *
+ * Two objects:
+ *   - an engine is a loaded model: weights (memory-mapped, read-only), tokenizer,
+ *     hyperparameters, the thread pool and device state. One per model; shared by
+ *     any number of sessions.
+ *   - a session is one timeline: its tokens, KV cache, sampler state and attached
+ *     adapters. Sessions are data, not threads.
+ *
+ * Every call that can fail returns a cera_status and, when the caller passes a
+ * cera_error, fills it with the status and a message saying what failed and where
+ * (file, tensor, key). Passing NULL for the cera_error is allowed.
+ *
+ * Tensors, kernels and file formats stay internal.
+ */
+#ifndef CERA_H
+#define CERA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CERA_VERSION_MAJOR 0
+#define CERA_VERSION_MINOR 1
+#define CERA_VERSION_PATCH 0
+
+#if defined(_WIN32)
+#define CERA_API
+#else
+#define CERA_API __attribute__((visibility("default")))
+#endif
+
+/* ---- Status and errors ---------------------------------------------------- */
+
+typedef enum cera_status {
+    CERA_OK = 0,
+    CERA_ERR_INVALID_ARG,  /* a parameter is out of range or inconsistent */
+    CERA_ERR_IO,           /* a file could not be opened, read, mapped or written */
+    CERA_ERR_FORMAT,       /* a file is malformed (GGUF, safetensors, JSON, ...) */
+    CERA_ERR_UNSUPPORTED,  /* well-formed but not supported (architecture, type, version) */
+    CERA_ERR_NOT_FOUND,    /* a required key or tensor is missing */
+    CERA_ERR_NO_MEMORY,    /* an allocation failed */
+    CERA_ERR_CONTEXT_FULL, /* the session's context has no room for more tokens */
+    CERA_ERR_CANCELLED,    /* the caller's cancel flag stopped the work */
+    CERA_ERR_DEVICE,       /* an accelerator call failed */
+    CERA_ERR_INTERNAL,     /* a broken invariant inside cera (a bug) */
+} cera_status;
+
+typedef struct cera_error {
+    cera_status status;
+    char message[512];
+} cera_error;
+
+/* A short constant name for a status ("invalid argument", "format error", ...). */
+CERA_API const char *cera_status_str(cera_status status);
+
+/* The library version as "MAJOR.MINOR.PATCH". */
+CERA_API const char *cera_version(void);
+
+/* ---- Engine ---------------------------------------------------------------- */
+
+typedef struct cera_engine cera_engine;
+typedef struct cera_session cera_session;
+typedef int32_t cera_token;
+
+typedef enum cera_kv_type {
+    CERA_KV_F16 = 0, /* the default, as llama.cpp */
+    CERA_KV_F32 = 1,
+} cera_kv_type;
+
+typedef enum cera_device {
+    CERA_DEVICE_AUTO = 0, /* CUDA where built in and a GPU exists, else CPU */
+    CERA_DEVICE_CPU = 1,
+    CERA_DEVICE_CUDA = 2,
+} cera_device;
+
+typedef struct cera_engine_params {
+    int n_threads;        /* CPU threads; 0 = one per core */
+    int n_ctx;            /* context size per session; 0 = the model's, capped at 4096 */
+    int n_batch;          /* most tokens per forward call; 0 = 512 */
+    cera_kv_type kv_type; /* KV cache element type */
+    cera_device device;
+} cera_engine_params;
+
+CERA_API cera_engine_params cera_engine_default_params(void);
+
+/* Opens a GGUF model. Weights are memory-mapped, not copied. */
+CERA_API cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
+                                      cera_error *err);
+CERA_API void cera_engine_close(cera_engine *engine);
+
+CERA_API int cera_engine_n_vocab(const cera_engine *engine);
+CERA_API int cera_engine_n_ctx(const cera_engine *engine);
+CERA_API const char *cera_engine_arch(const cera_engine *engine);
+CERA_API cera_token cera_engine_bos(const cera_engine *engine); /* -1 when none */
+CERA_API cera_token cera_engine_eos(const cera_engine *engine); /* -1 when none */
+/* True for tokens that end generation (EOS, EOT, ...). */
+CERA_API bool cera_engine_is_eog(const cera_engine *engine, cera_token token);
+
+/* ---- Tokenizer ------------------------------------------------------------- */
+
+/* Tokenizes len bytes of text. add_special adds BOS/EOS as the model's metadata asks;
+ * parse_special lets special-token strings in the text become their tokens.
+ * Writes at most cap tokens and stores the full count in *n_tokens; when the count
+ * exceeds cap the call returns CERA_ERR_INVALID_ARG and *n_tokens says how many are needed. */
+CERA_API cera_status cera_tokenize(const cera_engine *engine, const char *text, size_t len, bool add_special,
+                                   bool parse_special, cera_token *tokens, size_t cap, size_t *n_tokens,
+                                   cera_error *err);
+
+/* Writes the text of one token (no NUL). Returns the piece's length in bytes, which may
+ * exceed cap (then nothing useful was written), or -1 for an invalid token.
+ * render_special: whether control/special tokens are rendered as their text. */
+CERA_API int cera_token_to_piece(const cera_engine *engine, cera_token token, char *buf, size_t cap,
+                                 bool render_special);
+
+/* ---- Sampling -------------------------------------------------------------- */
+
+typedef struct cera_logit_bias {
+    cera_token token;
+    float bias; /* added to the logit; -INFINITY bans the token */
+} cera_logit_bias;
+
+/* llama.cpp's default chain and order: penalties, top-k, typical-p, top-p, min-p,
+ * temperature, then a seeded draw. temp <= 0 means greedy (argmax). */
+typedef struct cera_sampler_params {
+    float temp;             /* 0.8 */
+    int top_k;              /* 40; <= 0 disables */
+    float top_p;            /* 0.95; 1 disables */
+    float min_p;            /* 0.05; 0 disables */
+    float typical_p;        /* 1 (disabled) */
+    float repeat_penalty;   /* 1 (disabled) */
+    float freq_penalty;     /* 0 */
+    float presence_penalty; /* 0 */
+    int penalty_last_n;     /* 64; -1 = the whole context */
+    uint64_t seed;          /* the draw's seed */
+    const cera_logit_bias *logit_bias;
+    int n_logit_bias;
+} cera_sampler_params;
+
+CERA_API cera_sampler_params cera_sampler_default_params(void);
+
+/* ---- Session --------------------------------------------------------------- */
+
+typedef struct cera_session_params {
+    cera_sampler_params sampler;
+} cera_session_params;
+
+CERA_API cera_session_params cera_session_default_params(void);
+
+CERA_API cera_status cera_session_create(cera_engine *engine, const cera_session_params *params,
+                                         cera_session **out, cera_error *err);
+CERA_API void cera_session_free(cera_session *session);
+
+/* Number of tokens in the session's timeline (its position). */
+CERA_API int cera_session_n_past(const cera_session *session);
+
+/* Drops every token at positions >= n_keep (0 clears the session). */
+CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
+
+/* Appends tokens and evaluates them as one batch. With all_logits the logits of
+ * every new position are kept (for cera_session_logits(session, i)); otherwise only
+ * the last position's. */
+CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *tokens, size_t n_tokens,
+                                       bool all_logits, cera_error *err);
+
+/* Logits of the i-th position of the last eval (i = -1: the last one); n_vocab floats,
+ * valid until the next eval. NULL when they were not kept. */
+CERA_API const float *cera_session_logits(const cera_session *session, int i);
+
+/* Samples the next token from the last position's logits with the session's sampler
+ * chain (does not append it). Also records it for the repetition penalties. */
+CERA_API cera_token cera_session_sample(cera_session *session);
+
+CERA_API void cera_session_set_sampler(cera_session *session, const cera_sampler_params *params);
+
+/* ---- Generation ------------------------------------------------------------ */
+
+/* Called for each generated token with its text piece (UTF-8, never half a character;
+ * may be empty). Return false to stop. */
+typedef bool (*cera_token_callback)(cera_token token, const char *piece, size_t len, void *user);
+
+typedef struct cera_generate_params {
+    int n_predict;           /* tokens to generate at most; -1 = until the context is full */
+    const char *const *stop; /* stop strings (generation ends when one appears) */
+    int n_stop;
+    bool ignore_eog;            /* keep going past end-of-generation tokens */
+    const volatile int *cancel; /* when non-NULL and set non-zero, stops with CERA_ERR_CANCELLED */
+} cera_generate_params;
+
+CERA_API cera_generate_params cera_generate_default_params(void);
+
+/* Evaluates the prompt tokens, then samples and evaluates until n_predict, an
+ * end-of-generation token, a stop string, the callback's false or the cancel flag.
+ * *n_generated (when non-NULL) receives the count of generated tokens. */
+CERA_API cera_status cera_generate(cera_session *session, const cera_token *prompt, size_t n_prompt,
+                                   const cera_generate_params *params, cera_token_callback cb, void *user,
+                                   int *n_generated, cera_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CERA_H */

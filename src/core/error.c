@@ -1,0 +1,72 @@
+/* error.c — status names, error formatting and the library version. */
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cera_status_str(cera_status status) {
+    switch (status) {
+    case CERA_OK: return "ok";
+    case CERA_ERR_INVALID_ARG: return "invalid argument";
+    case CERA_ERR_IO: return "I/O error";
+    case CERA_ERR_FORMAT: return "format error";
+    case CERA_ERR_UNSUPPORTED: return "unsupported";
+    case CERA_ERR_NOT_FOUND: return "not found";
+    case CERA_ERR_NO_MEMORY: return "out of memory";
+    case CERA_ERR_CONTEXT_FULL: return "context full";
+    case CERA_ERR_CANCELLED: return "cancelled";
+    case CERA_ERR_DEVICE: return "device error";
+    case CERA_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+#define CERA_STR2(x) #x
+#define CERA_STR(x)  CERA_STR2(x)
+const char *cera_version(void) {
+    return CERA_STR(CERA_VERSION_MAJOR) "." CERA_STR(CERA_VERSION_MINOR) "." CERA_STR(CERA_VERSION_PATCH);
+}
+
+cera_status cera_fail(cera_error *err, cera_status status, const char *fmt, ...) {
+    if (err) {
+        err->status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+void cera_error_prefix(cera_error *err, const char *fmt, ...) {
+    if (!err) return;
+    char prefix[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    /* Truncation is acceptable: the start of the message carries the most context. */
+    char old[sizeof err->message];
+    memcpy(old, err->message, sizeof old);
+    size_t cap = sizeof err->message, n = strlen(prefix);
+    if (n > cap - 3) n = cap - 3;
+    memcpy(err->message, prefix, n);
+    memcpy(err->message + n, ": ", 2);
+    size_t rest = strnlen(old, sizeof old);
+    if (rest > cap - n - 3) rest = cap - n - 3;
+    memcpy(err->message + n + 2, old, rest);
+    err->message[n + 2 + rest] = '\0';
+}
+
+void cera_error_clear(cera_error *err) {
+    if (!err) return;
+    err->status = CERA_OK;
+    err->message[0] = '\0';
+}
+
+void cera_abort(const char *file, int line, const char *what) {
+    fprintf(stderr, "cera: internal error at %s:%d: %s\n", file, line, what);
+    abort();
+}

@@ -1,0 +1,16 @@
+/* cli.h — what the command files of the cera CLI share. */
+#ifndef CERA_CLI_H
+#define CERA_CLI_H
+
+#include "cera.h"
+
+#define CERA_COMMAND(name, help) int cmd_##name(int argc, char **argv);
+#include "commands.def"
+#undef CERA_COMMAND
+
+/* Prints "cera: <message>" (from err) to stderr and returns exit code 1. */
+int cli_fail(const cera_error *err);
+/* Prints "cera <cmd>: <formatted>" to stderr and returns exit code 2 (usage errors). */
+int cli_usage_error(const char *cmd, const char *fmt, ...);
+
+#endif

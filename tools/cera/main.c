@@ -1,0 +1,59 @@
+/* main.c — the cera command-line tool: dispatches `cera <command> ...` to the
+ * command's file (see commands.def). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    const char *help;
+    int (*run)(int argc, char **argv);
+} command;
+
+static const command commands[] = {
+#define CERA_COMMAND(name, help) {#name, help, cmd_##name},
+#include "commands.def"
+#undef CERA_COMMAND
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "cera %s — LLM inference for GGUF models\n\nusage: cera <command> [options]\n\ncommands:\n",
+            cera_version());
+    for (size_t i = 0; commands[i].name; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\n`cera <command> --help` describes a command.\n");
+}
+
+int cli_fail(const cera_error *err) {
+    fprintf(stderr, "cera: %s\n", err->message[0] ? err->message : cera_status_str(err->status));
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "cera %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("cera %s\n", cera_version());
+        return 0;
+    }
+    for (size_t i = 0; commands[i].name; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "cera: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
