@@ -1,0 +1,102 @@
+/*
+ * model.h — the model description shared by every backend: hyperparameters and
+ * weight handles for the llama family (llama/mistral, qwen2, qwen3, granite).
+ *
+ * The CPU and CUDA backends both compute the forward pass from this one description;
+ * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
+ * file; a backend that keeps its own copy (a GPU) stores it in cera_weight.dev.
+ */
+#ifndef CERA_MODEL_H
+#define CERA_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cera.h"
+#include "gguf/gguf.h"
+#include "tensor/types.h"
+
+typedef enum cera_arch {
+    CERA_ARCH_LLAMA,
+    CERA_ARCH_QWEN2,
+    CERA_ARCH_QWEN3,
+    CERA_ARCH_GRANITE,
+    CERA_ARCH_COUNT
+} cera_arch;
+
+typedef enum cera_rope_style {
+    CERA_ROPE_NORM, /* rotate pairs (2i, 2i+1): llama, granite */
+    CERA_ROPE_NEOX, /* rotate pairs (i, i + n_rot/2): qwen2, qwen3 */
+} cera_rope_style;
+
+typedef struct cera_hparams {
+    cera_arch arch;
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim; /* per head, for Q, K and V */
+    int n_ff;
+    int n_rot; /* rotated dimensions per head (usually head_dim) */
+    float rms_eps;
+    float rope_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    cera_rope_style rope_style;
+    /* granite's multipliers; 1 (and attn_scale 1/sqrt(head_dim)) elsewhere */
+    float embd_scale;
+    float residual_scale;
+    float attn_scale;
+    float logit_scale; /* logits are divided by this */
+    bool tied_output;  /* output reuses token_embd */
+} cera_hparams;
+
+typedef struct cera_weight {
+    const gguf_tensor *t; /* NULL when absent */
+    cera_type type;
+    int64_t k;        /* ne[0]: input length (row length) */
+    int64_t n;        /* ne[1]: output count (rows) */
+    const void *data; /* row-major, n rows of cera_row_size(type, k) bytes */
+    void *dev;        /* a backend's resident copy, or NULL */
+} cera_weight;
+
+/* The seven projections a LoRA adapter may target, in llama.cpp's tensor names. */
+typedef enum cera_proj {
+    CERA_PROJ_Q,    /* attn_q      [n_embd] -> [n_head * head_dim] */
+    CERA_PROJ_K,    /* attn_k      [n_embd] -> [n_head_kv * head_dim] */
+    CERA_PROJ_V,    /* attn_v      [n_embd] -> [n_head_kv * head_dim] */
+    CERA_PROJ_O,    /* attn_output [n_head * head_dim] -> [n_embd] */
+    CERA_PROJ_GATE, /* ffn_gate    [n_embd] -> [n_ff] */
+    CERA_PROJ_UP,   /* ffn_up      [n_embd] -> [n_ff] */
+    CERA_PROJ_DOWN, /* ffn_down    [n_ff] -> [n_embd] */
+    CERA_PROJ_COUNT
+} cera_proj;
+
+/* "attn_q", "attn_k", ... (the GGUF tensor name without "blk.N." and ".weight"). */
+const char *cera_proj_name(cera_proj p);
+
+typedef struct cera_layer {
+    cera_weight attn_norm; /* [n_embd] */
+    cera_weight proj[CERA_PROJ_COUNT];
+    cera_weight bq, bk, bv;     /* qwen2's QKV biases, or absent */
+    cera_weight q_norm, k_norm; /* qwen3's per-head RMS norms [head_dim], or absent */
+    cera_weight ffn_norm;       /* [n_embd] */
+} cera_layer;
+
+typedef struct cera_model {
+    cera_hparams hp;
+    const gguf_file *file;
+    cera_weight tok_embd;    /* [n_vocab rows of n_embd] */
+    cera_weight output_norm; /* [n_embd] */
+    cera_weight output;      /* [n_vocab rows of n_embd]; == tok_embd when tied */
+    cera_weight rope_freqs;  /* llama-3 rope factors [n_rot/2], or absent */
+    cera_layer *layers;      /* [n_layer] */
+} cera_model;
+
+/* Reads hyperparameters and binds weights from a validated GGUF file; every shape is
+ * checked. An unsupported architecture is an error naming it. */
+cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err);
+void cera_model_free(cera_model *m);
+
+#endif
