@@ -1,0 +1,54 @@
+/*
+ * kernels.h — the CPU's per-type kernel table: how a weight row of each type is
+ * multiplied with an activation row.
+ *
+ * As in llama.cpp, activations are first quantized to the weight type's "activation
+ * type" (Q8_0 for the 32-element-block types q4_0/q5_0/q8_0/iq4_nl, Q8_1 for q4_1/q5_1,
+ * Q8_K for the k-quants and iq4_xs, F16 for f16, BF16 for bf16, F32 for f32), then each
+ * output is a dot product of a weight row with a quantized activation row. Results then
+ * match llama.cpp's to rounding.
+ *
+ * The table is chosen once per process from what the CPU has (CPUID/HWCAP, and for AMX
+ * a granted permission); the environment variable CERA_CPU_TIER (scalar, avx2, avx512,
+ * amx, neon, ...) forces a lower tier. Every variant is checked against the scalar
+ * reference (tier "scalar") in tests/cpu.
+ */
+#ifndef CERA_BACKEND_CPU_KERNELS_H
+#define CERA_BACKEND_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/types.h"
+
+/* s[0] = dot(weight row w, activation row a), n elements (a multiple of the block size). */
+typedef void (*cera_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
+
+/* s[j * s_stride + i] = dot(weight row i, activation row j) for nr weight rows (stride w_stride bytes)
+ * and nc activation rows (stride a_stride bytes): a small register tile reused over several rows
+ * and columns, so weights are read once per tile in matrix-matrix products. */
+typedef void (*cera_gemm_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride,
+                                  const void *a, size_t a_stride, int nr, int nc);
+
+/* Quantizes one activation row of n floats into the activation type. */
+typedef void (*cera_quantize_row_fn)(const float *x, void *y, int64_t n);
+
+typedef struct cera_cpu_type_ops {
+    cera_type act_type;                /* the activation type for this weight type */
+    cera_quantize_row_fn quantize_act; /* float row -> act_type row */
+    cera_vec_dot_fn vec_dot;           /* weight row (this type) · activation row (act_type) */
+    cera_gemm_tile_fn gemm_tile;       /* optional (NULL): a multi-row/multi-column tile */
+    int tile_rows, tile_cols;          /* the largest nr and nc gemm_tile takes */
+} cera_cpu_type_ops;
+
+/* The ops for a weight type at the selected tier; NULL for types without CPU kernels. */
+const cera_cpu_type_ops *cera_cpu_ops(cera_type weight_type);
+
+/* The same at a named tier ("scalar", "avx2", "avx512", "neon", ...); NULL when that tier
+ * is unavailable on this CPU. For tests that compare every tier with the scalar one. */
+const cera_cpu_type_ops *cera_cpu_ops_tier(const char *tier, cera_type weight_type);
+
+/* The name of the selected tier ("avx512-vnni", "avx2", "scalar", ...). */
+const char *cera_cpu_tier_name(void);
+
+#endif
