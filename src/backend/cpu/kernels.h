@@ -10,12 +10,17 @@
  *
  * The table is chosen once per process from what the CPU has (CPUID/HWCAP, and for AMX
  * a granted permission); the environment variable CERA_CPU_TIER (scalar, avx2, avx512,
- * amx, neon, ...) forces a lower tier. Every variant is checked against the scalar
- * reference (tier "scalar") in tests/cpu.
+ * amx on x86-64; scalar, neon, i8mm on aarch64) forces a lower tier. A type without a
+ * kernel at the selected tier gets the best lower tier's. Every variant is checked against
+ * the scalar reference (tier "scalar") in tests/cpu.
+ *
+ * Contract of the row functions: n is a multiple of the weight type's block size (and of
+ * the activation type's, which is the same); rows need no particular alignment.
  */
 #ifndef CERA_BACKEND_CPU_KERNELS_H
 #define CERA_BACKEND_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,7 +53,13 @@ const cera_cpu_type_ops *cera_cpu_ops(cera_type weight_type);
  * is unavailable on this CPU. For tests that compare every tier with the scalar one. */
 const cera_cpu_type_ops *cera_cpu_ops_tier(const char *tier, cera_type weight_type);
 
-/* The name of the selected tier ("avx512-vnni", "avx2", "scalar", ...). */
+/* The name of the selected tier ("avx512", "avx2", "scalar", ...). */
 const char *cera_cpu_tier_name(void);
+
+/* Every tier name this build knows, lowest first (available or not). */
+const char *const *cera_cpu_tier_list(int *count);
+
+/* Whether the named tier runs on this CPU. */
+bool cera_cpu_tier_available(const char *tier);
 
 #endif
