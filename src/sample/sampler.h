@@ -6,6 +6,11 @@
  * temperature, then a seeded draw; greedy (argmax) at temperature <= 0.
  * One sampler per sequence: it owns its RNG and penalty history, and allocates
  * only at creation (nothing per token).
+ *
+ * The draw uses MT19937 seeded with the seed (a seed below 2^32 is used as is, as
+ * llama.cpp's uint32 seed) and one uniform double per token, as llama.cpp's dist
+ * sampler, so a chain with the same parameters over the same logits makes the same
+ * draws as llama.cpp. The same seed always gives the same sequence.
  */
 #ifndef CERA_SAMPLE_SAMPLER_H
 #define CERA_SAMPLE_SAMPLER_H
@@ -13,10 +18,12 @@
 #include <stdint.h>
 
 #include "cera.h"
+#include "sample/stages.h"
 
 typedef struct cera_sampler cera_sampler;
 
-/* params->logit_bias is copied. */
+/* Checks the parameters (ranges, NaNs, logit-bias tokens within n_vocab) and
+ * allocates every buffer. params->logit_bias is copied. */
 cera_status cera_sampler_new(const cera_sampler_params *params, int n_vocab, cera_sampler **out,
                              cera_error *err);
 void cera_sampler_free(cera_sampler *s);
@@ -29,5 +36,14 @@ void cera_sampler_accept(cera_sampler *s, cera_token token);
 
 /* Clears the penalty history and reseeds the RNG from the parameters. */
 void cera_sampler_reset(cera_sampler *s);
+
+/* Runs the chain on n_vocab logits up to, not including, the draw, and returns the
+ * surviving candidates with the probabilities the draw would use (in the order it
+ * walks them). Valid until the next call on s; consumes no randomness. For tests,
+ * logprob output and speculative decoding. */
+const cera_candidate *cera_sampler_candidates(cera_sampler *s, const float *logits, size_t *n);
+
+/* The parameters the sampler was made with (logit_bias points at its copy). */
+const cera_sampler_params *cera_sampler_params_of(const cera_sampler *s);
 
 #endif

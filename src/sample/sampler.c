@@ -1,0 +1,252 @@
+/*
+ * sampler.c — the sampler chain (see sampler.h): parameter checks, the penalty
+ * history and the order of the stages (stages.c).
+ *
+ * The penalty history keeps, for the last N accepted tokens, a ring of their ids, a
+ * count per vocabulary entry and the list of distinct tokens in the window, so that
+ * applying the penalties costs one step per distinct recent token, not a scan of
+ * the vocabulary. With penalty_last_n = -1 the window is everything accepted since
+ * the last reset (no ring, nothing ever leaves it).
+ */
+#include "sample/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "sample/mt19937.h"
+
+struct cera_sampler {
+    cera_sampler_params params; /* .logit_bias points at bias */
+    cera_logit_bias *bias;      /* [n_logit_bias] */
+    int n_vocab;
+
+    cera_candidates cur;    /* .data: [n_vocab] */
+    cera_sample_scratch ws; /* .cand: [n_vocab] */
+    bool penalties_on;
+
+    /* penalty window */
+    int32_t *count;        /* [n_vocab] occurrences in the window */
+    int32_t *distinct;     /* [n_vocab] tokens with count > 0, in no particular order */
+    int32_t *distinct_pos; /* [n_vocab] index of a token in distinct, or -1 */
+    int32_t *distinct_cnt; /* [n_vocab] count of distinct[i], filled before each use */
+    size_t n_distinct;
+    int32_t *ring; /* [penalty_last_n] the window's tokens, oldest at ring_head */
+    int ring_cap, ring_head, ring_size;
+
+    cera_mt19937 rng;
+};
+
+cera_sampler_params cera_sampler_default_params(void) {
+    return (cera_sampler_params){
+        .temp = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .typical_p = 1.0f,
+        .repeat_penalty = 1.0f,
+        .freq_penalty = 0.0f,
+        .presence_penalty = 0.0f,
+        .penalty_last_n = 64,
+        .seed = 0,
+        .logit_bias = NULL,
+        .n_logit_bias = 0,
+    };
+}
+
+static cera_status check_unit(float v, const char *name, cera_error *err) {
+    if (!(v >= 0.0f && v <= 1.0f)) /* also catches NaN */
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: %s = %g is outside [0, 1]", name, (double)v);
+    return CERA_OK;
+}
+
+static cera_status check_params(const cera_sampler_params *p, int n_vocab, cera_error *err) {
+    cera_status st;
+    if (n_vocab <= 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: n_vocab = %d must be > 0", n_vocab);
+    if (isnan(p->temp)) return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: temp is NaN");
+    if (isinf(p->temp) && p->temp > 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: temp is infinite");
+    if ((st = check_unit(p->top_p, "top_p", err)) != CERA_OK) return st;
+    if ((st = check_unit(p->min_p, "min_p", err)) != CERA_OK) return st;
+    if ((st = check_unit(p->typical_p, "typical_p", err)) != CERA_OK) return st;
+    if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: repeat_penalty = %g must be finite and > 0",
+                         (double)p->repeat_penalty);
+    if (!isfinite(p->freq_penalty))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: freq_penalty = %g is not finite",
+                         (double)p->freq_penalty);
+    if (!isfinite(p->presence_penalty))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: presence_penalty = %g is not finite",
+                         (double)p->presence_penalty);
+    if (p->penalty_last_n < -1)
+        return cera_fail(err, CERA_ERR_INVALID_ARG,
+                         "sampler: penalty_last_n = %d must be >= 0, or -1 for the whole context",
+                         p->penalty_last_n);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: %d logit biases given without an array",
+                         p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const cera_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= n_vocab)
+            return cera_fail(err, CERA_ERR_INVALID_ARG,
+                             "sampler: logit bias %d names token %d, outside the vocabulary [0, %d)", i,
+                             (int)b->token, n_vocab);
+        if (isnan(b->bias) || (isinf(b->bias) && b->bias > 0))
+            return cera_fail(err, CERA_ERR_INVALID_ARG,
+                             "sampler: logit bias %d for token %d is %g (only finite values or -inf)", i,
+                             (int)b->token, (double)b->bias);
+    }
+    return CERA_OK;
+}
+
+void cera_sampler_free(cera_sampler *s) {
+    if (!s) return;
+    free(s->bias);
+    free(s->cur.data);
+    free(s->ws.cand);
+    free(s->count);
+    free(s->distinct);
+    free(s->distinct_pos);
+    free(s->distinct_cnt);
+    free(s->ring);
+    free(s);
+}
+
+cera_status cera_sampler_new(const cera_sampler_params *params, int n_vocab, cera_sampler **out,
+                             cera_error *err) {
+    *out = NULL;
+    if (!params) return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: no parameters");
+    cera_status st = check_params(params, n_vocab, err);
+    if (st != CERA_OK) return st;
+
+    cera_sampler *s = calloc(1, sizeof(*s));
+    if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "sampler: out of memory");
+    s->params = *params;
+    s->n_vocab = n_vocab;
+    const size_t nv = (size_t)n_vocab;
+    s->cur.data = malloc(nv * sizeof(cera_candidate));
+    s->ws.cand = malloc(nv * sizeof(cera_candidate));
+    s->ws.cap = nv;
+    s->count = calloc(nv, sizeof(int32_t));
+    s->distinct = malloc(nv * sizeof(int32_t));
+    s->distinct_pos = malloc(nv * sizeof(int32_t));
+    s->distinct_cnt = malloc(nv * sizeof(int32_t));
+    s->ring_cap = params->penalty_last_n > 0 ? params->penalty_last_n : 0;
+    if (s->ring_cap) s->ring = malloc((size_t)s->ring_cap * sizeof(int32_t));
+    if (params->n_logit_bias > 0) {
+        s->bias = malloc((size_t)params->n_logit_bias * sizeof(cera_logit_bias));
+        if (s->bias)
+            memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof(cera_logit_bias));
+    }
+    s->params.logit_bias = s->bias;
+    if (!s->cur.data || !s->ws.cand || !s->count || !s->distinct || !s->distinct_pos || !s->distinct_cnt ||
+        (s->ring_cap && !s->ring) || (params->n_logit_bias > 0 && !s->bias)) {
+        cera_sampler_free(s);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "sampler: out of memory for %d candidates", n_vocab);
+    }
+    s->penalties_on =
+        params->penalty_last_n != 0 &&
+        (params->repeat_penalty != 1.0f || params->freq_penalty != 0.0f || params->presence_penalty != 0.0f);
+    cera_sampler_reset(s);
+    *out = s;
+    return CERA_OK;
+}
+
+const cera_sampler_params *cera_sampler_params_of(const cera_sampler *s) { return &s->params; }
+
+void cera_sampler_reset(cera_sampler *s) {
+    for (size_t i = 0; i < s->n_distinct; i++) s->count[s->distinct[i]] = 0;
+    memset(s->distinct_pos, 0xff, (size_t)s->n_vocab * sizeof(int32_t));
+    s->n_distinct = 0;
+    s->ring_head = s->ring_size = 0;
+    /* llama.cpp's seed is 32-bit: seeds that fit are used as is, so both agree. */
+    const uint64_t seed = s->params.seed;
+    cera_mt_seed(&s->rng, (uint32_t)(seed ^ (seed >> 32)));
+}
+
+static void window_add(cera_sampler *s, cera_token t) {
+    if (s->count[t]++ == 0) {
+        s->distinct_pos[t] = (int32_t)s->n_distinct;
+        s->distinct[s->n_distinct++] = t;
+    }
+}
+
+static void window_remove(cera_sampler *s, cera_token t) {
+    if (--s->count[t] == 0) {
+        const int32_t pos = s->distinct_pos[t];
+        const int32_t last = s->distinct[--s->n_distinct];
+        s->distinct[pos] = last;
+        s->distinct_pos[last] = pos;
+        s->distinct_pos[t] = -1;
+    }
+}
+
+void cera_sampler_accept(cera_sampler *s, cera_token token) {
+    if (!s->penalties_on || token < 0 || token >= s->n_vocab) return;
+    if (s->ring_cap) {
+        if (s->ring_size == s->ring_cap) { /* full: the oldest leaves the window */
+            window_remove(s, s->ring[s->ring_head]);
+            s->ring[s->ring_head] = token;
+            s->ring_head = (s->ring_head + 1) % s->ring_cap;
+        } else {
+            s->ring[(s->ring_head + s->ring_size++) % s->ring_cap] = token;
+        }
+    }
+    window_add(s, token);
+}
+
+/* Copies the logits in and applies the stages that work in id order. */
+static void chain_begin(cera_sampler *s, const float *logits) {
+    cera_cands_from_logits(&s->cur, logits, (size_t)s->n_vocab);
+    cera_stage_logit_bias(&s->cur, s->bias, s->params.n_logit_bias);
+    if (s->penalties_on && s->n_distinct) {
+        for (size_t i = 0; i < s->n_distinct; i++) s->distinct_cnt[i] = s->count[s->distinct[i]];
+        cera_stage_penalties(&s->cur, s->distinct, s->distinct_cnt, s->n_distinct, s->params.repeat_penalty,
+                             s->params.freq_penalty, s->params.presence_penalty);
+    }
+}
+
+/* The filters and the temperature, in llama.cpp's default order. */
+static void chain_filter(cera_sampler *s) {
+    const cera_sampler_params *p = &s->params;
+    cera_stage_top_k(&s->cur, p->top_k, &s->ws);
+    cera_stage_typical(&s->cur, p->typical_p, 0, &s->ws);
+    cera_stage_top_p(&s->cur, p->top_p, 0, &s->ws);
+    cera_stage_min_p(&s->cur, p->min_p, 0, &s->ws);
+    cera_stage_temp(&s->cur, p->temp);
+}
+
+/* The first highest logit in array order (NaN never wins). */
+static size_t argmax(const cera_candidates *c) {
+    size_t best = 0;
+    for (size_t i = 1; i < c->size; i++)
+        if (c->data[i].logit > c->data[best].logit || isnan(c->data[best].logit)) best = i;
+    return best;
+}
+
+cera_token cera_sampler_sample(cera_sampler *s, const float *logits) {
+    chain_begin(s, logits);
+    /* llama.cpp's dist stage draws once per token even when greedy; so does cera, so
+     * switching temperature mid-sequence keeps the draws in step with it. */
+    const double u = cera_mt_uniform(&s->rng);
+    if (s->params.temp <= 0.0f && s->params.typical_p >= 1.0f) {
+        /* Greedy: top-k, top-p and min-p all keep the most likely token, so the
+         * answer is the argmax after bias and penalties, found in one pass. Typical-p
+         * may drop it, so it takes the full chain below. */
+        return s->cur.data[argmax(&s->cur)].id;
+    }
+    chain_filter(s);
+    const int i = cera_stage_dist(&s->cur, u);
+    return i >= 0 ? s->cur.data[i].id : 0;
+}
+
+const cera_candidate *cera_sampler_candidates(cera_sampler *s, const float *logits, size_t *n) {
+    chain_begin(s, logits);
+    chain_filter(s);
+    const double sum = cera_cands_exp(&s->cur);
+    for (size_t i = 0; i < s->cur.size; i++) s->cur.data[i].p = (float)(s->cur.data[i].p / sum);
+    *n = s->cur.size;
+    return s->cur.data;
+}
