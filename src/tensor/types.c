@@ -1,27 +1,45 @@
-/* types.c — the trait table: one row per supported tensor type (ids as GGUF's). */
+/* types.c — the trait table: one row per supported tensor type (ids as GGUF's).
+ * Block sizes come from blocks.h, the conversions from quant.h. */
 #include "tensor/types.h"
+
+#include "tensor/blocks.h"
+#include "tensor/quant.h"
 
 #include <string.h>
 #include <strings.h>
 
 static const cera_type_traits traits[CERA_TYPE_COUNT] = {
-    [CERA_TYPE_F32] = {"f32", 1, 4, false, NULL, NULL},
-    [CERA_TYPE_F16] = {"f16", 1, 2, false, NULL, NULL},
-    [CERA_TYPE_BF16] = {"bf16", 1, 2, false, NULL, NULL},
-    [CERA_TYPE_Q4_0] = {"q4_0", 32, 18, true, NULL, NULL},
-    [CERA_TYPE_Q4_1] = {"q4_1", 32, 20, true, NULL, NULL},
-    [CERA_TYPE_Q5_0] = {"q5_0", 32, 22, true, NULL, NULL},
-    [CERA_TYPE_Q5_1] = {"q5_1", 32, 24, true, NULL, NULL},
-    [CERA_TYPE_Q8_0] = {"q8_0", 32, 34, true, NULL, NULL},
-    [CERA_TYPE_Q8_1] = {"q8_1", 32, 36, true, NULL, NULL},
-    [CERA_TYPE_Q2_K] = {"q2_k", 256, 84, true, NULL, NULL},
-    [CERA_TYPE_Q3_K] = {"q3_k", 256, 110, true, NULL, NULL},
-    [CERA_TYPE_Q4_K] = {"q4_k", 256, 144, true, NULL, NULL},
-    [CERA_TYPE_Q5_K] = {"q5_k", 256, 176, true, NULL, NULL},
-    [CERA_TYPE_Q6_K] = {"q6_k", 256, 210, true, NULL, NULL},
-    [CERA_TYPE_Q8_K] = {"q8_k", 256, 292, true, NULL, NULL},
-    [CERA_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, true, NULL, NULL},
-    [CERA_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, true, NULL, NULL},
+    [CERA_TYPE_F32] = {"f32", 1, 4, false, cera_dequant_row_f32, cera_quantize_row_f32_ref},
+    [CERA_TYPE_F16] = {"f16", 1, 2, false, cera_dequant_row_f16, cera_quantize_row_f16_ref},
+    [CERA_TYPE_BF16] = {"bf16", 1, 2, false, cera_dequant_row_bf16, cera_quantize_row_bf16_ref},
+    [CERA_TYPE_Q4_0] = {"q4_0", QK4_0, sizeof(block_q4_0), true, cera_dequant_row_q4_0,
+                        cera_quantize_row_q4_0_ref},
+    [CERA_TYPE_Q4_1] = {"q4_1", QK4_1, sizeof(block_q4_1), true, cera_dequant_row_q4_1,
+                        cera_quantize_row_q4_1_ref},
+    [CERA_TYPE_Q5_0] = {"q5_0", QK5_0, sizeof(block_q5_0), true, cera_dequant_row_q5_0,
+                        cera_quantize_row_q5_0_ref},
+    [CERA_TYPE_Q5_1] = {"q5_1", QK5_1, sizeof(block_q5_1), true, cera_dequant_row_q5_1,
+                        cera_quantize_row_q5_1_ref},
+    [CERA_TYPE_Q8_0] = {"q8_0", QK8_0, sizeof(block_q8_0), true, cera_dequant_row_q8_0,
+                        cera_quantize_row_q8_0_ref},
+    [CERA_TYPE_Q8_1] = {"q8_1", QK8_1, sizeof(block_q8_1), true, cera_dequant_row_q8_1,
+                        cera_quantize_row_q8_1_ref},
+    [CERA_TYPE_Q2_K] = {"q2_k", QK_K, sizeof(block_q2_k), true, cera_dequant_row_q2_k,
+                        cera_quantize_row_q2_k_ref},
+    [CERA_TYPE_Q3_K] = {"q3_k", QK_K, sizeof(block_q3_k), true, cera_dequant_row_q3_k,
+                        cera_quantize_row_q3_k_ref},
+    [CERA_TYPE_Q4_K] = {"q4_k", QK_K, sizeof(block_q4_k), true, cera_dequant_row_q4_k,
+                        cera_quantize_row_q4_k_ref},
+    [CERA_TYPE_Q5_K] = {"q5_k", QK_K, sizeof(block_q5_k), true, cera_dequant_row_q5_k,
+                        cera_quantize_row_q5_k_ref},
+    [CERA_TYPE_Q6_K] = {"q6_k", QK_K, sizeof(block_q6_k), true, cera_dequant_row_q6_k,
+                        cera_quantize_row_q6_k_ref},
+    [CERA_TYPE_Q8_K] = {"q8_k", QK_K, sizeof(block_q8_k), true, cera_dequant_row_q8_k,
+                        cera_quantize_row_q8_k_ref},
+    [CERA_TYPE_IQ4_NL] = {"iq4_nl", QK4_NL, sizeof(block_iq4_nl), true, cera_dequant_row_iq4_nl,
+                          cera_quantize_row_iq4_nl_ref},
+    [CERA_TYPE_IQ4_XS] = {"iq4_xs", QK_K, sizeof(block_iq4_xs), true, cera_dequant_row_iq4_xs,
+                          cera_quantize_row_iq4_xs_ref},
 };
 
 const cera_type_traits *cera_type_get(uint32_t type) {
