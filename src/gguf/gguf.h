@@ -102,10 +102,15 @@ typedef struct gguf_file {
     /* private */
     void *map;
     size_t map_size;
-    void *arena;
+    void *arena;                /* every decoded array, this struct included */
+    struct gguf_index *kv_idx;  /* hash of keys, for gguf_find_kv */
+    struct gguf_index *ten_idx; /* hash of tensor names, for gguf_find_tensor */
 } gguf_file;
 
-/* Opens and validates a file through mmap. Errors name the path. */
+/* Opens and validates a file through mmap. Errors name the path.
+ * Statuses: CERA_ERR_IO (cannot open/map), CERA_ERR_FORMAT (malformed: the message
+ * says what and where), CERA_ERR_UNSUPPORTED (version 1 or > 3, big-endian, a tensor
+ * type cera does not know), CERA_ERR_NO_MEMORY. */
 cera_status gguf_open(const char *path, gguf_file **out, cera_error *err);
 /* Parses a buffer the caller keeps alive while the gguf_file is used. */
 cera_status gguf_open_memory(const void *data, size_t size, gguf_file **out, cera_error *err);
@@ -117,6 +122,15 @@ const char *gguf_vtype_name(gguf_vtype t);
 /* Lookup by key / name; NULL when absent. */
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* Elements of a tensor (the product of ne). */
+int64_t gguf_tensor_nelements(const gguf_tensor *t);
+
+/* Validates a shape for a type (1..4 dims, each >= 1, overflow-free products, rows of
+ * whole blocks) and gives its size in bytes. Shared by the reader and the writer.
+ * The message names neither file nor tensor: callers prefix them. */
+cera_status gguf_tensor_size(cera_type type, uint32_t n_dims, const int64_t *ne, uint64_t *nbytes,
+                             cera_error *err);
 
 bool gguf_str_eq(gguf_str s, const char *cstr);
 /* Copies s into buf as a NUL-terminated string (truncating); returns buf. */
@@ -132,7 +146,8 @@ bool gguf_get_bool(const gguf_file *f, const char *key, bool *out);
 bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 bool gguf_get_arr(const gguf_file *f, const char *key, const gguf_array **out);
 
-/* Element i of a fixed-size scalar array, converted. */
+/* Element i of a fixed-size scalar array, converted (0 when i is out of range or the
+ * array holds strings or arrays). Floats convert to integers by truncation. */
 int64_t gguf_arr_i64(const gguf_array *a, uint64_t i);
 double gguf_arr_f64(const gguf_array *a, uint64_t i);
 
@@ -140,10 +155,13 @@ double gguf_arr_f64(const gguf_array *a, uint64_t i);
 
 typedef struct gguf_writer gguf_writer;
 
+/* NULL only when out of memory. Later allocation failures are remembered and make
+ * gguf_writer_write / gguf_writer_to_memory return CERA_ERR_NO_MEMORY. */
 gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(gguf_writer *w);
 
-/* Setting a key that exists replaces its value. Strings and arrays are copied. */
+/* Setting a key that exists replaces its value in place (insertion order is kept).
+ * Strings and arrays are copied. */
 void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
@@ -155,13 +173,22 @@ void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype t, const vo
 void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 /* Copies any value (nested arrays included) from a parsed file. */
 void gguf_writer_set_value(gguf_writer *w, gguf_str key, const gguf_value *v);
+/* Removes a key (no-op when absent). */
+void gguf_writer_remove(gguf_writer *w, const char *key);
 
-/* Adds a tensor; data is referenced, not copied, and must stay valid until write.
- * ne has n_dims entries. */
+/* Adds a tensor; data is referenced, not copied, and must stay valid until write
+ * (NULL writes zeros). ne has n_dims entries. Fails with CERA_ERR_INVALID_ARG on a
+ * bad shape, an unknown type or a duplicate name. */
 cera_status gguf_writer_add_tensor(gguf_writer *w, const char *name, cera_type type, uint32_t n_dims,
                                    const int64_t *ne, const void *data, cera_error *err);
+/* The same, also checking that the caller's buffer holds exactly nbytes for the shape. */
+cera_status gguf_writer_add_tensor_sized(gguf_writer *w, const char *name, cera_type type, uint32_t n_dims,
+                                         const int64_t *ne, const void *data, uint64_t nbytes,
+                                         cera_error *err);
 
-/* Writes a version-3 file with general.alignment (default 32) honoured. */
+/* Writes a version-3 file with general.alignment (default 32) honoured; tensor data
+ * in insertion order, each padded to the alignment. CERA_ERR_INVALID_ARG when
+ * general.alignment is not a power-of-two uint32. */
 cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err);
 /* Serializes into a malloc'ed buffer (for tests and fuzz seeds). */
 cera_status gguf_writer_to_memory(gguf_writer *w, void **data, size_t *size, cera_error *err);

@@ -1,0 +1,168 @@
+/*
+ * inspect.c — `cera inspect FILE [--all]`: what is inside a GGUF file.
+ *
+ * Prints the header (version, counts, alignment, where the data starts), every
+ * metadata key with its type and value (long strings and arrays shortened unless
+ * --all), every tensor (index, name, type, shape, offset, bytes) and the totals
+ * (parameters, bytes, bits per weight). The file is fully validated by gguf_open
+ * first, so a corrupt file gives one clear error and exit code 1.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gguf/gguf.h"
+
+#define SHORT_STRING   64 /* bytes of a string shown without --all */
+#define SHORT_ARRAY    8  /* elements of a numeric array shown without --all */
+#define SHORT_STRARRAY 5  /* elements of a string array shown without --all */
+
+static void print_str(gguf_str s, bool all) {
+    uint64_t n = (!all && s.len > SHORT_STRING) ? SHORT_STRING : s.len;
+    putchar('"');
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s.data[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+    if (n < s.len) printf("… (%llu bytes)", (unsigned long long)s.len);
+}
+
+static void print_scalar(const gguf_value *v) {
+    switch (v->type) {
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64: printf("%llu", (unsigned long long)v->v.u64); break;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: printf("%lld", (long long)v->v.i64); break;
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: printf("%.9g", v->v.f64); break;
+    case GGUF_TYPE_BOOL: fputs(v->v.u64 ? "true" : "false", stdout); break;
+    default: fputs("?", stdout); break;
+    }
+}
+
+static void print_array(const gguf_array *a, bool all) {
+    printf("[%s × %llu]", gguf_vtype_name(a->type), (unsigned long long)a->n);
+    uint64_t shown = a->type == GGUF_TYPE_STRING  ? SHORT_STRARRAY
+                     : a->type == GGUF_TYPE_ARRAY ? 3
+                                                  : SHORT_ARRAY;
+    if (all || shown > a->n) shown = a->n;
+    for (uint64_t i = 0; i < shown; i++) {
+        fputs(i ? ", " : " ", stdout);
+        if (a->type == GGUF_TYPE_STRING) {
+            print_str(a->u.strs[i], all);
+        } else if (a->type == GGUF_TYPE_ARRAY) {
+            putchar('(');
+            print_array(&a->u.arrays[i].v.arr, all);
+            putchar(')');
+        } else if (a->type == GGUF_TYPE_FLOAT32 || a->type == GGUF_TYPE_FLOAT64) {
+            printf("%.9g", gguf_arr_f64(a, i));
+        } else if (a->type == GGUF_TYPE_UINT64) {
+            printf("%llu", (unsigned long long)gguf_arr_i64(a, i));
+        } else if (a->type == GGUF_TYPE_BOOL) {
+            fputs(gguf_arr_i64(a, i) ? "true" : "false", stdout);
+        } else {
+            printf("%lld", (long long)gguf_arr_i64(a, i));
+        }
+    }
+    if (shown < a->n) fputs(", …", stdout);
+}
+
+/* "1.23 M" style, for totals. */
+static void human(double x, const char *unit, char *buf, size_t cap) {
+    const char *pre[] = {"", "K", "M", "G", "T"};
+    int i = 0;
+    while (x >= 1000 && i < 4) x /= 1000, i++;
+    snprintf(buf, cap, i ? "%.2f %s%s" : "%.0f %s%s", x, pre[i], unit);
+}
+
+static int usage(FILE *out) {
+    fprintf(out, "usage: cera inspect FILE [--all]\n\n"
+                 "Prints a GGUF file's header, metadata (key, type, value), tensors (index, name,\n"
+                 "type, shape, offset, bytes) and totals (parameters, bytes, bits per weight).\n\n"
+                 "  --all   show long strings and arrays in full\n");
+    return out == stdout ? 0 : 2;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
+        if (!strcmp(argv[i], "--all")) {
+            all = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage_error("inspect", "unknown option '%s' (see --help)", argv[i]);
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            return cli_usage_error("inspect", "one FILE only (see --help)");
+        }
+    }
+    if (!path) return usage(stderr);
+
+    gguf_file *f;
+    cera_error err = {0};
+    if (gguf_open(path, &f, &err)) return cli_fail(&err);
+
+    printf("%s: GGUF version %u, %llu bytes\n", path, f->version, (unsigned long long)f->size);
+    printf("  %llu keys, %llu tensors, alignment %llu, data section at byte %llu\n",
+           (unsigned long long)f->n_kv, (unsigned long long)f->n_tensors, (unsigned long long)f->alignment,
+           (unsigned long long)f->data_offset);
+
+    printf("\nmetadata:\n");
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        printf("  %.*s (%s) = ", (int)kv->key.len, kv->key.data, gguf_vtype_name(kv->value.type));
+        if (kv->value.type == GGUF_TYPE_STRING)
+            print_str(kv->value.v.str, all);
+        else if (kv->value.type == GGUF_TYPE_ARRAY)
+            print_array(&kv->value.v.arr, all);
+        else
+            print_scalar(&kv->value);
+        putchar('\n');
+    }
+
+    int name_w = 4;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].name.len > (uint64_t)name_w) name_w = (int)f->tensors[i].name.len;
+    if (name_w > 48) name_w = 48;
+    printf("\ntensors:\n  %5s  %-*s  %-6s  %-26s  %12s  %12s\n", "#", name_w, "name", "type", "shape",
+           "offset", "bytes");
+    uint64_t params = 0, bytes = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        char shape[96];
+        int n = snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+        snprintf(shape + n, sizeof shape - (size_t)n, "]");
+        printf("  %5llu  %-*.*s  %-6s  %-26s  %12llu  %12llu\n", (unsigned long long)i, name_w,
+               (int)t->name.len, t->name.data, cera_type_get(t->type)->name, shape,
+               (unsigned long long)t->offset, (unsigned long long)t->nbytes);
+        params += (uint64_t)gguf_tensor_nelements(t);
+        bytes += t->nbytes;
+    }
+
+    char hp[32], hb[32];
+    human((double)params, "", hp, sizeof hp);
+    human((double)bytes, "B", hb, sizeof hb);
+    printf("\ntotals: %llu tensors, %llu parameters (%s), %llu bytes (%s), %.3f bits per weight\n",
+           (unsigned long long)f->n_tensors, (unsigned long long)params, hp, (unsigned long long)bytes, hb,
+           params ? 8.0 * (double)bytes / (double)params : 0.0);
+    gguf_close(f);
+    return 0;
+}
