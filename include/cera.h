@@ -201,6 +201,39 @@ CERA_API cera_status cera_generate(cera_session *session, const cera_token *prom
                                    const cera_generate_params *params, cera_token_callback cb, void *user,
                                    int *n_generated, cera_error *err);
 
+/* ---- Adapters (LoRA) ------------------------------------------------------- */
+/*
+ * A LoRA adapter specialises a model without touching its weights: on each projection
+ * it targets, the output gains scale · alpha/rank · B(A·x) (llama.cpp's semantics:
+ * scale alone when the adapter has no alpha; alpha/√rank for rsLoRA PEFT adapters).
+ * An adapter is loaded once per engine from a llama.cpp GGUF adapter file or a PEFT
+ * folder (adapter_config.json + adapter_model.safetensors), validated against the
+ * engine's model, and shared read-only by any number of sessions. Each session has its
+ * own set of attached adapters and scales, changed at any time between evals; a change
+ * applies to tokens evaluated afterwards (the KV cache keeps what earlier tokens saw).
+ * Sessions of one engine may use different sets.
+ */
+typedef struct cera_adapter cera_adapter;
+
+/* Loads an adapter for the engine's model. Errors name the file, the tensor and the
+ * problem (another architecture, a shape that does not match its base tensor, an
+ * unknown or incomplete target, a malformed file). */
+CERA_API cera_status cera_adapter_load(cera_engine *engine, const char *path, cera_adapter **out, cera_error *err);
+/* Drops the caller's reference. Sessions hold their own: the adapter is freed when the
+ * last session detaches it. */
+CERA_API void cera_adapter_free(cera_adapter *adapter);
+
+/* Attaches the adapter at a scale, or changes the scale when it is attached already.
+ * A scale of 0 keeps it attached but inert (the same results as detached, bit for bit).
+ * At most 16 adapters per session; the adapter must come from the session's engine. */
+CERA_API cera_status cera_session_set_adapter(cera_session *session, cera_adapter *adapter, float scale,
+                                              cera_error *err);
+/* Detaches one adapter, or every adapter when adapter is NULL. False when the adapter
+ * was not attached. */
+CERA_API bool cera_session_remove_adapter(cera_session *session, const cera_adapter *adapter);
+/* Number of attached adapters. */
+CERA_API int cera_session_n_adapters(const cera_session *session);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,159 @@
+/*
+ * lora_merge.c — merging LoRA adapters into a base model's weights and writing the
+ * result as a new GGUF (`cera lora merge`).
+ *
+ * For every projection some adapter targets, W' = W + Σ s·B·A in F32 (W dequantized
+ * with the type's reference dequantizer, the sum over adapters in the order given),
+ * then converted to the output type with the reference quantizer. Every other tensor
+ * and every key is copied unchanged, so the merged file loads like the base one.
+ * Requantizing adds the type's rounding error: a merged Q4 model matches the unmerged
+ * run within that error, an F32 merge within float rounding.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "session/lora.h"
+
+/* One row of n elements of a type to F32 / from F32; false when the type has no
+ * reference converter. */
+static bool row_to_f32(cera_type type, const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    if (type == CERA_TYPE_F32) {
+        memcpy(dst, s, (size_t)n * 4);
+        return true;
+    }
+    if (type == CERA_TYPE_F16 || type == CERA_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = type == CERA_TYPE_F16 ? cera_f16_to_f32(h) : cera_bf16_to_f32(h);
+        }
+        return true;
+    }
+    const cera_type_traits *tt = cera_type_get(type);
+    if (!tt || !tt->to_float) return false;
+    tt->to_float(src, dst, n);
+    return true;
+}
+
+static bool row_from_f32(cera_type type, const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    if (type == CERA_TYPE_F32) {
+        memcpy(d, src, (size_t)n * 4);
+        return true;
+    }
+    if (type == CERA_TYPE_F16 || type == CERA_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = type == CERA_TYPE_F16 ? cera_f32_to_f16(src[i]) : cera_f32_to_bf16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        return true;
+    }
+    const cera_type_traits *tt = cera_type_get(type);
+    if (!tt || !tt->from_float_ref) return false;
+    tt->from_float_ref(src, dst, n);
+    return true;
+}
+
+/* Merges every adapter's pair for (layer, p) into the weight; writes the converted
+ * tensor into a new buffer *out. */
+static cera_status merge_weight(const cera_weight *w, int layer, cera_proj p, cera_adapter *const *adapters,
+                                const float *scales, int n, cera_type out_type, void **out, cera_error *err) {
+    const char *what = cera_lora_proj_gguf_name(p);
+    const size_t in_row = cera_row_size(w->type, w->k), out_row = cera_row_size(out_type, w->k);
+    if (!in_row || !out_row)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "blk.%d.%s.weight: %lld columns do not fit type %s",
+                         layer, what, (long long)w->k,
+                         cera_type_get(out_type) ? cera_type_get(out_type)->name : "?");
+    float *row = malloc((size_t)w->k * sizeof *row);
+    uint8_t *dst = malloc(out_row * (size_t)w->n);
+    if (!row || !dst) {
+        free(row);
+        free(dst);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "blk.%d.%s.weight: out of memory", layer, what);
+    }
+    for (int64_t i = 0; i < w->n; i++) {
+        if (!row_to_f32(w->type, (const uint8_t *)w->data + (size_t)i * in_row, row, w->k)) {
+            free(row);
+            free(dst);
+            return cera_fail(err, CERA_ERR_UNSUPPORTED, "blk.%d.%s.weight: no dequantizer for type %s", layer,
+                             what, cera_type_get(w->type) ? cera_type_get(w->type)->name : "?");
+        }
+        for (int a = 0; a < n; a++) {
+            const cera_lora_pair *q = cera_lora_pair_get(adapters[a], layer, p);
+            if (!q || scales[a] == 0.0f) continue;
+            const float s = cera_lora_scale(adapters[a], q, scales[a]);
+            const float *b = q->b + (size_t)i * q->rank; /* row i of B: [rank] */
+            for (int j = 0; j < q->rank; j++) {
+                const float c = s * b[j];
+                const float *arow = q->a + (size_t)j * q->k;
+                for (int64_t x = 0; x < w->k; x++) row[x] += c * arow[x];
+            }
+        }
+        if (!row_from_f32(out_type, row, dst + (size_t)i * out_row, w->k)) {
+            free(row);
+            free(dst);
+            return cera_fail(err, CERA_ERR_UNSUPPORTED, "no quantizer for output type %s",
+                             cera_type_get(out_type) ? cera_type_get(out_type)->name : "?");
+        }
+    }
+    free(row);
+    *out = dst;
+    return CERA_OK;
+}
+
+cera_status cera_lora_merge(const cera_model *m, cera_adapter *const *adapters, const float *scales, int n,
+                            const char *out_path, int out_type, cera_error *err) {
+    const gguf_file *f = m->file;
+    if (!f) return cera_fail(err, CERA_ERR_INVALID_ARG, "merge needs the base model's file");
+    if (out_type >= 0 && !cera_type_get((uint32_t)out_type))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown output type %d", out_type);
+    for (int a = 0; a < n; a++)
+        if (adapters[a]->n_layer != m->hp.n_layer)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: adapter loaded for another model",
+                             adapters[a]->source);
+
+    gguf_writer *w = gguf_writer_new();
+    void **owned = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *owned);
+    if (!w || !owned) {
+        gguf_writer_free(w);
+        free(owned);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
+    }
+    for (uint64_t i = 0; i < f->n_kv; i++) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+
+    cera_status st = CERA_OK;
+    char name[256];
+    for (uint64_t i = 0; i < f->n_tensors && !st; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        gguf_str_copy(t->name, name, sizeof name);
+        /* Is this a projection some adapter targets? */
+        int layer = -1;
+        cera_proj proj = CERA_PROJ_COUNT;
+        for (int l = 0; l < m->hp.n_layer && layer < 0; l++)
+            for (int p = 0; p < CERA_PROJ_COUNT; p++)
+                if (m->layers[l].proj[p].t == t) {
+                    layer = l;
+                    proj = (cera_proj)p;
+                    break;
+                }
+        bool targeted = false;
+        for (int a = 0; a < n && layer >= 0; a++)
+            if (scales[a] != 0.0f && cera_lora_pair_get(adapters[a], layer, proj)) targeted = true;
+        if (!targeted) {
+            st = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, err);
+            continue;
+        }
+        const cera_weight *wt = &m->layers[layer].proj[proj];
+        const cera_type ot = out_type >= 0 ? (cera_type)out_type : wt->type;
+        st = merge_weight(wt, layer, proj, adapters, scales, n, ot, &owned[i], err);
+        if (!st) st = gguf_writer_add_tensor(w, name, ot, t->n_dims, t->ne, owned[i], err);
+    }
+    if (!st) st = gguf_writer_write(w, out_path, err);
+    gguf_writer_free(w);
+    for (uint64_t i = 0; i < f->n_tensors; i++) free(owned[i]);
+    free(owned);
+    return st;
+}
