@@ -218,7 +218,8 @@ typedef struct cera_adapter cera_adapter;
 /* Loads an adapter for the engine's model. Errors name the file, the tensor and the
  * problem (another architecture, a shape that does not match its base tensor, an
  * unknown or incomplete target, a malformed file). */
-CERA_API cera_status cera_adapter_load(cera_engine *engine, const char *path, cera_adapter **out, cera_error *err);
+CERA_API cera_status cera_adapter_load(cera_engine *engine, const char *path, cera_adapter **out,
+                                       cera_error *err);
 /* Drops the caller's reference. Sessions hold their own: the adapter is freed when the
  * last session detaches it. */
 CERA_API void cera_adapter_free(cera_adapter *adapter);
