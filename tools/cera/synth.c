@@ -1,0 +1,515 @@
+/*
+ * synth.c — `cera synth SHAPE TYPE -o OUT.gguf`: writes a random-weight model of a
+ * real model's shape, for benchmarks and tests.
+ *
+ * Speed depends on shapes and types, not on weight values, so a random model of the
+ * Llama-2-7B shape benchmarks like the real one without downloading it. The file has
+ * the metadata llama.cpp expects for the architecture and a real tokenizer (the
+ * llama-spm vocabulary from the shared folder, truncated or padded with filler tokens
+ * to the shape's vocabulary size), so llama.cpp and cera load the same file.
+ *
+ * Weights are ~N(0, 0.02) (a sum of four uniforms: cheap and close enough), norms are
+ * 1, every 2-D weight is in TYPE (a row whose length is not a multiple of TYPE's block
+ * falls back to Q8_0 or F16) and 1-D tensors stay F32. Values depend only on the seed
+ * and the tensor and row they belong to, never on the thread count.
+ *
+ * Memory stays bounded for any size: the GGUF writer lays out the header (tensor data
+ * left zero), then each tensor is generated and quantized in chunks of rows by all
+ * threads and written in place at the offsets the GGUF reader finds in that file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "tensor/types.h"
+
+typedef struct synth_shape {
+    const char *name;
+    const char *arch; /* "llama" or "qwen2" */
+    int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
+    float rms_eps, rope_base;
+    bool tied;     /* no output.weight: the output reuses token_embd */
+    bool qkv_bias; /* qwen2's attn_{q,k,v}.bias */
+} synth_shape;
+
+static const synth_shape shapes[] = {
+    /* name              arch     vocab   embd  ff     head kv layer ctx     eps   rope    tied  bias */
+    {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false},
+    {"llama2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5f, 10000.0f, false, false},
+    {"llama-3.2-1b", "llama", 128256, 2048, 8192, 32, 8, 16, 131072, 1e-5f, 500000.0f, true, false},
+    {"llama-3.1-8b", "llama", 128256, 4096, 14336, 32, 8, 32, 131072, 1e-5f, 500000.0f, false, false},
+    {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 32, 4, 22, 2048, 1e-5f, 10000.0f, false, false},
+    {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 14, 2, 24, 32768, 1e-6f, 1000000.0f, true, true},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 4, 28, 32768, 1e-6f, 1000000.0f, false, true},
+};
+#define N_SHAPES (sizeof shapes / sizeof shapes[0])
+
+/* llama.cpp's llama_ftype for a file whose 2-D weights are all of one type. */
+static int ftype_of(cera_type t) {
+    switch (t) {
+    case CERA_TYPE_F32: return 0;
+    case CERA_TYPE_F16: return 1;
+    case CERA_TYPE_Q4_0: return 2;
+    case CERA_TYPE_Q4_1: return 3;
+    case CERA_TYPE_Q8_0: return 7;
+    case CERA_TYPE_Q5_0: return 8;
+    case CERA_TYPE_Q5_1: return 9;
+    case CERA_TYPE_Q2_K: return 10;
+    case CERA_TYPE_Q3_K: return 11; /* Q3_K_S: every tensor Q3_K */
+    case CERA_TYPE_Q4_K: return 14; /* Q4_K_S */
+    case CERA_TYPE_Q5_K: return 16; /* Q5_K_S */
+    case CERA_TYPE_Q6_K: return 18;
+    case CERA_TYPE_IQ4_NL: return 25;
+    case CERA_TYPE_IQ4_XS: return 30;
+    case CERA_TYPE_BF16: return 32;
+    default: return -1;
+    }
+}
+
+/* ---- Random numbers ------------------------------------------------------------ */
+
+static inline uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fills dst[n] with ~N(0, sigma): the sum of four 16-bit uniforms has mean 2 and
+ * variance 1/3 (in units of 65536), so it is centred and scaled by sqrt(3) sigma. */
+static void fill_normal(float *dst, int64_t n, uint64_t seed, float sigma) {
+    uint64_t s = seed;
+    const float scale = sigma * 1.7320508f / 65536.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t r = splitmix64(&s);
+        const uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+                             (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+        dst[i] = ((float)sum - 131070.0f) * scale;
+    }
+}
+
+/* ---- Tensors to write ------------------------------------------------------------ */
+
+typedef enum fill_kind { FILL_NORMAL, FILL_ONES } fill_kind;
+
+typedef struct synth_tensor {
+    char name[64];
+    cera_type type;
+    uint32_t n_dims;
+    int64_t ne[2]; /* ne[0]: row length; ne[1]: rows */
+    fill_kind fill;
+    float sigma;
+} synth_tensor;
+
+/* TYPE for a 2-D weight, or the nearest type its row length allows. */
+static cera_type weight_type(cera_type want, int64_t row) {
+    if (row % cera_type_get(want)->block_size == 0) return want;
+    if (row % 32 == 0) return CERA_TYPE_Q8_0;
+    return CERA_TYPE_F16;
+}
+
+static int add_tensor(synth_tensor *ts, int n, const char *name, cera_type type, uint32_t n_dims, int64_t ne0,
+                      int64_t ne1, fill_kind fill) {
+    synth_tensor *t = &ts[n];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->type = n_dims == 1 ? CERA_TYPE_F32 : weight_type(type, ne0);
+    t->fill = fill;
+    t->sigma = 0.02f;
+    return n + 1;
+}
+
+/* The tensor list in llama.cpp's usual file order; returns the count. */
+static int list_tensors(const synth_shape *sh, cera_type type, synth_tensor *ts) {
+    const int64_t hd = sh->n_embd / sh->n_head;
+    const int64_t q = hd * sh->n_head, kv = hd * sh->n_head_kv;
+    int n = 0;
+    char nm[64];
+    n = add_tensor(ts, n, "token_embd.weight", type, 2, sh->n_embd, sh->n_vocab, FILL_NORMAL);
+    for (int l = 0; l < sh->n_layer; l++) {
+#define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
+        n = add_tensor(ts, n, BLK("attn_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
+        n = add_tensor(ts, n, BLK("attn_q.weight"), type, 2, sh->n_embd, q, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_k.weight"), type, 2, sh->n_embd, kv, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_v.weight"), type, 2, sh->n_embd, kv, FILL_NORMAL);
+        if (sh->qkv_bias) {
+            n = add_tensor(ts, n, BLK("attn_q.bias"), type, 1, q, 1, FILL_NORMAL);
+            n = add_tensor(ts, n, BLK("attn_k.bias"), type, 1, kv, 1, FILL_NORMAL);
+            n = add_tensor(ts, n, BLK("attn_v.bias"), type, 1, kv, 1, FILL_NORMAL);
+        }
+        n = add_tensor(ts, n, BLK("attn_output.weight"), type, 2, q, sh->n_embd, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("ffn_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
+        n = add_tensor(ts, n, BLK("ffn_gate.weight"), type, 2, sh->n_embd, sh->n_ff, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("ffn_up.weight"), type, 2, sh->n_embd, sh->n_ff, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("ffn_down.weight"), type, 2, sh->n_ff, sh->n_embd, FILL_NORMAL);
+#undef BLK
+    }
+    n = add_tensor(ts, n, "output_norm.weight", type, 1, sh->n_embd, 1, FILL_ONES);
+    if (!sh->tied) n = add_tensor(ts, n, "output.weight", type, 2, sh->n_embd, sh->n_vocab, FILL_NORMAL);
+    return n;
+}
+
+/* ---- Vocabulary ------------------------------------------------------------------ */
+
+/* The shared llama-spm vocabulary, found next to this source tree unless given. */
+static const char *default_vocab_path(char *buf, size_t cap) {
+    const char *env = getenv("CERA_SHARED_DIR");
+    if (env) {
+        snprintf(buf, cap, "%s/vocab/ggml-vocab-llama-spm.gguf", env);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    const char *src = __FILE__; /* <repo>/tools/cera/synth.c, absolute under CMake */
+    const char *tail = strstr(src, "tools/cera/synth.c");
+    if (tail) {
+        snprintf(buf, cap, "%.*s../shared/vocab/ggml-vocab-llama-spm.gguf", (int)(tail - src), src);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return NULL;
+}
+
+/* Sets the tokenizer keys: the first n_vocab tokens of the source vocabulary, then
+ * filler tokens "<synth_N>" (normal, score 0) up to n_vocab. Without a source file a
+ * minimal SentencePiece vocabulary is made up (<unk>, <s>, </s>, 256 byte tokens). */
+static cera_status set_vocab(gguf_writer *w, const gguf_file *src, int n_vocab, cera_error *err) {
+    const gguf_array *toks = NULL, *scores = NULL, *types = NULL;
+    uint64_t n_src = 0;
+    if (src) {
+        if (!gguf_get_arr(src, "tokenizer.ggml.tokens", &toks) || toks->type != GGUF_TYPE_STRING)
+            return cera_fail(err, CERA_ERR_FORMAT,
+                             "vocabulary file has no tokenizer.ggml.tokens string array");
+        n_src = toks->n;
+        if (!gguf_get_arr(src, "tokenizer.ggml.scores", &scores) || scores->n != n_src) scores = NULL;
+        if (!gguf_get_arr(src, "tokenizer.ggml.token_type", &types) || types->n != n_src) types = NULL;
+    }
+    const size_t nv = (size_t)n_vocab;
+    char **text = calloc(nv, sizeof(char *));
+    float *score = calloc(nv, sizeof(float));
+    int32_t *type = calloc(nv, sizeof(int32_t));
+    cera_status st = CERA_OK;
+    if (!text || !score || !type) {
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory for %d tokens", n_vocab);
+        goto done;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        char tmp[32];
+        const char *piece = tmp;
+        size_t len;
+        if (i < n_src) {
+            piece = toks->u.strs[i].data;
+            len = toks->u.strs[i].len;
+            score[i] = scores ? (float)gguf_arr_f64(scores, i) : 0.0f;
+            type[i] = types ? (int32_t)gguf_arr_i64(types, i) : 1;
+        } else if (!src && i < 259) { /* made-up SentencePiece basics */
+            if (i < 3)
+                snprintf(tmp, sizeof tmp, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+            else
+                snprintf(tmp, sizeof tmp, "<0x%02X>", (unsigned)(i - 3));
+            len = strlen(tmp);
+            type[i] = i == 0 ? 2 : i < 3 ? 3 : 6; /* unknown, control, byte */
+        } else {
+            snprintf(tmp, sizeof tmp, "<synth_%zu>", i);
+            len = strlen(tmp);
+            type[i] = 1; /* normal */
+        }
+        text[i] = malloc(len + 1);
+        if (!text[i]) {
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory for token %zu", i);
+            goto done;
+        }
+        memcpy(text[i], piece, len);
+        text[i][len] = 0;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "default");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)text, nv);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, score, nv);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type, nv);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+done:
+    if (text)
+        for (size_t i = 0; i < nv; i++) free(text[i]);
+    free(text);
+    free(score);
+    free(type);
+    return st;
+}
+
+static void set_hparams(gguf_writer *w, const synth_shape *sh, cera_type type) {
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", sh->arch, suffix), key)
+    char name[64];
+    snprintf(name, sizeof name, "synth-%s", sh->name);
+    gguf_writer_set_str(w, "general.architecture", sh->arch);
+    gguf_writer_set_str(w, "general.name", name);
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype_of(type));
+    gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)sh->n_ctx);
+    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)sh->n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)sh->n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff);
+    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)sh->n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->rms_eps);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(sh->n_embd / sh->n_head));
+    gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)sh->n_vocab);
+#undef KEY
+}
+
+/* ---- Generating and quantizing rows in parallel ---------------------------------- */
+
+typedef struct fill_job {
+    const synth_tensor *t;
+    uint64_t tensor_seed;
+    int64_t row0, n_rows; /* the chunk */
+    uint8_t *out;         /* n_rows * row_bytes */
+    size_t row_bytes;
+    int n_threads;
+} fill_job;
+
+typedef struct fill_worker {
+    const fill_job *job;
+    int ith;
+    float *row; /* [ne0] */
+} fill_worker;
+
+static void *fill_rows(void *arg) {
+    fill_worker *wk = arg;
+    const fill_job *j = wk->job;
+    const synth_tensor *t = j->t;
+    const cera_type_traits *tt = cera_type_get(t->type);
+    for (int64_t r = wk->ith; r < j->n_rows; r += j->n_threads) {
+        const int64_t row = j->row0 + r;
+        if (t->fill == FILL_ONES)
+            for (int64_t i = 0; i < t->ne[0]; i++) wk->row[i] = 1.0f;
+        else
+            fill_normal(wk->row, t->ne[0], j->tensor_seed ^ ((uint64_t)row * 0xd1342543de82ef95ull),
+                        t->sigma);
+        tt->from_float_ref(wk->row, j->out + (size_t)r * j->row_bytes, t->ne[0]);
+    }
+    return NULL;
+}
+
+static bool pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off) {
+    while (n) {
+        const ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return true;
+}
+
+#define CHUNK_BYTES ((size_t)64 << 20)
+
+/* Generates every tensor chunk by chunk and writes it at its offset in the file. */
+static cera_status fill_file(const char *path, const synth_tensor *ts, int n_t, uint64_t seed, int n_threads,
+                             cera_error *err) {
+    gguf_file *f = NULL;
+    cera_status st = gguf_open(path, &f, err);
+    if (st) return st;
+    const int fd = open(path, O_WRONLY);
+    int64_t max_row = 1;
+    size_t max_row_bytes = 1;
+    for (int i = 0; i < n_t; i++) {
+        if (ts[i].ne[0] > max_row) max_row = ts[i].ne[0];
+        const size_t rb = cera_row_size(ts[i].type, ts[i].ne[0]);
+        if (rb > max_row_bytes) max_row_bytes = rb;
+    }
+    const size_t chunk_cap = max_row_bytes > CHUNK_BYTES ? max_row_bytes : CHUNK_BYTES;
+    uint8_t *chunk = malloc(chunk_cap);
+    fill_worker *wk = calloc((size_t)n_threads, sizeof *wk);
+    pthread_t *th = calloc((size_t)n_threads, sizeof *th);
+    bool *created = calloc((size_t)n_threads, sizeof *created);
+    bool ok = fd >= 0 && chunk && wk && th && created;
+    for (int i = 0; ok && i < n_threads; i++)
+        ok = (wk[i].row = malloc((size_t)max_row * sizeof(float))) != NULL;
+    if (!ok) {
+        st = fd < 0 ? cera_fail(err, CERA_ERR_IO, "%s: cannot reopen for writing: %s", path, strerror(errno))
+                    : cera_fail(err, CERA_ERR_NO_MEMORY, "synth: out of memory for %d threads", n_threads);
+        goto done;
+    }
+    for (int i = 0; i < n_t && st == CERA_OK; i++) {
+        const synth_tensor *t = &ts[i];
+        const gguf_tensor *gt = gguf_find_tensor(f, t->name);
+        if (!gt || gt->type != t->type) {
+            st = cera_fail(err, CERA_ERR_INTERNAL, "%s: tensor '%s' is not where it was written", path,
+                           t->name);
+            break;
+        }
+        const size_t row_bytes = cera_row_size(t->type, t->ne[0]);
+        const int64_t rows_per_chunk = (int64_t)(chunk_cap / row_bytes);
+        uint64_t tseed = seed;
+        for (const char *c = t->name; *c; c++) tseed = (tseed ^ (uint8_t)*c) * 0x100000001b3ull; /* FNV-1a */
+        for (int64_t r0 = 0; r0 < t->ne[1]; r0 += rows_per_chunk) {
+            const int64_t nr = t->ne[1] - r0 < rows_per_chunk ? t->ne[1] - r0 : rows_per_chunk;
+            const int nth = nr < n_threads ? (int)nr : n_threads;
+            fill_job job = {t, tseed, r0, nr, chunk, row_bytes, nth};
+            for (int k = 0; k < nth; k++) wk[k] = (fill_worker){&job, k, wk[k].row};
+            for (int k = 1; k < nth; k++) created[k] = pthread_create(&th[k], NULL, fill_rows, &wk[k]) == 0;
+            fill_rows(&wk[0]);
+            for (int k = 1; k < nth; k++) {
+                if (created[k])
+                    pthread_join(th[k], NULL);
+                else
+                    fill_rows(&wk[k]); /* no thread: do its rows here */
+            }
+            const uint64_t off = f->data_offset + gt->offset + (uint64_t)r0 * row_bytes;
+            if (!pwrite_all(fd, chunk, (size_t)nr * row_bytes, off)) {
+                st = cera_fail(err, CERA_ERR_IO, "%s: cannot write tensor '%s': %s", path, t->name,
+                               strerror(errno));
+                break;
+            }
+        }
+    }
+    if (st == CERA_OK && close(fd) != 0)
+        st = cera_fail(err, CERA_ERR_IO, "%s: cannot close: %s", path, strerror(errno));
+    else if (st != CERA_OK)
+        close(fd);
+done:
+    if (wk)
+        for (int i = 0; i < n_threads; i++) free(wk[i].row);
+    free(wk);
+    free(th);
+    free(created);
+    free(chunk);
+    gguf_close(f);
+    return st;
+}
+
+/* ---- The command ------------------------------------------------------------------ */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cera synth SHAPE TYPE -o OUT.gguf [--seed S] [-t THREADS] [--vocab VOCAB.gguf]\n"
+            "       cera synth --list\n\n"
+            "Writes a model of SHAPE with random weights (~N(0, 0.02), norms 1): every 2-D weight in\n"
+            "TYPE (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs; q3_k_s,\n"
+            "q4_k_s and q5_k_s mean q3_k, q4_k, q5_k), 1-D tensors in f32. The tokenizer is the llama-spm\n"
+            "vocabulary (../shared/vocab, or --vocab), cut or padded to the shape's vocabulary size.\n\n"
+            "shapes:\n");
+    for (size_t i = 0; i < N_SHAPES; i++) {
+        const synth_shape *s = &shapes[i];
+        fprintf(out, "  %-15s %-5s vocab %6d, embd %4d, ff %5d, heads %2d/%2d, %2d layers%s%s\n", s->name,
+                s->arch, s->n_vocab, s->n_embd, s->n_ff, s->n_head, s->n_head_kv, s->n_layer,
+                s->tied ? ", tied output" : "", s->qkv_bias ? ", QKV bias" : "");
+    }
+}
+
+static bool parse_type(const char *s, cera_type *out) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "%s", s);
+    const size_t n = strlen(buf);
+    if (n > 2 && (buf[n - 1] == 's' || buf[n - 1] == 'S') && buf[n - 2] == '_' &&
+        (buf[n - 3] == 'k' || buf[n - 3] == 'K'))
+        buf[n - 2] = 0; /* q4_k_s -> q4_k */
+    return cera_type_from_name(buf, out) && ftype_of(*out) >= 0;
+}
+
+int cmd_synth(int argc, char **argv) {
+    const char *shape_name = NULL, *type_name = NULL, *out = NULL, *vocab = NULL;
+    uint64_t seed = 1;
+    long n_threads = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--list")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-o") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
+            char *end;
+            seed = strtoull(argv[++i], &end, 0);
+            if (*end) return cli_usage_error("synth", "bad seed '%s'", argv[i]);
+        } else if (!strcmp(a, "-t") && i + 1 < argc) {
+            char *end;
+            n_threads = strtol(argv[++i], &end, 10);
+            if (*end || n_threads < 1 || n_threads > 1024)
+                return cli_usage_error("synth", "bad thread count '%s'", argv[i]);
+        } else if (!strcmp(a, "--vocab") && i + 1 < argc) {
+            vocab = argv[++i];
+        } else if (a[0] == '-') {
+            return cli_usage_error("synth", "unknown or incomplete option '%s' (see --help)", a);
+        } else if (!shape_name) {
+            shape_name = a;
+        } else if (!type_name) {
+            type_name = a;
+        } else {
+            return cli_usage_error("synth", "unexpected argument '%s'", a);
+        }
+    }
+    if (!shape_name || !type_name || !out)
+        return cli_usage_error("synth", "need SHAPE TYPE -o OUT.gguf (see --help)");
+    const synth_shape *sh = NULL;
+    for (size_t i = 0; i < N_SHAPES; i++)
+        if (!strcmp(shapes[i].name, shape_name)) sh = &shapes[i];
+    if (!sh) return cli_usage_error("synth", "unknown shape '%s' (--list shows them)", shape_name);
+    cera_type type;
+    if (!parse_type(type_name, &type))
+        return cli_usage_error("synth", "unknown or unsupported type '%s'", type_name);
+
+    cera_error err = {0};
+    char vbuf[1024];
+    if (!vocab) vocab = default_vocab_path(vbuf, sizeof vbuf);
+    gguf_file *vf = NULL;
+    if (vocab && gguf_open(vocab, &vf, &err) != CERA_OK) return cli_fail(&err);
+    if (!vocab)
+        fprintf(stderr, "cera synth: no vocabulary file found: making up a minimal one (see --vocab)\n");
+
+    const int max_tensors = 4 + sh->n_layer * 12;
+    synth_tensor *ts = calloc((size_t)max_tensors, sizeof *ts);
+    gguf_writer *w = gguf_writer_new();
+    if (!ts || !w) {
+        gguf_close(vf);
+        free(ts);
+        gguf_writer_free(w);
+        fprintf(stderr, "cera: out of memory\n");
+        return 1;
+    }
+    const int n_t = list_tensors(sh, type, ts);
+    set_hparams(w, sh, type);
+    cera_status st = set_vocab(w, vf, sh->n_vocab, &err);
+    uint64_t total = 0, n_params = 0;
+    for (int i = 0; st == CERA_OK && i < n_t; i++) {
+        /* data NULL: the writer lays the file out with zeros; fill_file writes them. */
+        st = gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne, NULL, &err);
+        total += cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
+        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (st == CERA_OK) st = gguf_writer_write(w, out, &err);
+    gguf_writer_free(w);
+    gguf_close(vf);
+    if (st == CERA_OK) st = fill_file(out, ts, n_t, seed, (int)n_threads, &err);
+    free(ts);
+    if (st != CERA_OK) {
+        unlink(out);
+        return cli_fail(&err);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    fprintf(stderr,
+            "cera synth: %s %s -> %s: %d tensors, %.3f B parameters, %.2f GB of weights in %.1f s (%ld "
+            "threads)\n",
+            sh->name, cera_type_get(type)->name, out, n_t, (double)n_params * 1e-9, (double)total * 1e-9,
+            secs, n_threads);
+    return 0;
+}
