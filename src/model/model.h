@@ -44,6 +44,11 @@ typedef struct cera_hparams {
     float rope_base;
     float rope_freq_scale; /* 1 / linear scaling factor */
     cera_rope_style rope_style;
+    bool use_rope;          /* false only for granite files with rope.scaling.finetuned = false */
+    float rope_ext_factor;  /* YaRN extrapolation mix: 1 with yarn scaling, else 0 */
+    float rope_attn_factor; /* magnitude factor on cos/sin (YaRN's mscale correction), usually 1 */
+    float rope_beta_fast, rope_beta_slow;
+    int rope_n_ctx_orig; /* the training context YaRN's correction dims are computed from */
     /* granite's multipliers; 1 (and attn_scale 1/sqrt(head_dim)) elsewhere */
     float embd_scale;
     float residual_scale;
@@ -82,6 +87,8 @@ typedef struct cera_layer {
     cera_weight bq, bk, bv;     /* qwen2's QKV biases, or absent */
     cera_weight q_norm, k_norm; /* qwen3's per-head RMS norms [head_dim], or absent */
     cera_weight ffn_norm;       /* [n_embd] */
+    /* optional biases llama.cpp also accepts for llama (rare), or absent */
+    cera_weight bo, b_gate, b_up, b_down;
 } cera_layer;
 
 typedef struct cera_model {
@@ -90,9 +97,13 @@ typedef struct cera_model {
     cera_weight tok_embd;    /* [n_vocab rows of n_embd] */
     cera_weight output_norm; /* [n_embd] */
     cera_weight output;      /* [n_vocab rows of n_embd]; == tok_embd when tied */
+    cera_weight output_b;    /* qwen2's optional output bias [n_vocab], or absent */
     cera_weight rope_freqs;  /* llama-3 rope factors [n_rot/2], or absent */
     cera_layer *layers;      /* [n_layer] */
 } cera_model;
+
+/* The GGUF `general.architecture` name of an arch ("llama", "qwen2", ...). */
+const char *cera_arch_name(cera_arch a);
 
 /* Reads hyperparameters and binds weights from a validated GGUF file; every shape is
  * checked. An unsupported architecture is an error naming it. */

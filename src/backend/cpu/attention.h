@@ -1,0 +1,45 @@
+/*
+ * attention.h — causal self-attention over the paged KV cache, flash-attention style:
+ * each (token, head) row streams its sequence's K/V block by block with an online
+ * softmax, so no n x n score matrix is ever formed.
+ *
+ * Two accumulation modes mirror the two paths of llama.cpp's CPU flash attention
+ * (ggml_compute_forward_flash_attn_ext_f16), which made the goldens:
+ *   - F16 (KV cache F16, otherwise: every decode step and short prompts): Q is rounded to F16 before the K·Q
+ * dot products and the V accumulator is kept in F16, rounded after every update;
+ *   - F32 (batches of 64 tokens or more with a head size that is a multiple of 16, or
+ *     an F32 KV cache): Q, the scores and the accumulator in F32.
+ * Matching the mode keeps greedy continuations identical to llama.cpp's.
+ */
+#ifndef CERA_BACKEND_CPU_ATTENTION_H
+#define CERA_BACKEND_CPU_ATTENTION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "session/kv_cache.h"
+
+/* Batches of at least this many tokens take llama.cpp's tiled F32 path, when the head
+ * size is a multiple of its float vector width (16 on the AVX-512 build of the goldens). */
+#define CERA_ATTN_F32_MIN_TOKENS    64
+#define CERA_ATTN_F32_HEAD_MULTIPLE 16
+
+typedef struct cera_attn_args {
+    const float *q; /* [n_tokens, n_head * head_dim], roped */
+    float *out;     /* [n_tokens, n_head * head_dim] */
+    int n_tokens, n_head, n_head_kv, head_dim;
+    const int32_t *pos;       /* [n_tokens] */
+    const int32_t *seq;       /* [n_tokens]: index into seqs */
+    cera_kv_seq *const *seqs; /* K/V of every position <= pos already written */
+    int layer;
+    float scale;    /* applied to K·Q before the softmax */
+    bool f16_accum; /* the F16 mode above (requires an F16 pool) */
+} cera_attn_args;
+
+/* Bytes of per-thread scratch cera_attention_rows needs. */
+size_t cera_attention_scratch_size(int head_dim);
+
+/* Computes rows [row0, row1) of the n_tokens * n_head (token-major) output rows. */
+void cera_attention_rows(const cera_attn_args *a, int row0, int row1, void *scratch);
+
+#endif

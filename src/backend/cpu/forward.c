@@ -1,0 +1,334 @@
+/*
+ * forward.c — the CPU backend: the llama-family forward pass (llama, qwen2, qwen3,
+ * granite) over a batch of tokens from any number of sequences, as llama.cpp computes
+ * it (src/models/llama.cpp and friends):
+ *
+ *   x = embed(token) · embd_scale
+ *   per layer:  h = rms_norm(x) · attn_norm
+ *               q, k, v = h·Wq (+bq), h·Wk (+bk), h·Wv (+bv)   [qwen3: per-head RMS norm of q, k]
+ *               rope(q, k); append k, v to the sequence's KV blocks
+ *               x += attention(q, K, V)·Wo · residual_scale
+ *               h = rms_norm(x) · ffn_norm
+ *               x += (silu(h·Wgate) ⊙ h·Wup)·Wdown · residual_scale
+ *   logits = (rms_norm(x) · output_norm)·Wout (+b) / logit_scale, for the tokens that want them
+ *
+ * Every buffer is sized at open from n_batch; forward allocates nothing. The seven
+ * projections all go through proj_matmul, the one place a per-sequence adapter (LoRA)
+ * hooks in.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/threadpool.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "session/backend.h"
+
+typedef struct cpu_backend {
+    cera_backend base;
+    const cera_model *m;
+    cera_pool *pool;
+    int n_batch;
+    cera_rope rope;
+    /* activations, [n_batch rows of ...] */
+    float *x;          /* [n_embd] the residual stream */
+    float *h;          /* [n_embd] normed input of a block */
+    float *q;          /* [n_head * head_dim] */
+    float *k, *v;      /* [n_head_kv * head_dim] */
+    float *att;        /* [n_head * head_dim] attention output */
+    float *o;          /* [n_embd] a block's output before the residual add */
+    float *gate;       /* [n_ff] */
+    float *up;         /* [n_ff] */
+    float *rope_cache; /* [n_rot] cos/sin per token */
+    int32_t *out_rows; /* [n_batch] tokens that want logits */
+    int32_t *row_seq;  /* [n_batch] sequence of each row (for per-sequence adapters) */
+    void *act;         /* activation scratch of the largest matmul */
+    uint8_t *attn_tmp; /* per-thread attention scratch */
+    size_t attn_tmp_size;
+    float *embd_row; /* [n_embd] dequantization scratch */
+} cpu_backend;
+
+/* ---- projections ------------------------------------------------------------ */
+
+typedef struct proj_ctx {
+    cpu_backend *be;
+    const int32_t *row_seq; /* [n_rows]: the sequence (index into batch->seqs) of each row */
+} proj_ctx;
+
+/* y[n_rows, w.n] = x[n_rows, w.k] · Wᵀ for projection `proj` of layer `il`.
+ * LoRA hook: after this matmul and before any bias, norm or rope, an adapter adds
+ * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
+ * (row_seq[r]). Every projection goes through here, so that is the one place. */
+static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const float *x, float *y, int n_rows) {
+    cpu_backend *be = ctx->be;
+    const cera_weight *w = &be->m->layers[il].proj[proj];
+    cera_matmul(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)w->n, be->act);
+}
+
+static void add_bias(float *y, const cera_weight *b, int n_rows) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    const int64_t n = b->k;
+    for (int r = 0; r < n_rows; r++)
+        for (int64_t i = 0; i < n; i++) y[(size_t)r * n + i] += bv[i];
+}
+
+/* ---- attention job ------------------------------------------------------------ */
+
+typedef struct attn_job {
+    cera_attn_args args;
+    cpu_backend *be;
+} attn_job;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    const int rows = j->args.n_tokens * j->args.n_head;
+    const int per = (rows + nth - 1) / nth;
+    const int r0 = per * ith, r1 = r0 + per < rows ? r0 + per : rows;
+    if (r0 < r1) cera_attention_rows(&j->args, r0, r1, j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static void embed_row(const cpu_backend *be, cera_token tok, float *out) {
+    const cera_weight *e = &be->m->tok_embd;
+    const size_t rs = cera_row_size(e->type, e->k);
+    const uint8_t *row = (const uint8_t *)e->data + (size_t)tok * rs;
+    if (e->type == CERA_TYPE_F32)
+        memcpy(out, row, (size_t)e->k * sizeof(float));
+    else
+        cera_type_get(e->type)->to_float(row, out, e->k);
+}
+
+static void store_kv(cera_kv_seq *seq, int il, int kv, int pos, const float *src, int n) {
+    void *dst = cera_kv_row(seq, il, kv, pos);
+    if (seq->pool->type == CERA_KV_F16) {
+        cera_f16 *d = dst;
+        for (int i = 0; i < n; i++) d[i] = cera_f32_to_f16(src[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *logits, cera_error *err) {
+    cpu_backend *be = (cpu_backend *)base;
+    const cera_model *m = be->m;
+    const cera_hparams *hp = &m->hp;
+    const int n = b->n_tokens;
+    const int n_embd = hp->n_embd, hd = hp->head_dim, n_q = hp->n_head * hd, n_kv = hp->n_head_kv * hd;
+    const int n_ff = hp->n_ff;
+    if (n <= 0 || n > be->n_batch)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d tokens (1..%d allowed)", n, be->n_batch);
+    for (int t = 0; t < n; t++) {
+        if (b->token[t] < 0 || b->token[t] >= hp->n_vocab)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)",
+                             b->token[t], hp->n_vocab);
+        if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "token %d: sequence %d out of range", t, b->seq[t]);
+        const cera_kv_seq *s = b->seqs[b->seq[t]];
+        if (b->pos[t] < 0 || b->pos[t] >= s->n_blocks * CERA_KV_BLOCK)
+            return cera_fail(err, CERA_ERR_INTERNAL, "token %d: position %d outside its reserved KV blocks",
+                             t, b->pos[t]);
+        be->row_seq[t] = b->seq[t];
+    }
+    proj_ctx pc = {be, be->row_seq};
+
+    /* embeddings; the rotary angles of each token's position */
+    for (int t = 0; t < n; t++) {
+        float *xt = be->x + (size_t)t * n_embd;
+        embed_row(be, b->token[t], xt);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < n_embd; i++) xt[i] *= hp->embd_scale;
+        if (hp->use_rope) cera_rope_cache(&be->rope, b->pos[t], be->rope_cache + (size_t)t * hp->n_rot);
+    }
+
+    attn_job aj = {
+        .args = {.q = be->q,
+                 .out = be->att,
+                 .n_tokens = n,
+                 .n_head = hp->n_head,
+                 .n_head_kv = hp->n_head_kv,
+                 .head_dim = hd,
+                 .pos = b->pos,
+                 .seq = b->seq,
+                 .seqs = b->seqs,
+                 .scale = hp->attn_scale,
+                 .f16_accum = n < CERA_ATTN_F32_MIN_TOKENS || hd % CERA_ATTN_F32_HEAD_MULTIPLE != 0},
+        .be = be,
+    };
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cera_layer *L = &m->layers[il];
+        for (int t = 0; t < n; t++)
+            cera_rms_norm_f32(be->h + (size_t)t * n_embd, be->x + (size_t)t * n_embd, L->attn_norm.data,
+                              n_embd, hp->rms_eps);
+        proj_matmul(&pc, il, CERA_PROJ_Q, be->h, be->q, n);
+        proj_matmul(&pc, il, CERA_PROJ_K, be->h, be->k, n);
+        proj_matmul(&pc, il, CERA_PROJ_V, be->h, be->v, n);
+        add_bias(be->q, &L->bq, n);
+        add_bias(be->k, &L->bk, n);
+        add_bias(be->v, &L->bv, n);
+        for (int t = 0; t < n; t++) {
+            float *qt = be->q + (size_t)t * n_q, *kt = be->k + (size_t)t * n_kv;
+            if (L->q_norm.data)
+                for (int h = 0; h < hp->n_head; h++)
+                    cera_rms_norm_f32(qt + h * hd, qt + h * hd, L->q_norm.data, hd, hp->rms_eps);
+            if (L->k_norm.data)
+                for (int h = 0; h < hp->n_head_kv; h++)
+                    cera_rms_norm_f32(kt + h * hd, kt + h * hd, L->k_norm.data, hd, hp->rms_eps);
+            if (hp->use_rope) {
+                const float *rc = be->rope_cache + (size_t)t * hp->n_rot;
+                cera_rope_apply(&be->rope, rc, qt, hp->n_head, hd);
+                cera_rope_apply(&be->rope, rc, kt, hp->n_head_kv, hd);
+            }
+            cera_kv_seq *s = b->seqs[b->seq[t]];
+            store_kv(s, il, 0, b->pos[t], kt, n_kv);
+            store_kv(s, il, 1, b->pos[t], be->v + (size_t)t * n_kv, n_kv);
+        }
+        aj.args.layer = il;
+        cera_pool_run(be->pool, attn_worker, &aj);
+
+        proj_matmul(&pc, il, CERA_PROJ_O, be->att, be->o, n);
+        add_bias(be->o, &L->bo, n);
+        for (int t = 0; t < n; t++) {
+            float *xt = be->x + (size_t)t * n_embd;
+            cera_add_scaled_f32(xt, be->o + (size_t)t * n_embd, hp->residual_scale, n_embd);
+            cera_rms_norm_f32(be->h + (size_t)t * n_embd, xt, L->ffn_norm.data, n_embd, hp->rms_eps);
+        }
+
+        proj_matmul(&pc, il, CERA_PROJ_GATE, be->h, be->gate, n);
+        proj_matmul(&pc, il, CERA_PROJ_UP, be->h, be->up, n);
+        add_bias(be->gate, &L->b_gate, n);
+        add_bias(be->up, &L->b_up, n);
+        for (int t = 0; t < n; t++)
+            cera_swiglu_f32(be->gate + (size_t)t * n_ff, be->gate + (size_t)t * n_ff,
+                            be->up + (size_t)t * n_ff, n_ff);
+        proj_matmul(&pc, il, CERA_PROJ_DOWN, be->gate, be->o, n);
+        add_bias(be->o, &L->b_down, n);
+        for (int t = 0; t < n; t++)
+            cera_add_scaled_f32(be->x + (size_t)t * n_embd, be->o + (size_t)t * n_embd, hp->residual_scale,
+                                n_embd);
+    }
+
+    /* the output head, only for the tokens that want logits */
+    int n_out = 0;
+    for (int t = 0; t < n; t++)
+        if (b->want_logits[t]) {
+            cera_rms_norm_f32(be->h + (size_t)n_out * n_embd, be->x + (size_t)t * n_embd, m->output_norm.data,
+                              n_embd, hp->rms_eps);
+            be->out_rows[n_out++] = t;
+        }
+    if (n_out == 0) return CERA_OK;
+    const cera_weight *wo = &m->output;
+    cera_matmul(be->pool, wo, cera_cpu_ops(wo->type), be->h, n_out, logits, (size_t)hp->n_vocab, be->act);
+    add_bias(logits, &m->output_b, n_out);
+    if (hp->logit_scale != 1.0f) {
+        /* llama.cpp multiplies by the reciprocal */
+        const float s = 1.0f / hp->logit_scale;
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] *= s;
+    }
+    return CERA_OK;
+}
+
+/* ---- open / free ---------------------------------------------------------------- */
+
+static void cpu_free(cera_backend *base) {
+    cpu_backend *be = (cpu_backend *)base;
+    if (!be) return;
+    cera_pool_free(be->pool);
+    free(be->x);
+    free(be->h);
+    free(be->q);
+    free(be->k);
+    free(be->v);
+    free(be->att);
+    free(be->o);
+    free(be->gate);
+    free(be->up);
+    free(be->rope_cache);
+    free(be->out_rows);
+    free(be->row_seq);
+    free(be->act);
+    free(be->attn_tmp);
+    free(be->embd_row);
+    free(be);
+}
+
+static cera_status check_weight(const cera_weight *w, const char *what, int il, size_t *act_max, int n_batch,
+                                cera_error *err) {
+    if (!cera_cpu_ops(w->type)) {
+        const cera_type_traits *tt = cera_type_get(w->type);
+        if (il >= 0)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "tensor 'blk.%d.%s.weight': type %s has no CPU kernels", il, what,
+                             tt ? tt->name : "?");
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "tensor '%s': type %s has no CPU kernels", what,
+                         tt ? tt->name : "?");
+    }
+    const size_t s = cera_matmul_scratch_size(w->type, w->k, n_batch);
+    if (s > *act_max) *act_max = s;
+    return CERA_OK;
+}
+
+cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params *params, cera_backend **out,
+                                  cera_error *err) {
+    *out = NULL;
+    const cera_hparams *hp = &m->hp;
+    const int nb = params->n_batch > 0 ? params->n_batch : 512;
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend");
+    be->base.name = "cpu";
+    be->base.kv_on_host = true;
+    be->base.forward = cpu_forward;
+    be->base.free = cpu_free;
+    be->m = m;
+    be->n_batch = nb;
+    cera_rope_init(&be->rope, hp, m->rope_freqs.data);
+
+    size_t act_max = 0;
+    cera_status st;
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++)
+            if ((st = check_weight(&m->layers[il].proj[p], cera_proj_name((cera_proj)p), il, &act_max, nb,
+                                   err)))
+                goto fail;
+    if ((st = check_weight(&m->output, hp->tied_output ? "token_embd.weight" : "output.weight", -1, &act_max,
+                           nb, err)))
+        goto fail;
+    if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
+
+    const size_t n_q = (size_t)hp->n_head * hp->head_dim, n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t rows = (size_t)nb;
+    be->x = malloc(rows * hp->n_embd * sizeof(float));
+    be->h = malloc(rows * hp->n_embd * sizeof(float));
+    be->q = malloc(rows * n_q * sizeof(float));
+    be->k = malloc(rows * n_kv * sizeof(float));
+    be->v = malloc(rows * n_kv * sizeof(float));
+    be->att = malloc(rows * n_q * sizeof(float));
+    be->o = malloc(rows * hp->n_embd * sizeof(float));
+    be->gate = malloc(rows * hp->n_ff * sizeof(float));
+    be->up = malloc(rows * hp->n_ff * sizeof(float));
+    be->rope_cache = malloc(rows * hp->n_rot * sizeof(float));
+    be->out_rows = malloc(rows * sizeof(int32_t));
+    be->row_seq = malloc(rows * sizeof(int32_t));
+    be->act = malloc(act_max ? act_max : 1);
+    be->attn_tmp_size = (cera_attention_scratch_size(hp->head_dim) + 63) & ~(size_t)63;
+    be->attn_tmp = malloc(be->attn_tmp_size * (size_t)cera_pool_size(be->pool));
+    be->embd_row = malloc((size_t)hp->n_embd * sizeof(float));
+    if (!be->x || !be->h || !be->q || !be->k || !be->v || !be->att || !be->o || !be->gate || !be->up ||
+        !be->rope_cache || !be->out_rows || !be->row_seq || !be->act || !be->attn_tmp || !be->embd_row) {
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend buffers for a batch of %d tokens", nb);
+        goto fail;
+    }
+    *out = &be->base;
+    return CERA_OK;
+fail:
+    cpu_free(&be->base);
+    return st;
+}

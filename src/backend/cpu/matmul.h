@@ -1,0 +1,28 @@
+/*
+ * matmul.h — the CPU matmul driver: y = x · Wᵀ for a batch of activation rows, over
+ * the thread pool, with the per-type kernels of kernels.h.
+ *
+ * As llama.cpp does, the activation rows are first converted once to the weight
+ * type's activation type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32 as is); then the output
+ * is cut into tiles of weight rows × tokens spread over the threads, each tile using
+ * the register-tile GEMM when the type has one (weights read once per tile), else
+ * row·row dot products. A single token (decode) splits the weight rows.
+ */
+#ifndef CERA_BACKEND_CPU_MATMUL_H
+#define CERA_BACKEND_CPU_MATMUL_H
+
+#include <stddef.h>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/threadpool.h"
+#include "model/model.h"
+
+/* Bytes of activation scratch a matmul of n_tokens rows of k inputs needs for weight type t. */
+size_t cera_matmul_scratch_size(cera_type t, int64_t k, int n_tokens);
+
+/* y[t * ldy + o] = dot(W row o, x row t) for t < n_tokens, o < w->n; x is [n_tokens, w->k]
+ * (dense). act is scratch of cera_matmul_scratch_size bytes. ops = cera_cpu_ops(w->type). */
+void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
+                 int n_tokens, float *y, size_t ldy, void *act);
+
+#endif

@@ -1,0 +1,99 @@
+/* ops.c — RMS norm, RoPE, SwiGLU and adds for the CPU backend (see ops.h). */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+
+void cera_rms_norm_f32(float *y, const float *x, const float *w, int n, float eps) {
+    /* llama.cpp sums the squares in double, takes the mean in double and rounds it
+     * to float before adding eps; the weight multiplies after the scale. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w)
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* YaRN's correction range: the dimensions whose wavelength spans n_ctx_orig / beta. */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void cera_rope_init(cera_rope *r, const cera_hparams *hp, const float *freq_factors) {
+    r->n_rot = hp->n_rot;
+    r->style = hp->rope_style;
+    r->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    r->freq_scale = hp->rope_freq_scale;
+    r->ext_factor = hp->rope_ext_factor;
+    r->attn_factor = hp->rope_attn_factor;
+    const float start =
+        floorf(yarn_corr_dim(hp->n_rot, hp->rope_n_ctx_orig, hp->rope_beta_fast, hp->rope_base));
+    const float end = ceilf(yarn_corr_dim(hp->n_rot, hp->rope_n_ctx_orig, hp->rope_beta_slow, hp->rope_base));
+    r->corr_dims[0] = start > 0 ? start : 0;
+    r->corr_dims[1] = end < (float)(hp->n_rot - 1) ? end : (float)(hp->n_rot - 1);
+    r->freq_factors = freq_factors;
+}
+
+void cera_rope_cache(const cera_rope *r, int32_t pos, float *cache) {
+    /* theta is advanced by repeated multiplication, as llama.cpp does, so the angles
+     * round the same way. */
+    float theta = (float)pos;
+    for (int i0 = 0; i0 < r->n_rot; i0 += 2) {
+        const float ff = r->freq_factors ? r->freq_factors[i0 / 2] : 1.0f;
+        const float theta_extrap = theta / ff;
+        const float theta_interp = r->freq_scale * theta_extrap;
+        float th = theta_interp;
+        float mscale = r->attn_factor;
+        if (r->ext_factor != 0.0f) {
+            const float y =
+                (float)(i0 / 2 - r->corr_dims[0]) / fmaxf(0.001f, r->corr_dims[1] - r->corr_dims[0]);
+            const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            const float mix = ramp * r->ext_factor;
+            th = theta_interp * (1 - mix) + theta_extrap * mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+        }
+        cache[i0] = cosf(th) * mscale;
+        cache[i0 + 1] = sinf(th) * mscale;
+        theta *= r->theta_scale;
+    }
+}
+
+void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_heads, int head_dim) {
+    const int n = r->n_rot;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        if (r->style == CERA_ROPE_NORM) {
+            for (int i0 = 0; i0 < n; i0 += 2) {
+                const float c = cache[i0], s = cache[i0 + 1];
+                const float x0 = v[i0], x1 = v[i0 + 1];
+                v[i0] = x0 * c - x1 * s;
+                v[i0 + 1] = x0 * s + x1 * c;
+            }
+        } else {
+            const int half = n / 2;
+            for (int i0 = 0; i0 < n; i0 += 2) {
+                const int ic = i0 / 2;
+                const float c = cache[i0], s = cache[i0 + 1];
+                const float x0 = v[ic], x1 = v[ic + half];
+                v[ic] = x0 * c - x1 * s;
+                v[ic + half] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i];
+        y[i] = x / (1.0f + expf(-x)) * u[i];
+    }
+}
+
+void cera_add_scaled_f32(float *y, const float *x, float s, int n) {
+    if (s == 1.0f)
+        for (int i = 0; i < n; i++) y[i] += x[i];
+    else
+        for (int i = 0; i < n; i++) y[i] += x[i] * s;
+}

@@ -1,0 +1,65 @@
+/*
+ * backend.h — where the engine meets a compute backend: the batch a forward pass
+ * takes and the function table a backend implements. The device choice is made in
+ * one place (engine.c, cera_backend_open); the CPU backend lives in src/backend/cpu,
+ * a CUDA one in src/backend/cuda.
+ *
+ * The forward contract:
+ *   inputs   a batch of n_tokens tokens, each with its id, its position and its
+ *            sequence (an index into batch->seqs), and whether it wants logits. Tokens
+ *            of one sequence come in increasing position order, and every sequence's
+ *            block table already covers its highest position in the batch
+ *            (cera_kv_seq_reserve). Positions below a token's own that are not in the
+ *            batch must already be in the cache (from earlier forward calls).
+ *   effects  the K and V of every batch token are written to its sequence's blocks,
+ *            for every layer; each token attends causally to positions 0..pos of its
+ *            own sequence.
+ *   outputs  one row of n_vocab logits per token that wants them, in batch order,
+ *            written to logits ([n_out, n_vocab], host memory).
+ * n_tokens is at most the n_batch the backend was opened with. A backend allocates
+ * everything at open (and KV storage at kv_init); forward allocates nothing.
+ */
+#ifndef CERA_SESSION_BACKEND_H
+#define CERA_SESSION_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cera.h"
+#include "model/model.h"
+#include "session/kv_cache.h"
+
+typedef struct cera_batch {
+    int n_tokens;
+    const cera_token *token;  /* [n_tokens] */
+    const int32_t *pos;       /* [n_tokens] */
+    const int32_t *seq;       /* [n_tokens]: index into seqs */
+    const bool *want_logits;  /* [n_tokens] */
+    cera_kv_seq *const *seqs; /* [n_seqs] */
+    int n_seqs;
+} cera_batch;
+
+typedef struct cera_backend cera_backend;
+
+struct cera_backend {
+    const char *name; /* "cpu", "cuda" */
+    /* Whether KV blocks live in host memory (cera_kv_pool.data) or in the backend's own
+     * storage (attached to cera_kv_pool.dev by kv_init). */
+    bool kv_on_host;
+    cera_status (*kv_init)(cera_backend *be, cera_kv_pool *pool, cera_error *err); /* may be NULL */
+    void (*kv_free)(cera_backend *be, cera_kv_pool *pool);                         /* may be NULL */
+    cera_status (*forward)(cera_backend *be, const cera_batch *batch, float *logits, cera_error *err);
+    void (*free)(cera_backend *be);
+};
+
+/* The CPU backend (src/backend/cpu/forward.c). */
+cera_status cera_cpu_backend_open(const cera_model *model, const cera_engine_params *params,
+                                  cera_backend **out, cera_error *err);
+
+#ifdef CERA_CUDA
+/* The CUDA backend (src/backend/cuda): same contract. */
+cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_params *params,
+                                   cera_backend **out, cera_error *err);
+#endif
+
+#endif

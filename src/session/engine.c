@@ -1,0 +1,117 @@
+/*
+ * engine.c — the public engine API: open a GGUF model (mapped, never copied), choose
+ * the compute backend, and the tokenizer entry points of include/cera.h.
+ *
+ * The device choice lives here alone (open_backend): CPU, or CUDA when built with
+ * CERA_CUDA and asked for (or AUTO and a GPU answers).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "session/engine_impl.h"
+
+cera_engine_params cera_engine_default_params(void) {
+    cera_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.n_threads = 0;
+    p.n_ctx = 0;
+    p.n_batch = 0;
+    p.kv_type = CERA_KV_F16;
+    p.device = CERA_DEVICE_AUTO;
+    return p;
+}
+
+static cera_status open_backend(cera_engine *e, cera_error *err) {
+    const cera_device dev = e->params.device;
+#ifdef CERA_CUDA
+    if (dev == CERA_DEVICE_CUDA) return cera_cuda_backend_open(&e->model, &e->params, &e->backend, err);
+    if (dev == CERA_DEVICE_AUTO &&
+        cera_cuda_backend_open(&e->model, &e->params, &e->backend, NULL) == CERA_OK)
+        return CERA_OK;
+#else
+    if (dev == CERA_DEVICE_CUDA)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "CUDA device requested but cera was built without CUDA");
+#endif
+    if (dev != CERA_DEVICE_AUTO && dev != CERA_DEVICE_CPU && dev != CERA_DEVICE_CUDA)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown device %d", (int)dev);
+    return cera_cpu_backend_open(&e->model, &e->params, &e->backend, err);
+}
+
+cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
+                             cera_error *err) {
+    cera_error_clear(err);
+    if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: out is NULL");
+    *out = NULL;
+    if (!path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: path is NULL");
+    cera_engine_params p = params ? *params : cera_engine_default_params();
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "negative n_ctx, n_batch or n_threads");
+    if (p.kv_type != CERA_KV_F16 && p.kv_type != CERA_KV_F32)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+
+    cera_engine *e = calloc(1, sizeof *e);
+    if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");
+    cera_status st = gguf_open(path, &e->file, err);
+    if (st) goto fail;
+    if ((st = cera_model_load(e->file, &e->model, err))) {
+        cera_error_prefix(err, "%s", path);
+        goto fail;
+    }
+    if ((st = cera_tokenizer_load(e->file, &e->tok, err))) {
+        cera_error_prefix(err, "%s", path);
+        goto fail;
+    }
+    if (cera_tokenizer_n_vocab(e->tok) > e->model.hp.n_vocab) {
+        st = cera_fail(err, CERA_ERR_FORMAT, "%s: tokenizer has %d tokens, the embedding only %d rows", path,
+                       cera_tokenizer_n_vocab(e->tok), e->model.hp.n_vocab);
+        goto fail;
+    }
+    if (p.n_ctx == 0)
+        p.n_ctx =
+            e->model.hp.n_ctx_train > 0 && e->model.hp.n_ctx_train < 4096 ? e->model.hp.n_ctx_train : 4096;
+    if (p.n_batch == 0) p.n_batch = 512;
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    e->params = p;
+    if ((st = open_backend(e, err))) {
+        cera_error_prefix(err, "%s", path);
+        goto fail;
+    }
+    *out = e;
+    return CERA_OK;
+fail:
+    cera_engine_close(e);
+    return st;
+}
+
+void cera_engine_close(cera_engine *e) {
+    if (!e) return;
+    if (e->backend) e->backend->free(e->backend);
+    cera_tokenizer_free(e->tok);
+    cera_model_free(&e->model);
+    gguf_close(e->file);
+    free(e);
+}
+
+int cera_engine_n_vocab(const cera_engine *e) { return e->model.hp.n_vocab; }
+int cera_engine_n_ctx(const cera_engine *e) { return e->params.n_ctx; }
+const char *cera_engine_arch(const cera_engine *e) { return cera_arch_name(e->model.hp.arch); }
+cera_token cera_engine_bos(const cera_engine *e) { return cera_tokenizer_bos(e->tok); }
+cera_token cera_engine_eos(const cera_engine *e) { return cera_tokenizer_eos(e->tok); }
+bool cera_engine_is_eog(const cera_engine *e, cera_token token) {
+    return cera_tokenizer_is_eog(e->tok, token);
+}
+
+cera_status cera_tokenize(const cera_engine *e, const char *text, size_t len, bool add_special,
+                          bool parse_special, cera_token *tokens, size_t cap, size_t *n_tokens,
+                          cera_error *err) {
+    cera_error_clear(err);
+    if (!e || (!text && len) || !n_tokens)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_tokenize: NULL argument");
+    return cera_tokenizer_encode(e->tok, text ? text : "", len, add_special, parse_special, tokens, cap,
+                                 n_tokens, err);
+}
+
+int cera_token_to_piece(const cera_engine *e, cera_token token, char *buf, size_t cap, bool render_special) {
+    return cera_tokenizer_piece(e->tok, token, buf, cap, render_special);
+}

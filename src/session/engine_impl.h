@@ -1,0 +1,50 @@
+/*
+ * engine_impl.h — the insides of the public cera_engine and cera_session (include/cera.h),
+ * shared by engine.c, session.c and generate.c.
+ *
+ * An engine owns the mapped file, the model description, the tokenizer and one compute
+ * backend (which owns the thread pool and the activation buffers). A session owns one
+ * sequence: its KV blocks (a pool sized for n_ctx, allocated at creation), its sampler,
+ * its logits and the batch arrays of an eval. Sessions share the engine's backend, so
+ * evaluations of one engine must not run concurrently.
+ */
+#ifndef CERA_SESSION_ENGINE_IMPL_H
+#define CERA_SESSION_ENGINE_IMPL_H
+
+#include "cera.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "session/backend.h"
+#include "session/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+struct cera_engine {
+    gguf_file *file;
+    cera_model model;
+    cera_tokenizer *tok;
+    cera_backend *backend;
+    cera_engine_params params; /* resolved: n_ctx and n_batch are set */
+};
+
+struct cera_session {
+    cera_engine *engine;
+    cera_kv_pool *pool;
+    cera_kv_seq seq;
+    cera_kv_seq *seqs[1];
+    cera_sampler *sampler;
+    cera_sampler_params sampler_params;
+    /* the last eval's logits: [n_logit_rows, n_vocab] */
+    float *logits;
+    size_t logit_cap_rows;
+    int n_logit_rows;
+    int logits_first; /* the eval-relative index of row 0 (all rows, or only the last) */
+    int last_eval_n;
+    /* the token cera_session_sample recorded; the eval that appends it does not record it again */
+    cera_token pending_sampled;
+    /* one forward call's arrays, [n_batch] */
+    int32_t *pos, *seq_idx;
+    bool *want;
+};
+
+#endif

@@ -1,0 +1,168 @@
+/*
+ * session.c — the public session API: one timeline over the engine's model, its KV
+ * blocks, logits and sampler.
+ *
+ * An eval appends tokens and runs them through the backend in batches of at most
+ * n_batch (a prompt is one batch when it fits, a generated token a batch of one); the
+ * same forward serves both, so they give the same logits for the same positions.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "session/engine_impl.h"
+
+cera_session_params cera_session_default_params(void) {
+    cera_session_params p;
+    memset(&p, 0, sizeof p);
+    p.sampler = cera_sampler_default_params();
+    return p;
+}
+
+void cera_session_free(cera_session *s) {
+    if (!s) return;
+    cera_kv_seq_release(&s->seq);
+    if (s->pool && s->engine->backend->kv_free) s->engine->backend->kv_free(s->engine->backend, s->pool);
+    cera_kv_pool_free(s->pool);
+    cera_sampler_free(s->sampler);
+    free(s->logits);
+    free(s->pos);
+    free(s->seq_idx);
+    free(s->want);
+    free(s);
+}
+
+cera_status cera_session_create(cera_engine *e, const cera_session_params *params, cera_session **out,
+                                cera_error *err) {
+    cera_error_clear(err);
+    if (!e || !out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_create: NULL argument");
+    *out = NULL;
+    cera_session *s = calloc(1, sizeof *s);
+    if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "session");
+    s->engine = e;
+    s->pending_sampled = -1;
+    const cera_hparams *hp = &e->model.hp;
+    const int n_ctx = e->params.n_ctx, nb = e->params.n_batch;
+    cera_status st;
+    if ((st = cera_kv_pool_new(e->params.kv_type, hp->n_layer, hp->n_head_kv * hp->head_dim,
+                               (n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK, e->backend->kv_on_host, &s->pool,
+                               err)))
+        goto fail;
+    if (e->backend->kv_init && (st = e->backend->kv_init(e->backend, s->pool, err))) goto fail;
+    if ((st = cera_kv_seq_init(&s->seq, s->pool, n_ctx, err))) goto fail;
+    s->seqs[0] = &s->seq;
+    s->sampler_params = params ? params->sampler : cera_sampler_default_params();
+    if ((st = cera_sampler_new(&s->sampler_params, hp->n_vocab, &s->sampler, err))) goto fail;
+    s->logit_cap_rows = 1;
+    s->logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    s->pos = malloc((size_t)nb * sizeof(int32_t));
+    s->seq_idx = calloc((size_t)nb, sizeof(int32_t));
+    s->want = malloc((size_t)nb * sizeof(bool));
+    if (!s->logits || !s->pos || !s->seq_idx || !s->want) {
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "session buffers");
+        goto fail;
+    }
+    *out = s;
+    return CERA_OK;
+fail:
+    cera_session_free(s);
+    return st;
+}
+
+int cera_session_n_past(const cera_session *s) { return s->seq.n_pos; }
+
+cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) {
+    cera_error_clear(err);
+    if (n_keep < 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: n_keep %d < 0", n_keep);
+    if (n_keep < s->seq.n_pos) cera_kv_seq_truncate(&s->seq, n_keep);
+    s->n_logit_rows = 0;
+    return CERA_OK;
+}
+
+cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
+                              cera_error *err) {
+    cera_error_clear(err);
+    if (!s || (!tokens && n_tokens))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_eval: NULL argument");
+    if (n_tokens == 0) return CERA_OK;
+    cera_engine *e = s->engine;
+    const int n_vocab = e->model.hp.n_vocab;
+    const int n_past = s->seq.n_pos;
+    if (n_tokens > (size_t)(e->params.n_ctx - n_past))
+        return cera_fail(err, CERA_ERR_CONTEXT_FULL, "context full: %d + %zu tokens exceed n_ctx %d", n_past,
+                         n_tokens, e->params.n_ctx);
+    for (size_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[i],
+                             n_vocab);
+    const size_t rows = all_logits ? n_tokens : 1;
+    if (rows > s->logit_cap_rows) {
+        /* grows only for an all-logits eval longer than any before (not per token) */
+        float *nl = realloc(s->logits, rows * (size_t)n_vocab * sizeof(float));
+        if (!nl) return cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %zu positions", rows);
+        s->logits = nl;
+        s->logit_cap_rows = rows;
+    }
+    s->n_logit_rows = 0;
+    cera_status st = cera_kv_seq_reserve(&s->seq, n_past + (int)n_tokens, err);
+    if (st) return st;
+
+    const int nb = e->params.n_batch;
+    float *out = s->logits;
+    for (size_t done = 0; done < n_tokens;) {
+        const int n = n_tokens - done < (size_t)nb ? (int)(n_tokens - done) : nb;
+        for (int i = 0; i < n; i++) {
+            s->pos[i] = n_past + (int)done + i;
+            s->seq_idx[i] = 0;
+            s->want[i] = all_logits || done + (size_t)i == n_tokens - 1;
+        }
+        cera_batch b = {.n_tokens = n,
+                        .token = tokens + done,
+                        .pos = s->pos,
+                        .seq = s->seq_idx,
+                        .want_logits = s->want,
+                        .seqs = s->seqs,
+                        .n_seqs = 1};
+        if ((st = e->backend->forward(e->backend, &b, out, err))) {
+            cera_kv_seq_truncate(&s->seq, n_past);
+            return st;
+        }
+        if (all_logits) out += (size_t)n * n_vocab;
+        done += (size_t)n;
+        s->seq.n_pos = n_past + (int)done;
+    }
+    for (size_t i = 0; i < n_tokens; i++) {
+        if (i == 0 && tokens[0] == s->pending_sampled) continue; /* already recorded by sample */
+        cera_sampler_accept(s->sampler, tokens[i]);
+    }
+    s->pending_sampled = -1;
+    s->n_logit_rows = (int)rows;
+    s->logits_first = all_logits ? 0 : (int)n_tokens - 1;
+    s->last_eval_n = (int)n_tokens;
+    return CERA_OK;
+}
+
+const float *cera_session_logits(const cera_session *s, int i) {
+    if (!s || s->n_logit_rows == 0) return NULL;
+    if (i < 0) i = s->last_eval_n - 1;
+    const int row = i - s->logits_first;
+    if (row < 0 || row >= s->n_logit_rows) return NULL;
+    return s->logits + (size_t)row * s->engine->model.hp.n_vocab;
+}
+
+cera_token cera_session_sample(cera_session *s) {
+    const float *l = cera_session_logits(s, -1);
+    if (!l) return -1;
+    const cera_token t = cera_sampler_sample(s->sampler, l);
+    cera_sampler_accept(s->sampler, t);
+    s->pending_sampled = t;
+    return t;
+}
+
+void cera_session_set_sampler(cera_session *s, const cera_sampler_params *params) {
+    cera_sampler *ns = NULL;
+    if (cera_sampler_new(params, s->engine->model.hp.n_vocab, &ns, NULL) != CERA_OK) return;
+    cera_sampler_free(s->sampler);
+    s->sampler = ns;
+    s->sampler_params = *params;
+}
