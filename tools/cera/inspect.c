@@ -86,7 +86,10 @@ static void human(double x, const char *unit, char *buf, size_t cap) {
     const char *pre[] = {"", "K", "M", "G", "T"};
     int i = 0;
     while (x >= 1000 && i < 4) x /= 1000, i++;
-    snprintf(buf, cap, i ? "%.2f %s%s" : "%.0f %s%s", x, pre[i], unit);
+    if (i)
+        snprintf(buf, cap, "%.2f %s%s", x, pre[i], unit);
+    else
+        snprintf(buf, cap, "%.0f%s%s", x, *unit ? " " : "", unit);
 }
 
 static int usage(FILE *out) {
