@@ -141,6 +141,7 @@ typedef struct cera_lora_group {
 /* One forward batch's rows grouped by adapter. Storage is allocated once for a batch
  * capacity; building it allocates nothing. */
 typedef struct cera_lora_batch {
+    int n_rows; /* rows in the batch */
     int n_groups;
     cera_lora_group *groups; /* in adapter-id order */
     /* private */
@@ -166,8 +167,10 @@ void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set,
  * way whatever the batch, so results do not depend on the number of threads either. */
 void cera_lora_batch_apply(const cera_lora_batch *b, int layer, cera_proj p, const float *x, size_t x_stride,
                            float *y, size_t y_stride, int64_t d0, int64_t d1);
-/* The same work cut for thread ith of nth (a group's rows when it has enough, else its
- * output columns); every element is computed exactly as by cera_lora_batch_apply. */
+/* The same work cut for thread ith of nth: a range of batch rows when the batch has at
+ * least 2·nth rows, else a range of output columns, the same for every group, so threads
+ * never share an output element. Every element is computed exactly as by
+ * cera_lora_batch_apply. */
 void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj p, const float *x,
                                 size_t x_stride, float *y, size_t y_stride, int ith, int nth);
 /* True when some group has a pair for (layer, p): the caller may skip the hook otherwise. */

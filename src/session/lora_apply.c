@@ -103,6 +103,7 @@ void cera_lora_batch_build(cera_lora_batch *b, const int32_t *row_seq, const cer
                            int n_rows) {
     CERA_ASSERT(n_rows <= b->cap_rows);
     b->n_groups = 0;
+    b->n_rows = n_rows;
     /* Pass 1: the groups (sorted by adapter id) and their row counts. Consecutive rows
      * of one sequence share a set pointer, so the scan skips repeats cheaply. */
     const cera_lora_set *prev = NULL;
@@ -145,6 +146,7 @@ void cera_lora_batch_build(cera_lora_batch *b, const int32_t *row_seq, const cer
 void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set, int n_rows) {
     CERA_ASSERT(n_rows <= b->cap_rows);
     b->n_groups = 0;
+    b->n_rows = n_rows;
     if (!set) return;
     for (int i = 0; i < set->n; i++)
         if (set->e[i].scale != 0.0f) group_of(b, set->e[i].adapter);
@@ -252,24 +254,28 @@ void cera_lora_batch_apply(const cera_lora_batch *b, int layer, cera_proj proj, 
 
 void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                                 size_t x_stride, float *y, size_t y_stride, int ith, int nth) {
+    /* Every thread owns a fixed part of the output for all groups (a range of batch rows
+     * when there are enough rows, else a range of columns), so no two threads touch one
+     * element and each element sees the groups in the same order. */
+    const bool by_rows = b->n_rows >= 2 * nth;
+    const int per_rows = (b->n_rows + nth - 1) / nth;
+    const int row0 = by_rows ? per_rows * ith : 0;
+    const int row1 = by_rows ? (row0 + per_rows < b->n_rows ? row0 + per_rows : b->n_rows) : b->n_rows;
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_group *gr = &b->groups[g];
         const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, layer, proj);
         if (!p) continue;
         int64_t d0 = 0, d1 = p->d;
-        int r_begin = 0, r_end = gr->n_rows;
-        if (gr->n_rows >= nth * TILE) {
-            /* whole tiles of rows per thread */
-            const int tiles = (gr->n_rows + TILE - 1) / TILE, per = (tiles + nth - 1) / nth;
-            r_begin = per * ith * TILE;
-            r_end = r_begin + per * TILE < gr->n_rows ? r_begin + per * TILE : gr->n_rows;
-        } else {
-            /* output columns in chunks of 16 per thread */
+        if (!by_rows) {
             const int64_t chunks = (p->d + 15) / 16, per = (chunks + nth - 1) / nth;
             d0 = per * ith * 16;
             d1 = d0 + per * 16 < p->d ? d0 + per * 16 : p->d;
         }
         if (d0 >= d1) continue;
+        int r_begin = 0, r_end = gr->n_rows;
+        while (r_begin < gr->n_rows && gr->rows[r_begin] < row0) r_begin++;
+        r_end = r_begin;
+        while (r_end < gr->n_rows && gr->rows[r_end] < row1) r_end++;
         float s[TILE];
         for (int r0 = r_begin; r0 < r_end; r0 += TILE) {
             const int n = r_end - r0 < TILE ? r_end - r0 : TILE;
