@@ -1,6 +1,67 @@
 /*
- * kernels_avx2.c — the AVX2 (+FMA, F16C) tier: registers its kernels over the scalar ones.
+ * kernels_avx2.c — the AVX2 (+FMA, F16C) tier: the integer dot products of every quantized
+ * type (dot_x86_body.h, with pmaddubsw/pmaddwd), byte-exact SIMD activation quantizers, and
+ * f32/f16/bf16 dots in float lanes. Registered over the scalar table by kernels.c when the
+ * CPU and OS support AVX2, FMA and F16C.
  */
-#include "backend/cpu/kernels_impl.h"
+#define X86_VNNI     0
+#define X86_FN(name) name##_avx2
+#include "dot_x86_body.h"
 
-void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) { (void)ops; }
+/* Float dots: 4 independent accumulators of 8 lanes hide the FMA latency; tails scalar. */
+static void dot_f32_avx2(int64_t n, float *s, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8)
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+    float sum = hsum_ps_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+static inline __m256 load_f16x8(const cera_f16 *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static void dot_f16_avx2(int64_t n, float *s, const void *w, const void *a) {
+    const cera_f16 *x = w, *y = a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * k), load_f16x8(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc[0]);
+    float sum = hsum_ps_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += cera_f16_to_f32(x[i]) * cera_f16_to_f32(y[i]);
+    *s = sum;
+}
+
+/* bf16 -> f32 is a 16-bit shift into the high half. */
+static inline __m256 load_bf16x8(const cera_bf16 *p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+static void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a) {
+    const cera_bf16 *x = w, *y = a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc[0]);
+    float sum = hsum_ps_avx2(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += cera_bf16_to_f32(x[i]) * cera_bf16_to_f32(y[i]);
+    *s = sum;
+}
+
+void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    register_body_avx2(ops);
+    ops[CERA_TYPE_F32].vec_dot = dot_f32_avx2;
+    ops[CERA_TYPE_F16].vec_dot = dot_f16_avx2;
+    ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx2;
+}

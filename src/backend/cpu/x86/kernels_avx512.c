@@ -1,9 +1,83 @@
 /*
- * kernels_avx512.c — the AVX-512 (F/BW/DQ/VL + VNNI, BF16 when present) tier.
+ * kernels_avx512.c — the AVX-512 tier (F/BW/DQ/VL + VNNI; BF16 when the CPU has it): the
+ * quantized dot products of dot_x86_body.h with vpdpbusd for the byte dots, and 512-bit
+ * f32/f16/bf16 dots (vdpbf16ps for bf16, as llama.cpp's AVX512-BF16 build). Registered over
+ * the AVX2 table by kernels.c.
  */
-#include "backend/cpu/kernels_impl.h"
+#define X86_VNNI     1
+#define X86_FN(name) name##_avx512
+#include "dot_x86_body.h"
+
+static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+static void dot_f32_avx512(int64_t n, float *s, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 4; k++)
+            acc[k] =
+                _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * k), _mm512_loadu_ps(y + i + 16 * k), acc[k]);
+    if (i < n) { /* the tail under a mask: no scalar loop */
+        for (; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            acc[0] =
+                _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), acc[0]);
+        }
+    }
+    *s = hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+static inline __m512 load_f16x16(__mmask16 m, const cera_f16 *p) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static void dot_f16_avx512(int64_t n, float *s, const void *w, const void *a) {
+    const cera_f16 *x = w, *y = a;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm512_fmadd_ps(load_f16x16(0xFFFF, x + i + 16 * k), load_f16x16(0xFFFF, y + i + 16 * k),
+                                     acc[k]);
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        acc[0] = _mm512_fmadd_ps(load_f16x16(m, x + i), load_f16x16(m, y + i), acc[0]);
+    }
+    *s = hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+/* vdpbf16ps: pairs of bf16 products summed into f32 lanes (32 elements per instruction). */
+static void dot_bf16_avx512bf16(int64_t n, float *s, const void *w, const void *a) {
+    const cera_bf16 *x = w, *y = a;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128)
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)_mm512_loadu_si512(x + i + 32 * k),
+                                      (__m512bh)_mm512_loadu_si512(y + i + 32 * k));
+    for (; i < n; i += 32) {
+        const __mmask32 m = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
+        acc[0] = _mm512_dpbf16_ps(acc[0], (__m512bh)_mm512_maskz_loadu_epi16(m, x + i),
+                                  (__m512bh)_mm512_maskz_loadu_epi16(m, y + i));
+    }
+    *s = hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+static void quantize_f16_x16_avx512(const float *x, void *vy, int64_t n) {
+    cera_f16 *y = vy;
+    int64_t i = 0;
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(y + i, m,
+                                 _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
 
 void cera_cpu_register_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT], bool has_bf16) {
-    (void)ops;
-    (void)has_bf16;
+    register_body_avx512(ops);
+    ops[CERA_TYPE_F32].vec_dot = dot_f32_avx512;
+    ops[CERA_TYPE_F16].vec_dot = dot_f16_avx512;
+    if (has_bf16) ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx512bf16;
+    cera_cpu_set_act_quantizer(ops, CERA_TYPE_F16, quantize_f16_x16_avx512);
 }

@@ -1,0 +1,187 @@
+/*
+ * kernel_bench.c — how close each CPU dot-product kernel gets to the memory bandwidth.
+ *
+ * For each weight type and each kernel tier this CPU runs, it multiplies a weight matrix much
+ * larger than the last-level cache (default 256 MiB of weight bytes, rows of 4096) with one
+ * quantized activation row, as a decode step does, on 1 and on 2 threads, and prints the
+ * weight bytes read per second. First it measures the machine's read bandwidth with a plain
+ * vectorised sum over a buffer of the same size, so each kernel's GB/s can be read as a
+ * fraction of what the memory can give. Not a test: numbers only.
+ *
+ *   kernel_bench [--mib N] [--types q4_0,q8_0,...] [--tiers scalar,avx2,...] [--reps R]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/kernels.h"
+#include "kernel_inputs.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- read bandwidth: sum 64-bit words, 8 independent accumulators per thread ---- */
+
+typedef struct sum_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t out;
+} sum_job;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+#endif
+static void *
+sum_words(void *arg) {
+    sum_job *j = arg;
+    uint64_t acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= j->n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += j->p[i + k];
+    for (; i < j->n; i++) acc[0] += j->p[i];
+    j->out = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+    return NULL;
+}
+
+static double read_bandwidth(const void *buf, size_t bytes, int threads, int reps) {
+    double best = 1e30;
+    uint64_t sink = 0;
+    for (int r = 0; r < reps; r++) {
+        sum_job jobs[2];
+        pthread_t th[2];
+        const size_t words = bytes / 8, per = words / (size_t)threads;
+        const double t0 = now();
+        for (int t = 0; t < threads; t++) {
+            jobs[t] = (sum_job){(const uint64_t *)buf + per * (size_t)t, per, 0};
+            if (t) pthread_create(&th[t], NULL, sum_words, &jobs[t]);
+        }
+        sum_words(&jobs[0]);
+        for (int t = 1; t < threads; t++) pthread_join(th[t], NULL);
+        const double dt = now() - t0;
+        for (int t = 0; t < threads; t++) sink += jobs[t].out;
+        if (dt < best) best = dt;
+    }
+    if (sink == 42) printf(" ");
+    return (double)bytes / best / 1e9;
+}
+
+/* ---- matrix x vector through the kernel table ---- */
+
+typedef struct mv_job {
+    const cera_cpu_type_ops *ops;
+    const uint8_t *w;
+    size_t row_bytes;
+    int64_t n, row0, row1;
+    const void *act;
+    float *out;
+} mv_job;
+
+static void *matvec_rows(void *arg) {
+    mv_job *j = arg;
+    for (int64_t r = j->row0; r < j->row1; r++)
+        j->ops->vec_dot(j->n, &j->out[r], j->w + (size_t)r * j->row_bytes, j->act);
+    return NULL;
+}
+
+static double matvec_gbs(const cera_cpu_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t rows,
+                         int64_t n, const void *act, float *out, int threads, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        mv_job jobs[2];
+        pthread_t th[2];
+        const double t0 = now();
+        for (int t = 0; t < threads; t++) {
+            jobs[t] = (mv_job){ops, w, row_bytes, n, rows * t / threads, rows * (t + 1) / threads, act, out};
+            if (t) pthread_create(&th[t], NULL, matvec_rows, &jobs[t]);
+        }
+        matvec_rows(&jobs[0]);
+        for (int t = 1; t < threads; t++) pthread_join(th[t], NULL);
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)rows * (double)row_bytes / best / 1e9;
+}
+
+static bool listed(const char *list, const char *name) {
+    if (!list) return true;
+    const size_t len = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == 0)) return true;
+    return false;
+}
+
+int main(int argc, char **argv) {
+    size_t mib = 256;
+    int reps = 3;
+    const char *types = NULL, *tiers_wanted = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc)
+            types = argv[++i];
+        else if (!strcmp(argv[i], "--tiers") && i + 1 < argc)
+            tiers_wanted = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: kernel_bench [--mib N] [--types a,b] [--tiers a,b] [--reps R]\n");
+            return strcmp(argv[i], "--help") ? 1 : 0;
+        }
+    }
+    const size_t bytes = mib << 20;
+    const int64_t n = 4096;
+    uint8_t *buf = aligned_alloc(64, bytes);
+    float *out = malloc(sizeof(float) * (bytes / 16 + 1));
+    float *x = malloc(sizeof(float) * (size_t)n);
+    void *act = malloc(sizeof(float) * (size_t)n * 2);
+    if (!buf || !out || !x || !act) {
+        fprintf(stderr, "kernel_bench: out of memory\n");
+        return 1;
+    }
+    test_rng rng = {7};
+    memset(buf, 1, bytes);
+    printf("# read bandwidth (sum of 64-bit words over %zu MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+           mib, read_bandwidth(buf, bytes, 1, reps), read_bandwidth(buf, bytes, 2, reps));
+    printf("# matrix x vector, rows of %lld, weight GB/s; selected tier %s\n", (long long)n,
+           cera_cpu_tier_name());
+    printf("%-8s %-8s %10s %10s\n", "type", "tier", "1 thread", "2 threads");
+
+    int ntiers;
+    const char *const *tiers = cera_cpu_tier_list(&ntiers);
+    for (int t = 0; t < CERA_TYPE_COUNT; t++) {
+        const cera_type_traits *tt = cera_type_get((uint32_t)t);
+        if (!tt || !cera_cpu_ops_tier("scalar", (cera_type)t) || !listed(types, tt->name)) continue;
+        const size_t row_bytes = cera_row_size((cera_type)t, n);
+        const int64_t rows = (int64_t)(bytes / row_bytes);
+        /* Random rows for the first 4 MiB, repeated: the bytes only need to be valid. */
+        const int64_t seed_rows = (int64_t)((4u << 20) / row_bytes);
+        for (int64_t r = 0; r < seed_rows && r < rows; r++)
+            ki_fill_weights(&rng, (cera_type)t, n, buf + (size_t)r * row_bytes);
+        for (int64_t r = seed_rows; r < rows; r += seed_rows) {
+            const int64_t k = rows - r < seed_rows ? rows - r : seed_rows;
+            memcpy(buf + (size_t)r * row_bytes, buf, (size_t)k * row_bytes);
+        }
+        ki_fill_acts(&rng, n, x);
+        for (int k = 0; k < ntiers; k++) {
+            const cera_cpu_type_ops *ops = cera_cpu_ops_tier(tiers[k], (cera_type)t);
+            if (!ops || !listed(tiers_wanted, tiers[k])) continue;
+            ops->quantize_act(x, act, n);
+            /* The scalar tier is slow: fewer reps over a quarter of the rows. */
+            const int64_t use_rows = strcmp(tiers[k], "scalar") ? rows : rows / 4;
+            const double g1 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 1, reps);
+            const double g2 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 2, reps);
+            printf("%-8s %-8s %10.2f %10.2f\n", tt->name, tiers[k], g1, g2);
+            fflush(stdout);
+        }
+    }
+    free(buf);
+    free(out);
+    free(x);
+    free(act);
+    return 0;
+}
