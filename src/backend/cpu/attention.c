@@ -48,9 +48,11 @@ static void row_f16(const cera_attn_args *a, const cera_kv_seq *seq, int t, int 
             } else {
                 vs = expf(s - M);
             }
+            /* llama.cpp's loop is C++ compiled with FP contraction: one fused multiply-add
+             * per element (and for S), then the F16 rounding; fmaf reproduces it bit for bit */
             for (int d = 0; d < D; d++)
-                acc[d] = cera_f32_to_f16(cera_f16_to_f32(acc[d]) + cera_f16_to_f32(v[d]) * vs);
-            S = S * ms + vs;
+                acc[d] = cera_f32_to_f16(fmaf(cera_f16_to_f32(v[d]), vs, cera_f16_to_f32(acc[d])));
+            S = fmaf(S, ms, vs);
         }
     }
     const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
