@@ -28,6 +28,7 @@
 #include "cera.h"
 #include "model/model.h"
 #include "session/kv_cache.h"
+#include "session/lora.h"
 
 typedef struct cera_batch {
     int n_tokens;
@@ -37,6 +38,7 @@ typedef struct cera_batch {
     const bool *want_logits;  /* [n_tokens] */
     cera_kv_seq *const *seqs; /* [n_seqs] */
     int n_seqs;
+    const cera_lora_batch *lora; /* rows grouped by LoRA adapter (session/lora.h), or NULL: none */
 } cera_batch;
 
 typedef struct cera_backend cera_backend;

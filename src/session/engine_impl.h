@@ -17,6 +17,7 @@
 #include "sample/sampler.h"
 #include "session/backend.h"
 #include "session/kv_cache.h"
+#include "session/lora.h"
 #include "tokenizer/tokenizer.h"
 
 struct cera_engine {
@@ -45,6 +46,9 @@ struct cera_session {
     /* one forward call's arrays, [n_batch] */
     int32_t *pos, *seq_idx;
     bool *want;
+    /* attached LoRA adapters and their batch plan (lora_session.c) */
+    cera_lora_set lora;
+    cera_lora_batch lora_batch;
 };
 
 #endif

@@ -184,6 +184,14 @@ void cera_lora_apply_row_ref(const cera_lora_pair *p, float s, const float *x, f
 /* The dot product every LoRA kernel uses: 8 interleaved partial sums, fixed reduction. */
 float cera_lora_dot(const float *a, const float *b, int64_t n);
 
+/* ---- Session glue (lora_session.c) --------------------------------------------------- */
+
+/* The plan for an eval of n_rows rows of the session (all its rows share its set), or
+ * NULL when no attached adapter is active. Allocates nothing. */
+const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
+/* Detaches everything and frees the plan (from cera_session_free). */
+void cera_lora_session_free(cera_session *s);
+
 /* ---- Merging (lora_merge.c) -------------------------------------------------------- */
 
 /* Writes base + Σ s·B·A of every adapter into a new GGUF at out_path. Merged tensors are

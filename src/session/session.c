@@ -21,6 +21,7 @@ cera_session_params cera_session_default_params(void) {
 
 void cera_session_free(cera_session *s) {
     if (!s) return;
+    cera_lora_session_free(s);
     cera_kv_seq_release(&s->seq);
     if (s->pool && s->engine->backend->kv_free) s->engine->backend->kv_free(s->engine->backend, s->pool);
     cera_kv_pool_free(s->pool);
@@ -122,7 +123,8 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
                         .seq = s->seq_idx,
                         .want_logits = s->want,
                         .seqs = s->seqs,
-                        .n_seqs = 1};
+                        .n_seqs = 1,
+                        .lora = cera_lora_session_plan(s, n)};
         if ((st = e->backend->forward(e->backend, &b, out, err))) {
             cera_kv_seq_truncate(&s->seq, n_past);
             return st;

@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "session/backend.h"
+#include "session/lora_cpu.h"
 
 typedef struct cpu_backend {
     cera_backend base;
@@ -58,7 +59,8 @@ typedef struct cpu_backend {
 
 typedef struct proj_ctx {
     cpu_backend *be;
-    const int32_t *row_seq; /* [n_rows]: the sequence (index into batch->seqs) of each row */
+    const int32_t *row_seq;      /* [n_rows]: the sequence (index into batch->seqs) of each row */
+    const cera_lora_batch *lora; /* the batch's rows grouped by adapter, or NULL */
 } proj_ctx;
 
 /* y[n_rows, w.n] = x[n_rows, w.k] · Wᵀ for projection `proj` of layer `il`.
@@ -69,6 +71,7 @@ static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const float
     cpu_backend *be = ctx->be;
     const cera_weight *w = &be->m->layers[il].proj[proj];
     cera_matmul(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)w->n, be->act);
+    cera_lora_cpu_apply(be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)w->n);
 }
 
 static void add_bias(float *y, const cera_weight *b, int n_rows) {
@@ -137,7 +140,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
                              t, b->pos[t]);
         be->row_seq[t] = b->seq[t];
     }
-    proj_ctx pc = {be, be->row_seq};
+    proj_ctx pc = {be, be->row_seq, b->lora};
 
     /* embeddings; the rotary angles of each token's position */
     for (int t = 0; t < n; t++) {
