@@ -10,7 +10,10 @@
  * The draw uses MT19937 seeded with the seed (a seed below 2^32 is used as is, as
  * llama.cpp's uint32 seed) and one uniform double per token, as llama.cpp's dist
  * sampler, so a chain with the same parameters over the same logits makes the same
- * draws as llama.cpp. The same seed always gives the same sequence.
+ * draws as llama.cpp (tests/sample checks it against llama.cpp's chain). The same
+ * seed always gives the same sequence. One difference: penalty_last_n = -1 means the
+ * whole history here, where llama.cpp's library treats it as 0 (its CLI first turns
+ * -1 into the context size, which is the same thing within one context).
  */
 #ifndef CERA_SAMPLE_SAMPLER_H
 #define CERA_SAMPLE_SAMPLER_H

@@ -3,7 +3,8 @@
  * distributions computed by hand, selection against a full sort on fresh random
  * inputs, the RNG against std::mt19937's outputs, the chain's greedy path, penalties,
  * logit bias, determinism per seed, a chi-square check that the draws follow the
- * post-chain distribution, and the parameter checks.
+ * post-chain distribution, draws identical to llama.cpp's chain on the same logits
+ * and seed, and the parameter checks.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -440,6 +441,71 @@ static void test_chi_square(void) {
     cera_sampler_free(s);
 }
 
+/* llama.cpp's own chain (penalties, top-k, typical, top-p, min-p, temp, dist; built
+ * from its sampler API at the reference commit) over the same synthetic logits: each
+ * step's logits are (u - 0.5) * 8 with u from the LCG below, seeded 42; every sampled
+ * token is accepted. cera must make exactly the same draws. */
+static float golden_u(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*st >> 40) & 0xffffff) / 16777216.0f;
+}
+
+typedef struct golden_case {
+    int n_vocab, top_k;
+    float top_p, min_p, typical_p, temp, repeat, freq, present;
+    int last_n;
+    uint64_t seed;
+    cera_token want[24];
+} golden_case;
+
+static const golden_case golden[] = {
+    {1000, 40, 0.95f, 0.05f, 1.0f, 0.8f, 1.0f, 0.0f, 0.0f, 64, 42, {533, 730, 435, 97,  180, 837, 42,  908,
+                                                                    17,  690, 635, 31,  674, 130, 868, 680,
+                                                                    961, 151, 47,  902, 497, 394, 704, 468}},
+    {3000, 100, 0.9f, 0.02f, 0.95f, 0.7f, 1.3f, 0.2f, 0.1f, 16, 3, {2060, 2729, 1210, 358,  1166, 710,
+                                                                    1694, 2842, 1406, 2137, 2224, 45,
+                                                                    337,  231,  2572, 2380, 2962, 2409,
+                                                                    1436, 1872, 236,  2793, 626,  128}},
+    {3000, 40, 0.95f, 0.05f, 1.0f, 0.0f, 1.3f, 0.2f, 0.1f, 16, 3, {2146, 1381, 1447, 1488, 2595, 1080,
+                                                                   47,   2531, 1891, 1924, 1430, 1446,
+                                                                   534,  2376, 2048, 1749, 1255, 2584,
+                                                                   2799, 626,  1049, 1215, 2251, 1236}},
+    {32000, 0, 0.9f, 0.0f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 64, 7, {12543, 13599, 15319, 9766,  25210, 3489,
+                                                                 22243, 29029, 28181, 30830, 18753, 31657,
+                                                                 6671,  12944, 776,   13179, 3181,  7582,
+                                                                 4876,  27926, 8779,  17062, 8745,  3864}},
+};
+
+static void test_llama_cpp_draws(void) {
+    static float logits[32000];
+    for (size_t g = 0; g < sizeof golden / sizeof golden[0]; g++) {
+        const golden_case *gc = &golden[g];
+        cera_sampler_params p = cera_sampler_default_params();
+        p.top_k = gc->top_k;
+        p.top_p = gc->top_p;
+        p.min_p = gc->min_p;
+        p.typical_p = gc->typical_p;
+        p.temp = gc->temp;
+        p.repeat_penalty = gc->repeat;
+        p.freq_penalty = gc->freq;
+        p.presence_penalty = gc->present;
+        p.penalty_last_n = gc->last_n;
+        p.seed = gc->seed;
+        cera_sampler *s;
+        CHECK(cera_sampler_new(&p, gc->n_vocab, &s, NULL) == CERA_OK, "sampler_new");
+        uint64_t st = 42;
+        int same = 0;
+        for (int k = 0; k < 24; k++) {
+            for (int i = 0; i < gc->n_vocab; i++) logits[i] = (golden_u(&st) - 0.5f) * 8.0f;
+            const cera_token t = cera_sampler_sample(s, logits);
+            cera_sampler_accept(s, t);
+            same += t == gc->want[k];
+        }
+        CHECK(same == 24, "case %zu: %d of 24 draws equal llama.cpp's", g, same);
+        cera_sampler_free(s);
+    }
+}
+
 static void expect_rejected(const cera_sampler_params *p, int n_vocab, const char *needle) {
     cera_sampler *s = (cera_sampler *)&s; /* must be reset to NULL */
     cera_error err;
@@ -504,6 +570,7 @@ int main(void) {
     test_logit_bias_and_greedy();
     test_seeds();
     test_chi_square();
+    test_llama_cpp_draws();
     test_invalid();
     return test_finish();
 }
