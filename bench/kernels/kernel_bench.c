@@ -8,7 +8,12 @@
  * vectorised sum over a buffer of the same size, so each kernel's GB/s can be read as a
  * fraction of what the memory can give. Not a test: numbers only.
  *
- *   kernel_bench [--mib N] [--types q4_0,q8_0,...] [--tiers scalar,avx2,...] [--reps R]
+ * Then, for prefill, a [512 x 4096] weight matrix times 64 activation rows on one thread, in
+ * chunks of 32 rows x 32 activation rows as the matmul driver does, once through vec_dot per
+ * (row, column) and once through the tier's gemm_tile where it has one: GOP/s (2 per
+ * multiply-add).
+ *
+ *   kernel_bench [--mib N] [--types q4_0,q8_0,...] [--tiers scalar,avx2,...] [--reps R] [--no-matvec]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +112,37 @@ static double matvec_gbs(const cera_cpu_type_ops *ops, const uint8_t *w, size_t 
     return (double)rows * (double)row_bytes / best / 1e9;
 }
 
+/* [rows x n] weights times cols activation rows -> GOP/s; tile = 0 uses vec_dot only. */
+static double matmul_gops(const cera_cpu_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t rows,
+                          int64_t n, const uint8_t *act, size_t act_bytes, int cols, float *out, bool tile,
+                          int reps) {
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        const double t0 = now();
+        for (int64_t r0 = 0; r0 < rows; r0 += 32)
+            for (int c0 = 0; c0 < cols; c0 += 32) {
+                if (tile) {
+                    for (int64_t r = r0; r < r0 + 32; r += ops->tile_rows)
+                        for (int c = c0; c < c0 + 32; c += ops->tile_cols) {
+                            const int nr = (int)(r0 + 32 - r < ops->tile_rows ? r0 + 32 - r : ops->tile_rows);
+                            const int nc = c0 + 32 - c < ops->tile_cols ? c0 + 32 - c : ops->tile_cols;
+                            ops->gemm_tile(n, out + (size_t)c * (size_t)rows + (size_t)r, (size_t)rows,
+                                           w + (size_t)r * row_bytes, row_bytes, act + (size_t)c * act_bytes,
+                                           act_bytes, nr, nc);
+                        }
+                } else {
+                    for (int64_t r = r0; r < r0 + 32; r++)
+                        for (int c = c0; c < c0 + 32; c++)
+                            ops->vec_dot(n, out + (size_t)c * (size_t)rows + (size_t)r,
+                                         w + (size_t)r * row_bytes, act + (size_t)c * act_bytes);
+                }
+            }
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return 2.0 * (double)rows * (double)n * cols / best / 1e9;
+}
+
 static bool listed(const char *list, const char *name) {
     if (!list) return true;
     const size_t len = strlen(name);
@@ -118,6 +154,7 @@ static bool listed(const char *list, const char *name) {
 int main(int argc, char **argv) {
     size_t mib = 256;
     int reps = 3;
+    bool matvec = true;
     const char *types = NULL, *tiers_wanted = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mib") && i + 1 < argc)
@@ -128,8 +165,11 @@ int main(int argc, char **argv) {
             tiers_wanted = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-matvec"))
+            matvec = false;
         else {
-            fprintf(stderr, "usage: kernel_bench [--mib N] [--types a,b] [--tiers a,b] [--reps R]\n");
+            fprintf(stderr,
+                    "usage: kernel_bench [--mib N] [--types a,b] [--tiers a,b] [--reps R] [--no-matvec]\n");
             return strcmp(argv[i], "--help") ? 1 : 0;
         }
     }
@@ -145,15 +185,17 @@ int main(int argc, char **argv) {
     }
     test_rng rng = {7};
     memset(buf, 1, bytes);
-    printf("# read bandwidth (sum of 64-bit words over %zu MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
-           mib, read_bandwidth(buf, bytes, 1, reps), read_bandwidth(buf, bytes, 2, reps));
-    printf("# matrix x vector, rows of %lld, weight GB/s; selected tier %s\n", (long long)n,
-           cera_cpu_tier_name());
-    printf("%-8s %-8s %10s %10s\n", "type", "tier", "1 thread", "2 threads");
-
     int ntiers;
     const char *const *tiers = cera_cpu_tier_list(&ntiers);
-    for (int t = 0; t < CERA_TYPE_COUNT; t++) {
+    if (matvec) {
+        printf(
+            "# read bandwidth (sum of 64-bit words over %zu MiB): 1 thread %.1f GB/s, 2 threads %.1f GB/s\n",
+            mib, read_bandwidth(buf, bytes, 1, reps), read_bandwidth(buf, bytes, 2, reps));
+        printf("# matrix x vector, rows of %lld, weight GB/s; selected tier %s\n", (long long)n,
+               cera_cpu_tier_name());
+        printf("%-8s %-8s %10s %10s\n", "type", "tier", "1 thread", "2 threads");
+    }
+    for (int t = 0; t < CERA_TYPE_COUNT && matvec; t++) {
         const cera_type_traits *tt = cera_type_get((uint32_t)t);
         if (!tt || !cera_cpu_ops_tier("scalar", (cera_type)t) || !listed(types, tt->name)) continue;
         const size_t row_bytes = cera_row_size((cera_type)t, n);
@@ -179,6 +221,42 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
+
+    /* Prefill: 512 rows x 4096, 64 activation rows; weights in L2/L3 as in a chunked matmul. */
+    const int64_t mm_rows = 512;
+    const int cols = 64;
+    printf("# matrix x matrix [%lld x %lld] x %d activation rows, 1 thread, GOP/s\n", (long long)mm_rows,
+           (long long)n, cols);
+    printf("%-8s %-8s %10s %10s %6s\n", "type", "tier", "vec_dot", "gemm_tile", "tile");
+    float *xs = malloc(sizeof(float) * (size_t)n * (size_t)cols);
+    for (int t = 0; t < CERA_TYPE_COUNT; t++) {
+        const cera_type_traits *tt = cera_type_get((uint32_t)t);
+        if (!tt || !cera_cpu_ops_tier("scalar", (cera_type)t) || !listed(types, tt->name)) continue;
+        const size_t row_bytes = cera_row_size((cera_type)t, n);
+        for (int64_t r = 0; r < mm_rows; r++)
+            ki_fill_weights(&rng, (cera_type)t, n, buf + (size_t)r * row_bytes);
+        for (int c = 0; c < cols; c++) ki_fill_acts(&rng, n, xs + (size_t)c * (size_t)n);
+        for (int k = 0; k < ntiers; k++) {
+            const cera_cpu_type_ops *ops = cera_cpu_ops_tier(tiers[k], (cera_type)t);
+            if (!ops || !listed(tiers_wanted, tiers[k]) || !strcmp(tiers[k], "scalar")) continue;
+            const size_t act_bytes = cera_row_size(ops->act_type, n);
+            uint8_t *acts = malloc(act_bytes * (size_t)cols);
+            for (int c = 0; c < cols; c++)
+                ops->quantize_act(xs + (size_t)c * (size_t)n, acts + (size_t)c * act_bytes, n);
+            const double g_dot =
+                matmul_gops(ops, buf, row_bytes, mm_rows, n, acts, act_bytes, cols, out, false, reps);
+            char tile_txt[16] = "-";
+            double g_tile = 0;
+            if (ops->gemm_tile) {
+                g_tile = matmul_gops(ops, buf, row_bytes, mm_rows, n, acts, act_bytes, cols, out, true, reps);
+                snprintf(tile_txt, sizeof tile_txt, "%dx%d", ops->tile_rows, ops->tile_cols);
+            }
+            printf("%-8s %-8s %10.1f %10.1f %6s\n", tt->name, tiers[k], g_dot, g_tile, tile_txt);
+            fflush(stdout);
+            free(acts);
+        }
+    }
+    free(xs);
     free(buf);
     free(out);
     free(x);

@@ -7,6 +7,7 @@
 #define X86_VNNI     0
 #define X86_FN(name) name##_avx2
 #include "dot_x86_body.h"
+#include "tile_x86_body.h"
 
 /* Float dots: 4 independent accumulators of 8 lanes hide the FMA latency; tails scalar. */
 static void dot_f32_avx2(int64_t n, float *s, const void *w, const void *a) {
@@ -61,6 +62,7 @@ static void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a) {
 
 void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     register_body_avx2(ops);
+    register_tiles_avx2(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx2;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx2;
     ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx2;

@@ -7,6 +7,7 @@
 #define X86_VNNI     1
 #define X86_FN(name) name##_avx512
 #include "dot_x86_body.h"
+#include "tile_x86_body.h"
 
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -76,6 +77,7 @@ static void quantize_f16_x16_avx512(const float *x, void *vy, int64_t n) {
 
 void cera_cpu_register_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT], bool has_bf16) {
     register_body_avx512(ops);
+    register_tiles_avx512(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx512;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx512;
     if (has_bf16) ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx512bf16;
