@@ -362,6 +362,26 @@ static void writer_errors(void) {
     CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_ERR_INVALID_ARG && strstr(err.message, "bad"),
           "string element type through set_arr: %s", err.message);
     gguf_writer_free(w);
+
+    /* allocation failure is remembered by the void setters and reported once */
+    w = gguf_writer_new();
+    uint64_t one = 1;
+    gguf_writer_set_arr(w, "huge", GGUF_TYPE_UINT64, &one, 1ull << 62); /* 2^65 bytes: cannot be allocated */
+    gguf_writer_set_u32(w, "fine", 1);
+    CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_ERR_NO_MEMORY && !data, "oom: %s",
+          err.message);
+    CHECK(gguf_writer_write(w, CERA_BINARY_DIR "/never.gguf", &err) == CERA_ERR_NO_MEMORY &&
+              !file_exists(CERA_BINARY_DIR "/never.gguf"),
+          "oom write: %s", err.message);
+    gguf_writer_free(w);
+
+    w = gguf_writer_new();
+    gguf_value bad = {.type = (gguf_vtype)42};
+    gguf_writer_set_value(w, (gguf_str){3, "bad"}, &bad);
+    CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_ERR_INVALID_ARG &&
+              strstr(err.message, "'bad'"),
+          "value type 42: %s", err.message);
+    gguf_writer_free(w);
 }
 
 int main(void) {
