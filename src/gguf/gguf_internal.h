@@ -53,8 +53,17 @@ static inline double gguf_ldf64(const uint8_t *p) {
     return d;
 }
 
-/* Names in error messages: at most this many bytes of a key or tensor name. */
+/* Names in error messages: at most GGUF_NAME_SHOWN bytes of a key or tensor name,
+ * control bytes and quotes shown as '?', so a hostile name cannot garble a terminal. */
 #define GGUF_NAME_SHOWN 96
-static inline int gguf_name_len(gguf_str s) { return s.len > GGUF_NAME_SHOWN ? GGUF_NAME_SHOWN : (int)s.len; }
+static inline const char *gguf_show_name(gguf_str s, char buf[GGUF_NAME_SHOWN + 1]) {
+    size_t n = s.len > GGUF_NAME_SHOWN ? GGUF_NAME_SHOWN : (size_t)s.len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s.data[i];
+        buf[i] = (c < 0x20 || c == 0x7f || c == '\'') ? '?' : (char)c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
 
 #endif

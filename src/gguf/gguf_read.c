@@ -283,9 +283,10 @@ static int cmp_by_offset(const void *a, const void *b) {
 /* ---- The parser ---------------------------------------------------------------- */
 
 static void describe(reader *r, const char *kind, uint64_t i, gguf_str name) {
+    char shown[GGUF_NAME_SHOWN + 1];
     if (name.data)
-        snprintf(r->what, sizeof r->what, "%s %llu '%.*s'", kind, (unsigned long long)i, gguf_name_len(name),
-                 name.data);
+        snprintf(r->what, sizeof r->what, "%s %llu '%s'", kind, (unsigned long long)i,
+                 gguf_show_name(name, shown));
     else
         snprintf(r->what, sizeof r->what, "%s %llu", kind, (unsigned long long)i);
 }
@@ -434,11 +435,12 @@ static cera_status place_tensors(reader *r, gguf_file *f) {
     qsort(order, f->n_tensors, sizeof *order, cmp_by_offset);
     for (uint64_t i = 1; i < f->n_tensors; i++) {
         const gguf_tensor *p = order[i - 1], *t = order[i];
+        char a1[GGUF_NAME_SHOWN + 1], a2[GGUF_NAME_SHOWN + 1];
         if (p->offset + p->nbytes > t->offset)
             return cera_fail(r->err, CERA_ERR_FORMAT,
-                             "tensor '%.*s' (offset %llu, %llu bytes) overlaps tensor '%.*s' (offset %llu)",
-                             gguf_name_len(t->name), t->name.data, (unsigned long long)t->offset,
-                             (unsigned long long)t->nbytes, gguf_name_len(p->name), p->name.data,
+                             "tensor '%s' (offset %llu, %llu bytes) overlaps tensor '%s' (offset %llu)",
+                             gguf_show_name(t->name, a1), (unsigned long long)t->offset,
+                             (unsigned long long)t->nbytes, gguf_show_name(p->name, a2),
                              (unsigned long long)p->offset);
     }
     return CERA_OK;

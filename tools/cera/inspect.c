@@ -17,22 +17,30 @@
 #define SHORT_ARRAY    8  /* elements of a numeric array shown without --all */
 #define SHORT_STRARRAY 5  /* elements of a string array shown without --all */
 
-static void print_str(gguf_str s, bool all) {
-    uint64_t n = (!all && s.len > SHORT_STRING) ? SHORT_STRING : s.len;
-    putchar('"');
+/* Prints n bytes of s with quotes, backslashes and control bytes escaped; returns
+ * the columns used (counting UTF-8 continuation bytes as none). */
+static int print_escaped(gguf_str s, uint64_t n) {
+    int cols = 0;
     for (uint64_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s.data[i];
         if (c == '"' || c == '\\')
-            printf("\\%c", c);
+            cols += printf("\\%c", c);
         else if (c == '\n')
-            fputs("\\n", stdout);
+            cols += printf("\\n");
         else if (c == '\t')
-            fputs("\\t", stdout);
+            cols += printf("\\t");
         else if (c < 0x20 || c == 0x7f)
-            printf("\\x%02x", c);
+            cols += printf("\\x%02x", c);
         else
-            putchar(c);
+            putchar(c), cols += (c & 0xc0) != 0x80;
     }
+    return cols;
+}
+
+static void print_str(gguf_str s, bool all) {
+    uint64_t n = (!all && s.len > SHORT_STRING) ? SHORT_STRING : s.len;
+    putchar('"');
+    print_escaped(s, n);
     putchar('"');
     if (n < s.len) printf("… (%llu bytes)", (unsigned long long)s.len);
 }
@@ -129,7 +137,9 @@ int cmd_inspect(int argc, char **argv) {
     printf("\nmetadata:\n");
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
-        printf("  %.*s (%s) = ", (int)kv->key.len, kv->key.data, gguf_vtype_name(kv->value.type));
+        fputs("  ", stdout);
+        print_escaped(kv->key, kv->key.len);
+        printf(" (%s) = ", gguf_vtype_name(kv->value.type));
         if (kv->value.type == GGUF_TYPE_STRING)
             print_str(kv->value.v.str, all);
         else if (kv->value.type == GGUF_TYPE_ARRAY)
