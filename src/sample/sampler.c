@@ -23,7 +23,7 @@ struct cera_sampler {
     int n_vocab;
 
     cera_candidates cur;    /* .data: [n_vocab] */
-    cera_sample_scratch ws; /* .cand: [n_vocab] */
+    cera_sample_scratch ws; /* .cand, .cand2: [n_vocab] */
     bool penalties_on;
 
     /* penalty window */
@@ -106,6 +106,7 @@ void cera_sampler_free(cera_sampler *s) {
     free(s->bias);
     free(s->cur.data);
     free(s->ws.cand);
+    free(s->ws.cand2);
     free(s->count);
     free(s->distinct);
     free(s->distinct_pos);
@@ -128,6 +129,7 @@ cera_status cera_sampler_new(const cera_sampler_params *params, int n_vocab, cer
     const size_t nv = (size_t)n_vocab;
     s->cur.data = malloc(nv * sizeof(cera_candidate));
     s->ws.cand = malloc(nv * sizeof(cera_candidate));
+    s->ws.cand2 = malloc(nv * sizeof(cera_candidate));
     s->ws.cap = nv;
     s->count = calloc(nv, sizeof(int32_t));
     s->distinct = malloc(nv * sizeof(int32_t));
@@ -141,8 +143,8 @@ cera_status cera_sampler_new(const cera_sampler_params *params, int n_vocab, cer
             memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof(cera_logit_bias));
     }
     s->params.logit_bias = s->bias;
-    if (!s->cur.data || !s->ws.cand || !s->count || !s->distinct || !s->distinct_pos || !s->distinct_cnt ||
-        (s->ring_cap && !s->ring) || (params->n_logit_bias > 0 && !s->bias)) {
+    if (!s->cur.data || !s->ws.cand || !s->ws.cand2 || !s->count || !s->distinct || !s->distinct_pos ||
+        !s->distinct_cnt || (s->ring_cap && !s->ring) || (params->n_logit_bias > 0 && !s->bias)) {
         cera_sampler_free(s);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "sampler: out of memory for %d candidates", n_vocab);
     }
@@ -218,11 +220,18 @@ static void chain_filter(cera_sampler *s) {
     cera_stage_temp(&s->cur, p->temp);
 }
 
-/* The first highest logit in array order (NaN never wins). */
+/* The first highest logit in array order (NaN never wins; index 0 when none is
+ * above -inf). */
 static size_t argmax(const cera_candidates *c) {
     size_t best = 0;
-    for (size_t i = 1; i < c->size; i++)
-        if (c->data[i].logit > c->data[best].logit || isnan(c->data[best].logit)) best = i;
+    float best_l = -INFINITY;
+    for (size_t i = 0; i < c->size; i++) {
+        const float v = c->data[i].logit;
+        if (v > best_l) {
+            best_l = v;
+            best = i;
+        }
+    }
     return best;
 }
 

@@ -6,7 +6,8 @@
  * in the same order, the same points where the array gets sorted, the same order
  * left behind. Sorting is the only costly part: top-k selects with a bounded heap
  * (one comparison per candidate in the common case) instead of sorting the
- * vocabulary, and top-p first sorts only the 256 most likely tokens.
+ * vocabulary, top-p first sorts only the 256 most likely tokens, and whole-vocabulary
+ * sorts are radix sorts on (logit, id) keys.
  */
 #include "sample/stages.h"
 
@@ -33,6 +34,55 @@ void cera_cands_from_logits(cera_candidates *c, const float *logits, size_t n) {
     c->sorted = false;
 }
 
+/* The candidate order as an unsigned key: ascending key = descending logit (NaN
+ * last, -0 as +0), then ascending id. */
+static inline uint64_t cand_key(const cera_candidate *c) {
+    uint32_t u;
+    float l = c->logit == 0.0f ? 0.0f : c->logit;
+    memcpy(&u, &l, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with the float */
+    u = isnan(l) ? 0xffffffffu : ~u;                /* descending, NaN last */
+    return (uint64_t)u << 32 | (uint32_t)c->id;
+}
+
+#define RADIX_MIN 256 /* below this, qsort is as fast */
+
+void cera_cands_sort(cera_candidate *data, size_t n, cera_sample_scratch *ws) {
+    if (n < RADIX_MIN) {
+        qsort(data, n, sizeof(cera_candidate), cand_cmp);
+        return;
+    }
+    /* LSD radix sort, 8 bits per pass, skipping digits equal in every key (e.g. the
+     * high bytes of the ids); stable, so earlier passes order the ties. */
+    uint32_t count[8][256] = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t k = cand_key(&data[i]);
+        for (int d = 0; d < 8; d++) count[d][(k >> (8 * d)) & 0xff]++;
+    }
+    cera_candidate *src = data, *dst = ws->cand2;
+    for (int d = 0; d < 8; d++) {
+        uint32_t *cnt = count[d];
+        bool uniform = false;
+        for (int b = 0; b < 256; b++)
+            if (cnt[b]) {
+                uniform = cnt[b] == n;
+                break;
+            }
+        if (uniform) continue;
+        uint32_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            const uint32_t c = cnt[b];
+            cnt[b] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) dst[cnt[(cand_key(&src[i]) >> (8 * d)) & 0xff]++] = src[i];
+        cera_candidate *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != data) memcpy(data, src, n * sizeof(cera_candidate));
+}
+
 /* Restores the heap property below node i of a heap whose root is the candidate
  * that comes last in the order (the weakest of those kept). */
 static void heap_sift_down(cera_candidate *h, size_t n, size_t i) {
@@ -49,13 +99,20 @@ static void heap_sift_down(cera_candidate *h, size_t n, size_t i) {
     }
 }
 
+/* Whether x is kept against the current k-th best: most candidates fail the first,
+ * cheap comparison. */
+static inline bool beats(const cera_candidate *x, const cera_candidate *kth) {
+    if (x->logit < kth->logit) return false;
+    return cand_before(x, kth);
+}
+
 void cera_cands_partial_sort(cera_candidates *c, size_t k, cera_sample_scratch *ws) {
     if (k > c->size) k = c->size;
     if (c->sorted || k == 0) return;
     /* A selection pays off while k is small next to the array; past that a full sort
      * is about as fast and simpler. */
     if (k == c->size || k > 4096 || k * 8 > c->size) {
-        qsort(c->data, c->size, sizeof(cera_candidate), cand_cmp);
+        cera_cands_sort(c->data, c->size, ws);
         c->sorted = true;
         return;
     }
@@ -64,7 +121,7 @@ void cera_cands_partial_sort(cera_candidates *c, size_t k, cera_sample_scratch *
     for (size_t i = 0; i < k; i++) h[i] = c->data[i];
     for (size_t i = k / 2; i-- > 0;) heap_sift_down(h, k, i);
     for (size_t i = k; i < c->size; i++) {
-        if (cand_before(&c->data[i], &h[0])) {
+        if (beats(&c->data[i], &h[0])) {
             h[0] = c->data[i];
             heap_sift_down(h, k, 0);
         }
@@ -74,13 +131,13 @@ void cera_cands_partial_sort(cera_candidates *c, size_t k, cera_sample_scratch *
     const cera_candidate kth = h[0];
     size_t front = 0;
     for (size_t i = 0; i < c->size; i++) {
-        if (!cand_before(&kth, &c->data[i])) {
+        if (c->data[i].id == kth.id || beats(&c->data[i], &kth)) {
             const cera_candidate t = c->data[front];
             c->data[front++] = c->data[i];
             c->data[i] = t;
         }
     }
-    qsort(c->data, k, sizeof(cera_candidate), cand_cmp);
+    cera_cands_sort(c->data, k, ws);
 }
 
 void cera_cands_softmax(cera_candidates *c, bool do_sort, cera_sample_scratch *ws) {
@@ -152,7 +209,7 @@ void cera_stage_typical(cera_candidates *c, float p, size_t min_keep, cera_sampl
         const float shifted = fabsf(-logf(c->data[i].p) - entropy);
         pairs[i] = (cera_candidate){(cera_token)i, -shifted, 0.0f};
     }
-    qsort(pairs, c->size, sizeof(cera_candidate), cand_cmp);
+    cera_cands_sort(pairs, c->size, ws);
     float cum = 0.0f;
     size_t last = c->size;
     for (size_t i = 0; i < c->size; i++) {
@@ -189,7 +246,7 @@ void cera_stage_top_p(cera_candidates *c, float p, size_t min_keep, cera_sample_
         }
         if (!c->sorted && i + 1 == k) {
             /* Every later candidate comes after the first k: sorting the tail sorts all. */
-            qsort(c->data + k, c->size - k, sizeof(cera_candidate), cand_cmp);
+            cera_cands_sort(c->data + k, c->size - k, ws);
             c->sorted = true;
         }
     }

@@ -35,14 +35,19 @@ typedef struct cera_candidates {
     bool sorted; /* descending by logit (ties: lower id first) */
 } cera_candidates;
 
-/* Scratch for the sorting stages: room for every candidate. */
+/* Scratch for the sorting stages: two arrays with room for every candidate. */
 typedef struct cera_sample_scratch {
     size_t cap;
-    cera_candidate *cand; /* [cap] */
+    cera_candidate *cand;  /* [cap] */
+    cera_candidate *cand2; /* [cap] */
 } cera_sample_scratch;
 
 /* Fills c with logits[0..n) in id order (not sorted). */
 void cera_cands_from_logits(cera_candidates *c, const float *logits, size_t n);
+
+/* Sorts data[0..n) into the total order (a radix sort: O(n), for whole
+ * vocabularies; ws->cand2 is its buffer, so data must not be ws->cand2). */
+void cera_cands_sort(cera_candidate *data, size_t n, cera_sample_scratch *ws);
 
 /* Reorders c so that its first k entries are the k highest, sorted descending (a
  * selection, not a full sort, when k is small); the rest follow in any order. With k

@@ -17,8 +17,8 @@
 #define MAXN 8192
 
 static cera_candidate buf[MAXN];
-static cera_candidate scratch_buf[MAXN];
-static cera_sample_scratch ws = {MAXN, scratch_buf};
+static cera_candidate scratch_buf[MAXN], scratch_buf2[MAXN];
+static cera_sample_scratch ws = {MAXN, scratch_buf, scratch_buf2};
 
 /* A candidate array in id order from probabilities (logit = log p). */
 static cera_candidates from_probs(const float *p, size_t n) {
@@ -110,8 +110,10 @@ static void test_top_k(void) {
         for (size_t i = 0; same && i < c.size; i++) same = c.data[i].id == ref[i].id;
         CHECK(same, "top-%zu of %zu random logits equals the full sort's prefix", ks[trial], n);
         bool desc = true;
-        for (size_t i = 1; i < n; i++) desc = desc && ref[i - 1].logit >= ref[i].logit;
-        CHECK(desc, "full sort is descending");
+        for (size_t i = 1; i < n; i++)
+            desc = desc && (ref[i - 1].logit > ref[i].logit ||
+                            (ref[i - 1].logit == ref[i].logit && ref[i - 1].id < ref[i].id));
+        CHECK(desc, "full sort is descending, ties by id");
     }
 }
 
