@@ -1,0 +1,333 @@
+/*
+ * test_lora_golden.c — LoRA adapters end to end through the public API, against
+ * llama.cpp's outputs with the same adapters (../shared/golden, README.md there):
+ *   - stories260K with lora-stories-a at 1 and 0.5, a at 1 plus b at 0.7; the synthetic
+ *     llama (F32, Q4_0, Q4_K_M bases) with lora-synth-llama: every prompt position's
+ *     logits near llama.cpp's (top token, max |diff|, KL) and, for the stories cases,
+ *     the greedy continuation;
+ *   - each adapter's PEFT folder gives the same logits as its GGUF twin, bit for bit;
+ *   - scale 0 gives the logits of no adapter, bit for bit;
+ *   - prefill (the prompt as one batch) and decode (one token at a time) give the same
+ *     logits bit for bit with an adapter attached;
+ *   - attach, rescale, detach and swap on a live session change what follows only.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cera.h"
+#include "testutil.h"
+
+typedef struct golden {
+    int32_t *tokens;
+    size_t n_tokens;
+    float *logits; /* [n_tokens, n_vocab] */
+    int32_t *greedy;
+    size_t n_greedy;
+} golden;
+
+static bool load_golden(const char *name, int n_vocab, golden *g) {
+    char p[256];
+    memset(g, 0, sizeof *g);
+    snprintf(p, sizeof p, "golden/%s.tokens", name);
+    g->tokens = read_ints(shared_path(p), &g->n_tokens);
+    snprintf(p, sizeof p, "golden/%s.greedy", name);
+    g->greedy = read_ints(shared_path(p), &g->n_greedy);
+    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
+    size_t size = 0;
+    g->logits = read_file(shared_path(p), &size);
+    const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)n_vocab * sizeof(float);
+    CHECK(ok, "%s: golden files missing or of the wrong size", name);
+    return ok;
+}
+
+static void free_golden(golden *g) {
+    free(g->tokens);
+    free(g->logits);
+    free(g->greedy);
+}
+
+static cera_engine *open_engine(const char *rel) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    ep.device = CERA_DEVICE_CPU;
+    cera_engine *e = NULL;
+    cera_error err = {0};
+    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return e;
+}
+
+static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
+    cera_adapter *a = NULL;
+    cera_error err = {0};
+    CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return a;
+}
+
+typedef struct attach {
+    cera_adapter *a;
+    float scale;
+} attach;
+
+/* Evaluates tokens in one batch with the adapters attached; returns malloc'ed logits of
+ * every position. */
+static float *run(cera_engine *e, const attach *at, int n_at, const int32_t *tokens, size_t n,
+                  bool one_by_one) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (cera_session_create(e, NULL, &s, &err)) {
+        CHECK(0, "session: %s", err.message);
+        return NULL;
+    }
+    for (int i = 0; i < n_at; i++)
+        CHECK(cera_session_set_adapter(s, at[i].a, at[i].scale, &err) == CERA_OK, "set_adapter: %s",
+              err.message);
+    const int nv = cera_engine_n_vocab(e);
+    float *out = malloc(n * (size_t)nv * sizeof(float));
+    bool ok = true;
+    if (one_by_one) {
+        for (size_t i = 0; i < n && ok; i++) {
+            ok = cera_session_eval(s, &tokens[i], 1, false, &err) == CERA_OK;
+            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
+        }
+    } else {
+        ok = cera_session_eval(s, tokens, n, true, &err) == CERA_OK;
+        for (size_t i = 0; i < n && ok; i++)
+            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
+    }
+    CHECK(ok, "eval: %s", err.message);
+    cera_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* KL(p_ref || p) of the softmaxes. */
+static double kl(const float *ref, const float *got, int n) {
+    double mr = ref[0], mg = got[0];
+    for (int i = 1; i < n; i++) mr = fmax(mr, ref[i]), mg = fmax(mg, got[i]);
+    double zr = 0, zg = 0;
+    for (int i = 0; i < n; i++) zr += exp(ref[i] - mr), zg += exp(got[i] - mg);
+    double k = 0;
+    for (int i = 0; i < n; i++) {
+        const double pr = exp(ref[i] - mr) / zr;
+        const double lr = ref[i] - mr - log(zr), lg = got[i] - mg - log(zg);
+        k += pr * (lr - lg);
+    }
+    return k;
+}
+
+typedef struct diff {
+    double max_diff, max_kl;
+} diff;
+
+/* Compares every position with llama.cpp's logits. A top-token mismatch counts only where
+ * llama.cpp's own top two are closer than the largest difference (a near tie). */
+static diff compare(const char *name, const float *got, const golden *g, int nv, double max_diff,
+                    double max_kl) {
+    diff d = {0, 0};
+    int top_miss = 0;
+    for (size_t i = 0; i < g->n_tokens && got; i++) {
+        const float *r = g->logits + i * nv, *o = got + i * nv;
+        for (int j = 0; j < nv; j++) d.max_diff = fmax(d.max_diff, fabs(r[j] - o[j]));
+        d.max_kl = fmax(d.max_kl, kl(r, o, nv));
+    }
+    for (size_t i = 0; i < g->n_tokens && got; i++) {
+        const float *r = g->logits + i * nv, *o = got + i * nv;
+        const int tr = argmax(r, nv), to = argmax(o, nv);
+        if (tr != to && fabs(r[tr] - r[to]) > d.max_diff) top_miss++;
+    }
+    printf(
+        "%-28s %3zu positions: max |diff| %.3g (<= %.3g), max KL %.3g (<= %.3g), top-token mismatches %d\n",
+        name, g->n_tokens, d.max_diff, max_diff, d.max_kl, max_kl, top_miss);
+    CHECK(got && d.max_diff <= max_diff && d.max_kl <= max_kl && top_miss == 0,
+          "%s: max |diff| %g (<= %g), KL %g (<= %g), %d top-token mismatches", name, d.max_diff, max_diff,
+          d.max_kl, max_kl, top_miss);
+    return d;
+}
+
+/* Greedy continuation after the prompt, compared with llama.cpp's. */
+static void check_greedy(cera_engine *e, const attach *at, int n_at, const golden *g, const char *name) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (!g->greedy || cera_session_create(e, NULL, &s, &err)) return;
+    for (int i = 0; i < n_at; i++) cera_session_set_adapter(s, at[i].a, at[i].scale, &err);
+    const int nv = cera_engine_n_vocab(e);
+    bool ok = cera_session_eval(s, g->tokens, g->n_tokens, false, &err) == CERA_OK;
+    size_t same = 0;
+    for (size_t i = 0; i < g->n_greedy && ok; i++) {
+        const cera_token t = argmax(cera_session_logits(s, -1), nv);
+        if (t != g->greedy[i]) break;
+        same++;
+        ok = cera_session_eval(s, &t, 1, false, &err) == CERA_OK;
+    }
+    printf("%-28s greedy: %zu of %zu tokens as llama.cpp\n", name, same, g->n_greedy);
+    CHECK(same == g->n_greedy, "%s: greedy continuation departs from llama.cpp at token %zu of %zu", name,
+          same, g->n_greedy);
+    cera_session_free(s);
+}
+
+static bool same_bits(const float *a, const float *b, size_t n) {
+    return a && b && !memcmp(a, b, n * sizeof(float));
+}
+
+static void stories_cases(void) {
+    cera_engine *e = open_engine("models/stories260K.gguf");
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = load_adapter(e, "golden/lora-stories-b.gguf");
+    cera_adapter *pa = load_adapter(e, "golden/lora-stories-a.peft"),
+                 *pb = load_adapter(e, "golden/lora-stories-b.peft");
+    golden g0, ga, gh, gab;
+    if (!a || !b || !pa || !pb || !load_golden("stories260K.p1", nv, &g0) ||
+        !load_golden("stories260K.lora-a", nv, &ga) || !load_golden("stories260K.lora-a-half", nv, &gh) ||
+        !load_golden("stories260K.lora-a-b", nv, &gab))
+        goto out;
+    const size_t n = ga.n_tokens, nf = n * (size_t)nv;
+
+    /* The engine without adapters against llama.cpp first: the adapter cases may differ by
+     * about as much, plus F16 rounding flips in the KV cache (one F16 ulp of a K or V value
+     * moves these tiny model's logits by ~1e-3; which values flip depends on the order in
+     * which llama.cpp happened to add two adapters). */
+    float *base = run(e, NULL, 0, ga.tokens, n, false);
+    compare("stories260K (no adapter)", base, &g0, nv, 1e-4, 1e-8);
+    const attach at_a[1] = {{a, 1.0f}}, at_h[1] = {{a, 0.5f}}, at_ab[2] = {{a, 1.0f}, {b, 0.7f}};
+    float *la = run(e, at_a, 1, ga.tokens, n, false), *lh = run(e, at_h, 1, ga.tokens, n, false),
+          *lab = run(e, at_ab, 2, ga.tokens, n, false);
+    compare("stories260K.lora-a", la, &ga, nv, 1e-4, 1e-8);
+    compare("stories260K.lora-a-half", lh, &gh, nv, 1e-4, 1e-8);
+    compare("stories260K.lora-a-b", lab, &gab, nv, 5e-3, 1e-6);
+    CHECK(la && base && !same_bits(la, base, nf), "the adapter changes nothing");
+    check_greedy(e, at_a, 1, &ga, "stories260K.lora-a");
+    check_greedy(e, at_h, 1, &gh, "stories260K.lora-a-half");
+    check_greedy(e, at_ab, 2, &gab, "stories260K.lora-a-b");
+
+    /* PEFT twins: the same numbers after permutation, so the same bits. */
+    const attach pt_ab[2] = {{pa, 1.0f}, {pb, 0.7f}};
+    float *pab = run(e, pt_ab, 2, ga.tokens, n, false);
+    CHECK(same_bits(pab, lab, nf), "PEFT a+b logits differ from the GGUF twins'");
+
+    /* Scale 0 is no adapter, bit for bit. */
+    const attach zero[2] = {{a, 0.0f}, {b, 0.0f}};
+    float *lz = run(e, zero, 2, ga.tokens, n, false);
+    CHECK(same_bits(lz, base, nf), "scale 0 differs from no adapter");
+
+    /* Prefill vs decode, bit for bit (the engine's base path must be too). */
+    float *base_dec = run(e, NULL, 0, ga.tokens, n, true), *lab_dec = run(e, at_ab, 2, ga.tokens, n, true);
+    CHECK(same_bits(base_dec, base, nf), "no adapter: decode logits differ from prefill logits");
+    CHECK(same_bits(lab_dec, lab, nf), "a+b: decode logits differ from prefill logits");
+
+    /* Live changes: one session, attach / rescale / swap / detach between evals. */
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (!cera_session_create(e, NULL, &s, &err)) {
+        bool ok = true;
+        ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
+        CHECK(ok && same_bits(cera_session_logits(s, 0), base, nv), "fresh session");
+        ok &= !cera_session_truncate(s, 0, &err) && !cera_session_set_adapter(s, a, 0.5f, &err);
+        ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
+        CHECK(ok && same_bits(cera_session_logits(s, 0), lh, nf), "attach a at 0.5: %s", err.message);
+        ok &= !cera_session_truncate(s, 0, &err) && !cera_session_set_adapter(s, a, 1.0f, &err) &&
+              !cera_session_set_adapter(s, b, 0.7f, &err);
+        ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
+        CHECK(ok && same_bits(cera_session_logits(s, 0), lab, nf) && cera_session_n_adapters(s) == 2,
+              "rescale a, attach b: %s", err.message);
+        ok &= !cera_session_truncate(s, 0, &err) && cera_session_remove_adapter(s, b);
+        ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
+        CHECK(ok && same_bits(cera_session_logits(s, 0), la, nf) && cera_session_n_adapters(s) == 1,
+              "detach b");
+        /* Mid-sequence: the prompt with a, then a token without: equals a session whose last
+         * token ran without the adapter (the KV keeps what a produced). */
+        ok &= !cera_session_truncate(s, (int)n - 1, &err) && cera_session_remove_adapter(s, NULL);
+        ok &= !cera_session_eval(s, &ga.tokens[n - 1], 1, false, &err);
+        float *mixed = malloc((size_t)nv * 4);
+        if (ok) memcpy(mixed, cera_session_logits(s, -1), (size_t)nv * 4);
+        CHECK(ok && cera_session_n_adapters(s) == 0 && !same_bits(mixed, la + (n - 1) * nv, nv) &&
+                  !same_bits(mixed, base + (n - 1) * nv, nv),
+              "detaching mid-sequence changes only later tokens");
+        free(mixed);
+        CHECK(!cera_session_remove_adapter(s, a), "removing an adapter that is not attached");
+        cera_session_free(s);
+    }
+    /* An adapter of another engine is refused. */
+    cera_engine *e2 = open_engine("models/stories260K.gguf");
+    if (e2 && !cera_session_create(e2, NULL, &s, &err)) {
+        CHECK(cera_session_set_adapter(s, a, 1.0f, &err) == CERA_ERR_INVALID_ARG,
+              "adapter of another engine");
+        CHECK(cera_session_set_adapter(s, NULL, 1.0f, &err) == CERA_ERR_INVALID_ARG, "NULL adapter");
+        cera_session_free(s);
+    }
+    cera_engine_close(e2);
+
+    free(base);
+    free(la);
+    free(lh);
+    free(lab);
+    free(pab);
+    free(lz);
+    free(base_dec);
+    free(lab_dec);
+    free_golden(&g0);
+    free_golden(&ga);
+    free_golden(&gh);
+    free_golden(&gab);
+out:
+    cera_adapter_free(a);
+    cera_adapter_free(b);
+    cera_adapter_free(pa);
+    cera_adapter_free(pb);
+    cera_engine_close(e);
+}
+
+/* The synthetic llama with lora-synth-llama: compared with llama.cpp within twice what the
+ * same engine shows without the adapter on the same base (the quantized bases differ by
+ * llama.cpp's activation quantization details, which the adapter's larger activations
+ * scale up), and the PEFT twin bit for bit. */
+static void synth_case(const char *type, float scale) {
+    char model[128], name[128], plain[128];
+    snprintf(model, sizeof model, "golden/synth-llama-%s.gguf", type);
+    snprintf(name, sizeof name, "synth-llama-%s.lora", type);
+    snprintf(plain, sizeof plain, "synth-llama-%s", type);
+    cera_engine *e = open_engine(model);
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
+                 *p = load_adapter(e, "golden/lora-synth-llama.peft");
+    golden g, g0;
+    if (a && p && load_golden(name, nv, &g) && load_golden(plain, nv, &g0)) {
+        float *l0 = run(e, NULL, 0, g0.tokens, g0.n_tokens, false);
+        const diff d0 = compare(plain, l0, &g0, nv, 0.1, 1e-3);
+        const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
+        float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
+              *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
+        compare(name, l, &g, nv, 2 * d0.max_diff + 1e-3, 4 * d0.max_kl + 1e-7);
+        CHECK(same_bits(l, lp, g.n_tokens * (size_t)nv), "%s: PEFT logits differ from GGUF's", name);
+        free(l0);
+        free(l);
+        free(lp);
+        free_golden(&g);
+        free_golden(&g0);
+    }
+    cera_adapter_free(a);
+    cera_adapter_free(p);
+    cera_engine_close(e);
+}
+
+int main(void) {
+    stories_cases();
+    synth_case("f32", 1.0f);
+    synth_case("q4_0", 1.0f);
+    synth_case("q4_k_m", 0.75f);
+    return test_finish();
+}
