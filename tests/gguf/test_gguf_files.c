@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
@@ -119,8 +120,36 @@ static int check_dir(const char *dir) {
     return n;
 }
 
+/* The same file from a memory buffer, and relabelled as version 2 (same layout). */
+static void check_memory_and_v2(void) {
+    size_t size = 0;
+    uint8_t *data = read_file(shared_path("models/stories260K.gguf"), &size);
+    CHECK(data != NULL, "read stories260K");
+    if (!data) return;
+    gguf_file *a = NULL, *b = NULL;
+    cera_error err = {0};
+    CHECK(gguf_open(shared_path("models/stories260K.gguf"), &a, &err) == CERA_OK, "%s", err.message);
+    data[4] = 2;
+    CHECK(gguf_open_memory(data, size, &b, &err) == CERA_OK, "%s", err.message);
+    if (a && b) {
+        CHECK(b->version == 2 && b->n_kv == a->n_kv && b->n_tensors == a->n_tensors &&
+                  b->data_offset == a->data_offset,
+              "v2 header");
+        for (uint64_t i = 0; i < a->n_tensors; i++) {
+            const gguf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+            CHECK(x->offset == y->offset && x->nbytes == y->nbytes && x->type == y->type &&
+                      !memcmp(x->ne, y->ne, sizeof x->ne) && !memcmp(x->data, y->data, x->nbytes),
+                  "tensor %llu differs between mmap and memory", (unsigned long long)i);
+        }
+    }
+    gguf_close(a);
+    gguf_close(b);
+    free(data);
+}
+
 int main(void) {
     check_stories();
+    check_memory_and_v2();
     int n =
         check_dir(shared_path("models")) + check_dir(shared_path("golden")) + check_dir(shared_path("vocab"));
     CHECK(n >= 10, "only %d shared GGUF files found", n);
