@@ -1,0 +1,408 @@
+/*
+ * bench.c — `cera bench`: prompt-processing and generation speed, as llama-bench.
+ *
+ * The same tests and the same definitions as llama-bench, so the two tools' numbers
+ * sit side by side (bench/run.sh does that):
+ *   - ppN: N random tokens (BOS first when the model adds one) evaluated as one
+ *     prompt, split into batches of -b tokens; tokens/s = N / time.
+ *   - tgN: N tokens evaluated one at a time, each a single-token batch.
+ *   - at depth D (-d), each repetition first has D tokens in the context (evaluated
+ *     once, untimed; later repetitions truncate the session back to them).
+ * One warm-up run precedes each test (the whole prompt for pp, one token for tg);
+ * every repetition starts from an empty (or depth-D) context. tokens/s are averaged
+ * over repetitions, with the sample standard deviation.
+ *
+ * For tg the weight bandwidth is given too: the bytes of weights a token reads (every
+ * tensor, except that only one row of an untied token-embedding table is read) times
+ * tokens/s. Output: a markdown table (default) or, with -o json, a JSON array with
+ * llama-bench's field names plus cera's (gbps, weight_bytes_per_token, device).
+ *
+ * The model's size and file type come from its GGUF header (the public API does not
+ * expose tensors); everything timed goes through the public API (include/cera.h).
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gguf/gguf.h"
+#include "tensor/types.h"
+
+#define MAX_VALUES 16
+
+typedef struct int_list {
+    int v[MAX_VALUES];
+    int n;
+} int_list;
+
+typedef struct model_info {
+    uint64_t size;            /* bytes of all tensors */
+    uint64_t n_params;        /* elements of all tensors */
+    uint64_t bytes_per_token; /* weight bytes one decoded token reads */
+    char type[96];            /* "llama 1.1B Q4_0" */
+} model_info;
+
+typedef struct bench_result {
+    int n_prompt, n_gen, n_depth, n_threads;
+    double samples_ts[64];
+    uint64_t samples_ns[64];
+    int n_samples;
+    char time[32];
+} bench_result;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* "512" or "128,512" into a list of non-negative integers. */
+static bool parse_list(const char *s, int_list *out, int min) {
+    out->n = 0;
+    while (*s) {
+        char *end;
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < min || v > 1000000 || out->n == MAX_VALUES) return false;
+        out->v[out->n++] = (int)v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return false;
+    }
+    return out->n > 0;
+}
+
+/* llama.cpp's names for general.file_type, for the model_type column. */
+static const char *ftype_name(uint32_t ft) {
+    switch (ft) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 25: return "IQ4_NL - 4.5 bpw";
+    case 30: return "IQ4_XS - 4.25 bpw";
+    case 32: return "BF16";
+    default: return "?";
+    }
+}
+
+static cera_status read_model_info(const char *path, model_info *mi, cera_error *err) {
+    gguf_file *f = NULL;
+    cera_status st = gguf_open(path, &f, err);
+    if (st) return st;
+    memset(mi, 0, sizeof *mi);
+    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
+    const bool tied = gguf_find_tensor(f, "output.weight") == NULL;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        mi->size += t->nbytes;
+        mi->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        if (t == embd && !tied)
+            mi->bytes_per_token += cera_row_size(t->type, t->ne[0]); /* one row looked up */
+        else
+            mi->bytes_per_token += t->nbytes;
+    }
+    char arch[32] = "?";
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s)) gguf_str_copy(s, arch, sizeof arch);
+    uint32_t ft = 99;
+    const char *tname = NULL;
+    if (gguf_get_u32(f, "general.file_type", &ft)) {
+        tname = ftype_name(ft);
+    } else { /* no file type: name the type holding most of the 2-D weights' bytes */
+        uint64_t bytes[CERA_TYPE_COUNT] = {0};
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            if (f->tensors[i].n_dims >= 2) bytes[f->tensors[i].type] += f->tensors[i].nbytes;
+        int best = 0;
+        for (int t = 1; t < CERA_TYPE_COUNT; t++)
+            if (bytes[t] > bytes[best]) best = t;
+        static char upper[16];
+        const cera_type_traits *tt = cera_type_get((uint32_t)best);
+        snprintf(upper, sizeof upper, "%s", tt ? tt->name : "?");
+        for (char *c = upper; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+        tname = best == CERA_TYPE_F32 ? "all F32" : upper;
+    }
+    const double b = (double)mi->n_params * 1e-9;
+    if (b >= 1.0)
+        snprintf(mi->type, sizeof mi->type, "%s %.1fB %s", arch, b, tname);
+    else
+        snprintf(mi->type, sizeof mi->type, "%s %.*fM %s", arch, b < 0.01 ? 1 : 0, b * 1000.0, tname);
+    gguf_close(f);
+    return CERA_OK;
+}
+
+/* A small LCG for the random tokens, so runs are repeatable. */
+static cera_token next_token(uint64_t *s, int n_vocab) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (cera_token)((*s >> 33) % (uint64_t)n_vocab);
+}
+
+/* Evaluates n random tokens as one prompt (BOS first when the model has one). */
+static cera_status eval_prompt(cera_session *s, cera_token *buf, int n, int n_vocab, cera_token bos,
+                               uint64_t *rng, cera_error *err) {
+    for (int i = 0; i < n; i++) buf[i] = next_token(rng, n_vocab);
+    if (n > 0 && bos >= 0 && cera_session_n_past(s) == 0) buf[0] = bos;
+    return cera_session_eval(s, buf, (size_t)n, false, err);
+}
+
+static cera_status eval_gen(cera_session *s, int n, int n_vocab, cera_token bos, uint64_t *rng,
+                            cera_error *err) {
+    cera_token t = bos >= 0 ? bos : next_token(rng, n_vocab);
+    for (int i = 0; i < n; i++) {
+        cera_status st = cera_session_eval(s, &t, 1, false, err);
+        if (st) return st;
+        t = next_token(rng, n_vocab);
+    }
+    return CERA_OK;
+}
+
+/* One test (pp or tg, at a depth): warm-up, then reps timed runs. */
+static cera_status run_test(cera_session *s, bench_result *r, int reps, bool warmup, cera_token *buf,
+                            int n_vocab, cera_token bos, cera_error *err) {
+    uint64_t rng = 1234;
+    cera_status st;
+    if ((st = cera_session_truncate(s, 0, err))) return st;
+    if (r->n_depth > 0 && (st = eval_prompt(s, buf, r->n_depth, n_vocab, bos, &rng, err))) return st;
+    if (warmup) {
+        if (r->n_prompt > 0 && (st = eval_prompt(s, buf, r->n_prompt, n_vocab, bos, &rng, err))) return st;
+        if (r->n_gen > 0 && (st = eval_gen(s, 1, n_vocab, bos, &rng, err))) return st;
+    }
+    for (int i = 0; i < reps; i++) {
+        if ((st = cera_session_truncate(s, r->n_depth, err))) return st; /* keeps the depth tokens */
+        if (r->n_depth > 0 && cera_session_n_past(s) != r->n_depth) {
+            /* the session could not keep them: evaluate the depth again (untimed) */
+            if ((st = cera_session_truncate(s, 0, err))) return st;
+            if ((st = eval_prompt(s, buf, r->n_depth, n_vocab, bos, &rng, err))) return st;
+        }
+        const uint64_t t0 = now_ns();
+        if (r->n_prompt > 0 && (st = eval_prompt(s, buf, r->n_prompt, n_vocab, bos, &rng, err))) return st;
+        if (r->n_gen > 0 && (st = eval_gen(s, r->n_gen, n_vocab, bos, &rng, err))) return st;
+        const uint64_t ns = now_ns() - t0;
+        r->samples_ns[r->n_samples] = ns;
+        r->samples_ts[r->n_samples++] = 1e9 * (double)(r->n_prompt + r->n_gen) / (double)(ns ? ns : 1);
+    }
+    return CERA_OK;
+}
+
+static double mean_of(const double *v, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    return n ? s / n : 0.0;
+}
+
+/* Sample standard deviation (n - 1), 0 for a single sample, as llama-bench. */
+static double stddev_of(const double *v, int n) {
+    if (n <= 1) return 0.0;
+    const double m = mean_of(v, n);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
+    return sqrt(s / (n - 1));
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cera bench -m MODEL [-p 512] [-n 128] [-d 0] [-t THREADS] [-r 5] [-b 512]\n"
+            "                  [--device auto|cpu|cuda] [-o md|json] [--no-warmup]\n\n"
+            "Measures prompt processing (ppN: N tokens as one prompt) and generation (tgN: N tokens\n"
+            "one at a time) in tokens/s over -r repetitions, as llama-bench does; -p, -n, -d and -t take\n"
+            "comma-separated lists and every combination is run. -p 0 or -n 0 skips that test. For tg\n"
+            "it also prints the weight bandwidth (weight bytes read per token x tokens/s).\n");
+}
+
+static void print_md_header(void) {
+    printf("| model | size | params | backend | threads | test | t/s | weights GB/s |\n");
+    printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+}
+
+static void print_md_row(const model_info *mi, const char *backend, const bench_result *r) {
+    char test[64];
+    if (r->n_prompt > 0)
+        snprintf(test, sizeof test, "pp%d", r->n_prompt);
+    else
+        snprintf(test, sizeof test, "tg%d", r->n_gen);
+    if (r->n_depth > 0) snprintf(test + strlen(test), sizeof test - strlen(test), " @ d%d", r->n_depth);
+    const double ts = mean_of(r->samples_ts, r->n_samples), sd = stddev_of(r->samples_ts, r->n_samples);
+    char gbps[32] = "";
+    if (r->n_gen > 0) snprintf(gbps, sizeof gbps, "%.2f", ts * (double)mi->bytes_per_token * 1e-9);
+    printf("| %s | %.2f GiB | %.2f %s | %s | %d | %s | %.2f ± %.2f | %s |\n", mi->type,
+           (double)mi->size / (1024.0 * 1024.0 * 1024.0),
+           mi->n_params >= 1000000000ull ? (double)mi->n_params * 1e-9 : (double)mi->n_params * 1e-6,
+           mi->n_params >= 1000000000ull ? "B" : "M", backend, r->n_threads, test, ts, sd, gbps);
+    fflush(stdout);
+}
+
+static cJSON *json_row(const char *path, const model_info *mi, const char *backend, int n_batch,
+                       const char *kv, const bench_result *r) {
+    cJSON *o = cJSON_CreateObject();
+    char commit[32];
+    snprintf(commit, sizeof commit, "cera %s", cera_version());
+    cJSON_AddStringToObject(o, "build_commit", commit);
+    cJSON_AddStringToObject(o, "backends", backend);
+    cJSON_AddStringToObject(o, "model_filename", path);
+    cJSON_AddStringToObject(o, "model_type", mi->type);
+    cJSON_AddNumberToObject(o, "model_size", (double)mi->size);
+    cJSON_AddNumberToObject(o, "model_n_params", (double)mi->n_params);
+    cJSON_AddNumberToObject(o, "n_batch", n_batch);
+    cJSON_AddNumberToObject(o, "n_ubatch", n_batch);
+    cJSON_AddNumberToObject(o, "n_threads", r->n_threads);
+    cJSON_AddStringToObject(o, "type_k", kv);
+    cJSON_AddStringToObject(o, "type_v", kv);
+    cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
+    cJSON_AddNumberToObject(o, "n_gen", r->n_gen);
+    cJSON_AddNumberToObject(o, "n_depth", r->n_depth);
+    cJSON_AddStringToObject(o, "test_time", r->time);
+    double ns[64];
+    for (int i = 0; i < r->n_samples; i++) ns[i] = (double)r->samples_ns[i];
+    cJSON_AddNumberToObject(o, "avg_ns", round(mean_of(ns, r->n_samples)));
+    cJSON_AddNumberToObject(o, "stddev_ns", round(stddev_of(ns, r->n_samples)));
+    const double ts = mean_of(r->samples_ts, r->n_samples);
+    cJSON_AddNumberToObject(o, "avg_ts", ts);
+    cJSON_AddNumberToObject(o, "stddev_ts", stddev_of(r->samples_ts, r->n_samples));
+    cJSON_AddItemToObject(o, "samples_ns", cJSON_CreateDoubleArray(ns, r->n_samples));
+    cJSON_AddItemToObject(o, "samples_ts", cJSON_CreateDoubleArray(r->samples_ts, r->n_samples));
+    /* cera's extra fields */
+    cJSON_AddNumberToObject(o, "weight_bytes_per_token", (double)mi->bytes_per_token);
+    if (r->n_gen > 0)
+        cJSON_AddNumberToObject(o, "gbps", ts * (double)mi->bytes_per_token * 1e-9);
+    else
+        cJSON_AddNullToObject(o, "gbps");
+    return o;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *format = "md", *device = "auto";
+    int_list pp = {{512}, 1}, tg = {{128}, 1}, depth = {{0}, 1}, threads = {{0}, 1};
+    int reps = 5, n_batch = 512;
+    bool warmup = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") && has) {
+            model = argv[++i];
+        } else if (!strcmp(a, "-p") && has) {
+            if (!parse_list(argv[++i], &pp, 0)) return cli_usage_error("bench", "bad -p '%s'", argv[i]);
+        } else if (!strcmp(a, "-n") && has) {
+            if (!parse_list(argv[++i], &tg, 0)) return cli_usage_error("bench", "bad -n '%s'", argv[i]);
+        } else if (!strcmp(a, "-d") && has) {
+            if (!parse_list(argv[++i], &depth, 0)) return cli_usage_error("bench", "bad -d '%s'", argv[i]);
+        } else if (!strcmp(a, "-t") && has) {
+            if (!parse_list(argv[++i], &threads, 1)) return cli_usage_error("bench", "bad -t '%s'", argv[i]);
+        } else if (!strcmp(a, "-r") && has) {
+            char *end;
+            reps = (int)strtol(argv[++i], &end, 10);
+            if (*end || reps < 1 || reps > 64) return cli_usage_error("bench", "-r must be 1..64");
+        } else if (!strcmp(a, "-b") && has) {
+            char *end;
+            n_batch = (int)strtol(argv[++i], &end, 10);
+            if (*end || n_batch < 1 || n_batch > 65536)
+                return cli_usage_error("bench", "bad -b '%s'", argv[i]);
+        } else if (!strcmp(a, "-o") && has) {
+            format = argv[++i];
+            if (strcmp(format, "md") && strcmp(format, "json"))
+                return cli_usage_error("bench", "-o is md or json, not '%s'", format);
+        } else if (!strcmp(a, "--device") && has) {
+            device = argv[++i];
+            if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda"))
+                return cli_usage_error("bench", "--device is auto, cpu or cuda, not '%s'", device);
+        } else if (!strcmp(a, "--no-warmup")) {
+            warmup = false;
+        } else {
+            return cli_usage_error("bench", "unknown or incomplete option '%s' (see --help)", a);
+        }
+    }
+    if (!model) return cli_usage_error("bench", "need -m MODEL (see --help)");
+
+    cera_error err = {0};
+    model_info mi;
+    if (read_model_info(model, &mi, &err)) return cli_fail(&err);
+    int max_p = 0, max_n = 0, max_d = 0;
+    for (int i = 0; i < pp.n; i++) max_p = pp.v[i] > max_p ? pp.v[i] : max_p;
+    for (int i = 0; i < tg.n; i++) max_n = tg.v[i] > max_n ? tg.v[i] : max_n;
+    for (int i = 0; i < depth.n; i++) max_d = depth.v[i] > max_d ? depth.v[i] : max_d;
+    const bool json = !strcmp(format, "json");
+    const bool is_cuda = !strcmp(device, "cuda");
+    const char *backend = is_cuda ? "CUDA" : !strcmp(device, "cpu") ? "CPU" : "auto";
+
+    cera_token *buf = malloc(((size_t)(max_p > max_d ? max_p : max_d) + 1) * sizeof(cera_token));
+    cJSON *arr = cJSON_CreateArray();
+    if (!buf || !arr) {
+        free(buf);
+        cJSON_Delete(arr);
+        fprintf(stderr, "cera: out of memory\n");
+        return 1;
+    }
+    if (!json) print_md_header();
+    int rc = 0;
+    for (int ti = 0; ti < threads.n && !rc; ti++) {
+        cera_engine_params ep = cera_engine_default_params();
+        ep.n_threads = threads.v[ti];
+        ep.n_ctx = max_d + (max_p > max_n + 1 ? max_p : max_n + 1) + 1;
+        ep.n_batch = n_batch;
+        ep.device = is_cuda ? CERA_DEVICE_CUDA : !strcmp(device, "cpu") ? CERA_DEVICE_CPU : CERA_DEVICE_AUTO;
+        const cera_session_params sp = cera_session_default_params();
+        cera_engine *e = NULL;
+        cera_session *s = NULL;
+        if (cera_engine_open(model, &ep, &e, &err) || cera_session_create(e, &sp, &s, &err)) {
+            rc = cli_fail(&err);
+            cera_engine_close(e);
+            break;
+        }
+        const int n_vocab = cera_engine_n_vocab(e);
+        const cera_token bos = cera_engine_bos(e);
+        const int nth = threads.v[ti] ? threads.v[ti] : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        /* llama-bench's order: every pp, then every tg, for each depth */
+        for (int di = 0; di < depth.n && !rc; di++) {
+            for (int kind = 0; kind < 2 && !rc; kind++) {
+                const int_list *l = kind == 0 ? &pp : &tg;
+                for (int k = 0; k < l->n && !rc; k++) {
+                    if (l->v[k] == 0) continue;
+                    bench_result r = {0};
+                    r.n_prompt = kind == 0 ? l->v[k] : 0;
+                    r.n_gen = kind == 1 ? l->v[k] : 0;
+                    r.n_depth = depth.v[di];
+                    r.n_threads = nth;
+                    const time_t now = time(NULL);
+                    strftime(r.time, sizeof r.time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+                    if (run_test(s, &r, reps, warmup, buf, n_vocab, bos, &err)) {
+                        rc = cli_fail(&err);
+                        break;
+                    }
+                    if (json)
+                        cJSON_AddItemToArray(arr, json_row(model, &mi, backend, n_batch, "f16", &r));
+                    else
+                        print_md_row(&mi, backend, &r);
+                }
+            }
+        }
+        cera_session_free(s);
+        cera_engine_close(e);
+    }
+    if (json && !rc) {
+        char *text = cJSON_Print(arr);
+        if (text) printf("%s\n", text);
+        free(text);
+    }
+    cJSON_Delete(arr);
+    free(buf);
+    return rc;
+}
