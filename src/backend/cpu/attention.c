@@ -10,11 +10,29 @@ size_t cera_attention_scratch_size(int head_dim) {
     return (size_t)head_dim * (2 * sizeof(uint16_t) + sizeof(float));
 }
 
-/* K·Q with both in F16: the products are exact in float; llama.cpp's reference sums
- * them in double (its SIMD version in float lanes: both agree to float rounding). */
+/* K·Q with both in F16, summed as llama.cpp's AVX-512 build (the goldens') does: each
+ * 64-element step accumulates into 4 x 16 float lanes with fused multiply-adds, the
+ * lanes are then reduced in _mm512_reduce_add_ps's tree order, and a tail shorter than
+ * 64 is added in double. The products themselves are exact in float, so only this
+ * summation order matters; mirroring it keeps the scores bit-identical. */
 static float dot_f16(const cera_f16 *k, const cera_f16 *q, int n) {
+    const int np = n & ~63;
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(cera_f16_to_f32(k[i]) * cera_f16_to_f32(q[i]));
+    if (np > 0) {
+        float acc[4][16] = {{0}};
+        for (int i = 0; i < np; i += 64)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 16; l++) {
+                    const int e = i + j * 16 + l;
+                    acc[j][l] = fmaf(cera_f16_to_f32(k[e]), cera_f16_to_f32(q[e]), acc[j][l]);
+                }
+        float c[16], t3[8], t6[4];
+        for (int l = 0; l < 16; l++) c[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+        for (int l = 0; l < 8; l++) t3[l] = c[l + 8] + c[l];
+        for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
+        sum = (double)((t6[0] + t6[2]) + (t6[1] + t6[3]));
+    }
+    for (int i = np; i < n; i++) sum += (double)(cera_f16_to_f32(k[i]) * cera_f16_to_f32(q[i]));
     return (float)sum;
 }
 

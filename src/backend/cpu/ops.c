@@ -72,13 +72,15 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
                 v[i0 + 1] = x0 * s + x1 * c;
             }
         } else {
+            /* llama.cpp's compiler contracts this rotation into fused multiply-adds (the
+             * NORM one it leaves as written); fmaf reproduces the roundings */
             const int half = n / 2;
             for (int i0 = 0; i0 < n; i0 += 2) {
                 const int ic = i0 / 2;
                 const float c = cache[i0], s = cache[i0 + 1];
                 const float x0 = v[ic], x1 = v[ic + half];
-                v[ic] = x0 * c - x1 * s;
-                v[ic + half] = x0 * s + x1 * c;
+                v[ic] = fmaf(x0, c, -(x1 * s));
+                v[ic + half] = fmaf(x0, s, x1 * c);
             }
         }
     }

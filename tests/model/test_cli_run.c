@@ -1,0 +1,87 @@
+/*
+ * test_cli_run.c — `cera run` and `cera logits` as a user runs them:
+ *   - `cera run --temp 0 --ids` on stories260K prints llama.cpp's greedy continuation;
+ *   - `cera logits --tokens` writes the golden's layout and values; `-p` adds BOS like
+ *     llama.cpp (the same file as from the golden's tokens);
+ *   - --help succeeds, usage errors exit 2, a missing model exits 1 with "cera: ...".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "testutil.h"
+
+static char cmd[4096];
+
+static int sh(const char *fmt, const char *a, const char *b) {
+    snprintf(cmd, sizeof cmd, fmt, CERA_CLI, a, b);
+    return run_command(cmd);
+}
+
+int main(void) {
+    const char *model = shared_path("models/stories260K.gguf");
+    char out_ids[512], out_logits[512], out_logits_p[512], out_err[512];
+    snprintf(out_ids, sizeof out_ids, "%s/test_cli_run.ids", CERA_BINARY_DIR);
+    snprintf(out_logits, sizeof out_logits, "%s/test_cli_run.logits", CERA_BINARY_DIR);
+    snprintf(out_logits_p, sizeof out_logits_p, "%s/test_cli_run.logits_p", CERA_BINARY_DIR);
+    snprintf(out_err, sizeof out_err, "%s/test_cli_run.err", CERA_BINARY_DIR);
+
+    /* greedy generation */
+    CHECK(sh("%s run -m %s -p 'Once upon a time' -n 200 --temp 0 --ids -t 1 > %s 2>/dev/null", model,
+             out_ids) == 0,
+          "cera run failed: %s", cmd);
+    size_t n_ids = 0, n_greedy = 0;
+    int32_t *ids = read_ints(out_ids, &n_ids);
+    int32_t *greedy = read_ints(shared_path("golden/stories260K.p1.greedy"), &n_greedy);
+    CHECK(ids && greedy && n_ids == n_greedy && !memcmp(ids, greedy, n_ids * sizeof *ids),
+          "cera run --ids: %zu ids, differ from the golden's %zu", n_ids, n_greedy);
+
+    /* logits from token ids, and from the text (BOS added as the metadata asks) */
+    const char *tokens = shared_path("golden/stories260K.p1.tokens");
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens %s -o %s -t 1 2>/dev/null", CERA_CLI, model, tokens,
+             out_logits);
+    CHECK(run_command(cmd) == 0, "cera logits --tokens failed: %s", cmd);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -p 'Once upon a time' -o %s -t 1 2>/dev/null", CERA_CLI, model,
+             out_logits_p);
+    CHECK(run_command(cmd) == 0, "cera logits -p failed: %s", cmd);
+    size_t nb = 0, nr = 0, np = 0;
+    float *got = read_file(out_logits, &nb);
+    float *got_p = read_file(out_logits_p, &np);
+    float *ref = read_file(shared_path("golden/stories260K.p1.logits.f32"), &nr);
+    CHECK(got && ref && nb == nr, "logits file size %zu, golden %zu", nb, nr);
+    CHECK(got_p && np == nb && !memcmp(got, got_p, nb),
+          "logits from -p differ from those of the golden's tokens");
+    if (got && ref && nb == nr) {
+        const int nv = 512; /* stories260K's vocabulary */
+        double w = 0;
+        for (size_t t = 0; t < nb / (sizeof(float) * nv); t++) {
+            const double d = rel_max_diff(got + t * nv, ref + t * nv, nv);
+            if (d > w) w = d;
+        }
+        CHECK(w <= 1e-3, "cera logits differs from the golden by %.3g", w);
+    }
+
+    /* help, usage errors, failures */
+    snprintf(cmd, sizeof cmd, "%s run --help > /dev/null", CERA_CLI);
+    CHECK(run_command(cmd) == 0, "run --help");
+    snprintf(cmd, sizeof cmd, "%s logits --help > /dev/null", CERA_CLI);
+    CHECK(run_command(cmd) == 0, "logits --help");
+    snprintf(cmd, sizeof cmd, "%s run -p hello 2>/dev/null", CERA_CLI);
+    CHECK(run_command(cmd) == 2, "run without -m exits 2");
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -o /dev/null 2>/dev/null", CERA_CLI, model);
+    CHECK(run_command(cmd) == 2, "logits without a prompt exits 2");
+    snprintf(cmd, sizeof cmd, "%s run -m /nonexistent/model.gguf -p hi 2> %s", CERA_CLI, out_err);
+    CHECK(run_command(cmd) == 1, "missing model exits 1");
+    size_t ne = 0;
+    char *msg = read_file(out_err, &ne);
+    CHECK(msg && !strncmp(msg, "cera: ", 6) && strstr(msg, "/nonexistent/model.gguf"), "error message: %s",
+          msg ? msg : "(none)");
+    free(msg);
+    free(ids);
+    free(greedy);
+    free(got);
+    free(got_p);
+    free(ref);
+    return test_finish();
+}

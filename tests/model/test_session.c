@@ -1,0 +1,345 @@
+/*
+ * test_session.c — the engine/session API and the forward pass's invariants:
+ *   - a prompt as one batch and the same tokens one at a time give the same logits;
+ *   - one thread and several give identical logits (the split never changes arithmetic);
+ *   - two sequences in one forward batch give what each gives alone (paged KV cache);
+ *   - truncating and re-evaluating reproduces the logits; an F32 KV cache stays close;
+ *   - errors: unsupported architecture (named), full context, bad token ids;
+ *   - cera_generate: greedy ids equal llama.cpp's, stop strings, cancel flag, n_predict;
+ *   - tokenization adds BOS as the metadata asks (the golden prompt's tokens).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cera.h"
+#include "compare.h"
+#include "session/engine_impl.h"
+#include "testutil.h"
+
+#define STORIES "models/stories260K.gguf"
+
+static cera_engine *open_model(const char *rel, int n_threads, int n_ctx, cera_kv_type kv) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = n_threads;
+    ep.n_ctx = n_ctx;
+    ep.kv_type = kv;
+    cera_engine *e = NULL;
+    cera_error err;
+    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "open %s: %s", rel, err.message);
+    return e;
+}
+
+/* Logits of every position of tokens: as one batch (step 0) or `step` tokens at a time. */
+static float *eval_logits(cera_engine *e, const int32_t *tok, size_t n, size_t step) {
+    const size_t nv = (size_t)cera_engine_n_vocab(e);
+    float *out = malloc(n * nv * sizeof(float));
+    cera_session *s = NULL;
+    cera_error err;
+    if (!out || cera_session_create(e, NULL, &s, &err) != CERA_OK) {
+        CHECK(false, "session: %s", err.message);
+        free(out);
+        return NULL;
+    }
+    if (!step) step = n;
+    for (size_t i = 0; i < n; i += step) {
+        const size_t m = n - i < step ? n - i : step;
+        CHECK(cera_session_eval(s, tok + i, m, true, &err) == CERA_OK, "eval: %s", err.message);
+        for (size_t j = 0; j < m; j++) {
+            const float *l = cera_session_logits(s, (int)j);
+            if (l) memcpy(out + (i + j) * nv, l, nv * sizeof(float));
+        }
+    }
+    cera_session_free(s);
+    return out;
+}
+
+static double worst_diff(const float *a, const float *b, size_t n, int nv) {
+    double w = 0;
+    for (size_t t = 0; t < n; t++) {
+        const double d = rel_max_diff(a + t * (size_t)nv, b + t * (size_t)nv, nv);
+        if (d > w) w = d;
+    }
+    return w;
+}
+
+static void test_batch_vs_steps(const char *model, const char *tokens) {
+    size_t n = 0;
+    int32_t *tok = read_ints(shared_path(tokens), &n);
+    cera_engine *e = open_model(model, 1, 256, CERA_KV_F16);
+    if (!tok || !e) goto done;
+    const int nv = cera_engine_n_vocab(e);
+    float *batch = eval_logits(e, tok, n, 0), *one = eval_logits(e, tok, n, 1),
+          *five = eval_logits(e, tok, n, 5);
+    if (batch && one && five) {
+        /* batches under 64 tokens and single steps take the same attention path; the
+         * matmul tiles may sum in another order than the row dots: last-bit differences */
+        const double d1 = worst_diff(one, batch, n, nv), d5 = worst_diff(five, batch, n, nv);
+        printf("%s: batch vs one-by-one %.2e, vs chunks of 5 %.2e\n", model, d1, d5);
+        CHECK(d1 <= 1e-4, "%s: batch vs one token at a time differ by %.3g", model, d1);
+        CHECK(d5 <= 1e-4, "%s: batch vs chunks of 5 differ by %.3g", model, d5);
+        for (size_t t = 0; t < n; t++)
+            CHECK(argmax_f32(one + t * nv, nv) == argmax_f32(batch + t * nv, nv), "%s: top token at %zu",
+                  model, t);
+    }
+    free(batch);
+    free(one);
+    free(five);
+done:
+    cera_engine_close(e);
+    free(tok);
+}
+
+static void test_threads(void) {
+    size_t n = 0;
+    int32_t *tok = read_ints(shared_path("golden/synth-llama-q4_k_m.tokens"), &n);
+    cera_engine *e1 = open_model("golden/synth-llama-q4_k_m.gguf", 1, 128, CERA_KV_F16);
+    cera_engine *e3 = open_model("golden/synth-llama-q4_k_m.gguf", 3, 128, CERA_KV_F16);
+    if (tok && e1 && e3) {
+        const int nv = cera_engine_n_vocab(e1);
+        float *a = eval_logits(e1, tok, n, 0), *b = eval_logits(e3, tok, n, 0);
+        CHECK(a && b && !memcmp(a, b, n * (size_t)nv * sizeof(float)),
+              "1 and 3 threads give different logits");
+        free(a);
+        free(b);
+    }
+    cera_engine_close(e1);
+    cera_engine_close(e3);
+    free(tok);
+}
+
+/* Two sequences interleaved in one forward batch against each evaluated alone. */
+static void test_two_sequences(void) {
+    size_t na = 0, nb = 0;
+    int32_t *ta = read_ints(shared_path("golden/stories260K.p2.tokens"), &na);
+    int32_t *tb = read_ints(shared_path("golden/stories260K.p3.tokens"), &nb);
+    cera_engine *e = open_model(STORIES, 2, 256, CERA_KV_F16);
+    cera_session *sa = NULL, *sb = NULL;
+    cera_error err;
+    if (!ta || !tb || !e || cera_session_create(e, NULL, &sa, &err) ||
+        cera_session_create(e, NULL, &sb, &err)) {
+        CHECK(false, "setup");
+        goto done;
+    }
+    const int nv = cera_engine_n_vocab(e);
+    float *alone_a = eval_logits(e, ta, na, 0), *alone_b = eval_logits(e, tb, nb, 0);
+    /* batch: a's tokens and the first na of b's, interleaved */
+    const size_t n = 2 * na;
+    cera_token tok[64];
+    int32_t pos[64], seq[64];
+    bool want[64];
+    for (size_t i = 0; i < na; i++) {
+        tok[2 * i] = ta[i], pos[2 * i] = (int32_t)i, seq[2 * i] = 0, want[2 * i] = true;
+        tok[2 * i + 1] = tb[i], pos[2 * i + 1] = (int32_t)i, seq[2 * i + 1] = 1, want[2 * i + 1] = true;
+    }
+    cera_kv_seq *seqs[2] = {&sa->seq, &sb->seq};
+    CHECK(cera_kv_seq_reserve(&sa->seq, (int)na, &err) == CERA_OK &&
+              cera_kv_seq_reserve(&sb->seq, (int)na, &err) == CERA_OK,
+          "reserve");
+    cera_batch b = {.n_tokens = (int)n,
+                    .token = tok,
+                    .pos = pos,
+                    .seq = seq,
+                    .want_logits = want,
+                    .seqs = seqs,
+                    .n_seqs = 2};
+    float *out = malloc(n * (size_t)nv * sizeof(float));
+    CHECK(out && e->backend->forward(e->backend, &b, out, &err) == CERA_OK, "two-sequence forward: %s",
+          err.message);
+    if (out && alone_a && alone_b) {
+        double w = 0;
+        for (size_t i = 0; i < na; i++) {
+            const double da = rel_max_diff(out + (2 * i) * nv, alone_a + i * nv, nv);
+            const double db = rel_max_diff(out + (2 * i + 1) * nv, alone_b + i * nv, nv);
+            if (da > w) w = da;
+            if (db > w) w = db;
+        }
+        printf("two sequences in one batch vs alone: %.2e\n", w);
+        CHECK(w <= 1e-4, "two sequences in one batch differ from each alone by %.3g", w);
+    }
+    free(out);
+    free(alone_a);
+    free(alone_b);
+done:
+    cera_session_free(sa);
+    cera_session_free(sb);
+    cera_engine_close(e);
+    free(ta);
+    free(tb);
+}
+
+static void test_truncate_and_kv_f32(void) {
+    size_t n = 0;
+    int32_t *tok = read_ints(shared_path("golden/stories260K.p3.tokens"), &n);
+    cera_engine *e = open_model(STORIES, 1, 256, CERA_KV_F16);
+    cera_engine *e32 = open_model(STORIES, 1, 256, CERA_KV_F32);
+    cera_session *s = NULL;
+    cera_error err;
+    if (!tok || !e || !e32 || cera_session_create(e, NULL, &s, &err)) goto done;
+    const int nv = cera_engine_n_vocab(e);
+    float *full = eval_logits(e, tok, n, 0);
+    /* 40 tokens, back to 10, then the rest: blocks are returned and taken again */
+    CHECK(cera_session_eval(s, tok, 40, false, &err) == CERA_OK, "eval 40");
+    CHECK(cera_session_truncate(s, 10, &err) == CERA_OK && cera_session_n_past(s) == 10, "truncate to 10");
+    CHECK(cera_session_eval(s, tok + 10, n - 10, true, &err) == CERA_OK, "eval rest: %s", err.message);
+    double w = 0;
+    for (size_t i = 10; i < n && full; i++) {
+        const float *l = cera_session_logits(s, (int)(i - 10));
+        const double d = l ? rel_max_diff(l, full + i * nv, nv) : 1;
+        if (d > w) w = d;
+    }
+    CHECK(w <= 1e-4, "re-evaluation after truncate differs by %.3g", w);
+    float *f32 = eval_logits(e32, tok, n, 0);
+    if (full && f32) {
+        const double d = worst_diff(f32, full, n, nv);
+        printf("KV F32 vs F16: %.2e\n", d);
+        CHECK(d <= 5e-2, "F32 KV cache differs from F16 by %.3g", d);
+        int top = 0;
+        for (size_t t = 0; t < n; t++) top += argmax_f32(f32 + t * nv, nv) == argmax_f32(full + t * nv, nv);
+        CHECK(top >= (int)(0.95 * n), "F32 KV: top token equal at %d/%zu", top, n);
+    }
+    free(full);
+    free(f32);
+done:
+    cera_session_free(s);
+    cera_engine_close(e);
+    cera_engine_close(e32);
+    free(tok);
+}
+
+static void test_errors(void) {
+    const char *other[] = {"phi3", "gemma3", "lfm2"};
+    for (int i = 0; i < 3; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "golden/synth-%s-f32.gguf", other[i]);
+        cera_engine *e = NULL;
+        cera_error err;
+        const cera_status st = cera_engine_open(shared_path(rel), NULL, &e, &err);
+        CHECK(st == CERA_ERR_UNSUPPORTED && !e, "%s: status %d", other[i], (int)st);
+        char want[64];
+        snprintf(want, sizeof want, "'%s'", other[i]);
+        CHECK(strstr(err.message, want) != NULL, "%s: message does not name it: %s", other[i], err.message);
+    }
+    cera_engine *e = NULL;
+    cera_error err;
+    CHECK(cera_engine_open(shared_path("golden/no-such-model.gguf"), NULL, &e, &err) == CERA_ERR_IO && !e,
+          "missing file: %s", err.message);
+
+    e = open_model(STORIES, 1, 32, CERA_KV_F16);
+    cera_session *s = NULL;
+    if (!e || cera_session_create(e, NULL, &s, &err)) goto done;
+    cera_token toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = 1 + i;
+    CHECK(cera_session_eval(s, toks, 40, false, &err) == CERA_ERR_CONTEXT_FULL && cera_session_n_past(s) == 0,
+          "40 tokens into a context of 32");
+    CHECK(cera_session_eval(s, toks, 32, false, &err) == CERA_OK && cera_session_n_past(s) == 32,
+          "32 tokens fit");
+    CHECK(cera_session_eval(s, toks, 1, false, &err) == CERA_ERR_CONTEXT_FULL, "one more token");
+    CHECK(cera_session_truncate(s, 0, &err) == CERA_OK && cera_session_n_past(s) == 0, "clear");
+    const cera_token bad[2] = {5, 100000};
+    CHECK(cera_session_eval(s, bad, 2, false, &err) == CERA_ERR_INVALID_ARG && cera_session_n_past(s) == 0,
+          "token out of range");
+    const cera_token neg = -1;
+    CHECK(cera_session_eval(s, &neg, 1, false, &err) == CERA_ERR_INVALID_ARG, "negative token");
+    CHECK(cera_session_logits(s, 0) == NULL, "no logits after a failed eval");
+done:
+    cera_session_free(s);
+    cera_engine_close(e);
+}
+
+typedef struct collect {
+    cera_token ids[512];
+    int n;
+    char text[8192];
+    size_t len;
+    volatile int *cancel;
+    int cancel_after;
+} collect;
+
+static bool on_token(cera_token t, const char *piece, size_t len, void *user) {
+    collect *c = user;
+    if (c->n < 512) c->ids[c->n++] = t;
+    if (c->len + len < sizeof c->text) {
+        memcpy(c->text + c->len, piece, len);
+        c->len += len;
+        c->text[c->len] = '\0';
+    }
+    if (c->cancel && c->n == c->cancel_after) *c->cancel = 1;
+    return true;
+}
+
+static void test_generate(void) {
+    size_t np = 0, ng = 0;
+    int32_t *prompt = read_ints(shared_path("golden/stories260K.p1.tokens"), &np);
+    int32_t *greedy = read_ints(shared_path("golden/stories260K.p1.greedy"), &ng);
+    cera_engine *e = open_model(STORIES, 1, 512, CERA_KV_F16);
+    cera_session *s = NULL;
+    cera_error err;
+    cera_session_params sp = cera_session_default_params();
+    sp.sampler.temp = 0;
+    if (!prompt || !greedy || !e || cera_session_create(e, &sp, &s, &err)) {
+        CHECK(false, "setup");
+        goto done;
+    }
+    /* the tokenizer makes the golden prompt, BOS included */
+    const char *text = "Once upon a time";
+    cera_token toks[32];
+    size_t nt = 0;
+    CHECK(cera_tokenize(e, text, strlen(text), true, true, toks, 32, &nt, &err) == CERA_OK && nt == np &&
+              !memcmp(toks, prompt, np * sizeof *toks),
+          "tokenize \"%s\": %zu tokens", text, nt);
+
+    collect *c = calloc(1, sizeof *c);
+    cera_generate_params gp = cera_generate_default_params();
+    gp.n_predict = (int)ng;
+    int n_gen = 0;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, c, &n_gen, &err) == CERA_OK, "generate: %s",
+          err.message);
+    CHECK(n_gen == (int)ng && c->n == (int)ng && !memcmp(c->ids, greedy, ng * sizeof *greedy),
+          "greedy generation differs from llama.cpp's (%d tokens)", n_gen);
+    CHECK(cera_session_n_past(s) == (int)(np + ng - 1), "n_past %d", cera_session_n_past(s));
+
+    /* a stop string taken from the middle of that text ends generation right there */
+    char stop[16] = {0};
+    const size_t full_len = c->len;
+    if (full_len > 60) memcpy(stop, c->text + 40, 8);
+    const char *stops[1] = {stop};
+    memset(c, 0, sizeof *c);
+    CHECK(cera_session_truncate(s, 0, &err) == CERA_OK, "truncate");
+    gp.n_predict = (int)ng;
+    gp.stop = stops;
+    gp.n_stop = 1;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, c, &n_gen, &err) == CERA_OK, "generate with stop");
+    CHECK(strstr(c->text, stop) != NULL && c->len < full_len && n_gen < (int)ng,
+          "stop string '%s': %d tokens, %zu bytes", stop, n_gen, c->len);
+
+    /* the cancel flag */
+    volatile int cancel = 0;
+    memset(c, 0, sizeof *c);
+    c->cancel = &cancel;
+    c->cancel_after = 3;
+    gp.stop = NULL;
+    gp.n_stop = 0;
+    gp.cancel = &cancel;
+    CHECK(cera_session_truncate(s, 0, &err) == CERA_OK, "truncate");
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, c, &n_gen, &err) == CERA_ERR_CANCELLED && n_gen == 3,
+          "cancel after 3 tokens: %d", n_gen);
+    free(c);
+done:
+    cera_session_free(s);
+    cera_engine_close(e);
+    free(prompt);
+    free(greedy);
+}
+
+int main(void) {
+    test_batch_vs_steps(STORIES, "golden/stories260K.p3.tokens");
+    test_batch_vs_steps("golden/synth-llama-f32.gguf", "golden/synth-llama-f32.tokens");
+    test_batch_vs_steps("golden/synth-qwen3-q8_0.gguf", "golden/synth-qwen3-q8_0.tokens");
+    test_threads();
+    test_two_sequences();
+    test_truncate_and_kv_f32();
+    test_errors();
+    test_generate();
+    return test_finish();
+}
