@@ -178,6 +178,202 @@ static void X86_FN(tile_q5_1)(int64_t n, float *s, size_t ss, const void *w, siz
     X86_FN(tile_32_any)(KIND_Q5_1, n, s, ss, w, ws, a, as, nr, nc);
 }
 
+/* ---- k-quants: a super-block unpacked once per row into L1, then reused per column ---- */
+
+enum { KIND_Q2_K, KIND_Q3_K, KIND_Q4_K, KIND_Q5_K, KIND_Q6_K };
+
+typedef struct X86_FN(kq_row) {
+    __m256i u[8];     /* 256 unsigned quants (x = u - offset), 32 per vector */
+    __m256i scale[8]; /* int16 scale per byte pair of u[j] */
+    __m256i corr;     /* int16 per group of 16: offset * scale (subtracted with weight d) */
+    __m256i mins;     /* int16 per group of 16: the min (subtracted with weight dmin) */
+    float d, dmin;
+} X86_FN(kq_row);
+
+static inline __attribute__((always_inline)) void X86_FN(kq_unpack)(int kind, const uint8_t *row, int64_t b,
+                                                                    X86_FN(kq_row) * o) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    int16_t g16[16];
+    switch (kind) {
+    case KIND_Q2_K: {
+        const block_q2_k *x = (const block_q2_k *)row + b;
+        for (int g = 0; g < 16; g++) g16[g] = x->scales[g] >> 4;
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = X86_FN(load32)(x->qs + 32 * h);
+            for (int sh = 0; sh < 4; sh++) {
+                const int j = 4 * h + sh;
+                o->u[j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * sh), _mm256_set1_epi8(3));
+                o->scale[j] = X86_FN(scales2)(x->scales[2 * j] & 0xF, x->scales[2 * j + 1] & 0xF);
+            }
+        }
+        o->mins = X86_FN(load32)(g16);
+        o->corr = _mm256_setzero_si256();
+        o->d = F16(x->d);
+        o->dmin = F16(x->dmin);
+        break;
+    }
+    case KIND_Q3_K: {
+        const block_q3_k *x = (const block_q3_k *)row + b;
+        int8_t sc[16];
+        q3_k_scales(x->scales, sc);
+        for (int g = 0; g < 16; g++) g16[g] = (int16_t)(4 * sc[g]);
+        const __m256i hm = X86_FN(load32)(x->hmask);
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = X86_FN(load32)(x->qs + 32 * h);
+            for (int sh = 0; sh < 4; sh++) {
+                const int j = 4 * h + sh;
+                const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+                const __m256i hi =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
+                o->u[j] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * sh), _mm256_set1_epi8(3)), hi);
+                o->scale[j] = X86_FN(scales2)(sc[2 * j], sc[2 * j + 1]);
+            }
+        }
+        o->corr = X86_FN(load32)(g16);
+        o->mins = _mm256_setzero_si256();
+        o->d = F16(x->d);
+        o->dmin = 0.0f;
+        break;
+    }
+    case KIND_Q4_K:
+    case KIND_Q5_K: {
+        /* Same header (d, dmin, scales); q5_k has qh before qs. */
+        const block_q4_k *x4 = (const block_q4_k *)row + b;
+        const block_q5_k *x5 = (const block_q5_k *)row + b;
+        const bool five = kind == KIND_Q5_K;
+        const uint8_t *hdr = five ? x5->scales : x4->scales;
+        const uint8_t *qs = five ? x5->qs : x4->qs;
+        const __m256i qh = five ? X86_FN(load32)(x5->qh) : _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            k_scale_min(j, hdr, &sc, &mn);
+            o->scale[j] = _mm256_set1_epi16(sc);
+            g16[2 * j] = g16[2 * j + 1] = mn;
+        }
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = X86_FN(load32)(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if (five) {
+                const __m256i b4 = _mm256_set1_epi8(0x10);
+                lo = _mm256_or_si256(
+                    lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), b4));
+                hi = _mm256_or_si256(
+                    hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), b4));
+            }
+            o->u[2 * c] = lo;
+            o->u[2 * c + 1] = hi;
+        }
+        o->mins = X86_FN(load32)(g16);
+        o->corr = _mm256_setzero_si256();
+        o->d = F16(five ? x5->d : x4->d);
+        o->dmin = F16(five ? x5->dmin : x4->dmin);
+        break;
+    }
+    default: {
+        const block_q6_k *x = (const block_q6_k *)row + b;
+        const __m256i hi2 = _mm256_set1_epi8(0x30);
+        for (int g = 0; g < 16; g++) g16[g] = (int16_t)(32 * x->scales[g]);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = X86_FN(load32)(x->ql + 64 * h), l1 = X86_FN(load32)(x->ql + 64 * h + 32);
+            const __m256i qh = X86_FN(load32)(x->qh + 32 * h);
+            o->u[4 * h] =
+                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+            o->u[4 * h + 1] =
+                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+            o->u[4 * h + 2] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, hi2));
+            o->u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k;
+                o->scale[4 * h + k] = X86_FN(scales2)(x->scales[g], x->scales[g + 1]);
+            }
+        }
+        o->corr = X86_FN(load32)(g16);
+        o->mins = _mm256_setzero_si256();
+        o->d = F16(x->d);
+        o->dmin = 0.0f;
+        break;
+    }
+    }
+}
+
+static inline __attribute__((always_inline)) void X86_FN(tile_kq)(int kind, int64_t n, float *s,
+                                                                  size_t s_stride, const void *w,
+                                                                  size_t w_stride, const void *a,
+                                                                  size_t a_stride, int nr, int nc) {
+    const uint8_t *wr = w;
+    const uint8_t *ar = a;
+    __m256 acc[TILE_R][TILE_C];
+    for (int r = 0; r < TILE_R; r++)
+        for (int c = 0; c < TILE_C; c++) acc[r][c] = _mm256_setzero_ps();
+    X86_FN(kq_row) rows[TILE_R];
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        for (int r = 0; r < nr; r++) X86_FN(kq_unpack)(kind, wr + (size_t)r * w_stride, b, &rows[r]);
+        const block_q8_k *yb[TILE_C];
+        for (int c = 0; c < nc; c++) yb[c] = (const block_q8_k *)(ar + (size_t)c * a_stride) + b;
+        __m256i isum[TILE_R][TILE_C];
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < nc; c++) {
+                /* Offsets and mins through the activation sums, lane-wise (exact). */
+                const __m256i bs = X86_FN(load32)(yb[c]->bsums);
+                isum[r][c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(rows[r].corr, bs));
+            }
+        for (int j = 0; j < 8; j++) {
+            __m256i y[TILE_C];
+            for (int c = 0; c < nc; c++) y[c] = X86_FN(load32)(yb[c]->qs + 32 * j);
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < nc; c++)
+                    isum[r][c] = _mm256_add_epi32(
+                        isum[r][c], X86_FN(dot_u8s8_scaled)(rows[r].u[j], y[c], rows[r].scale[j]));
+        }
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < nc; c++) {
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]),
+                                            _mm256_set1_ps(rows[r].d * yb[c]->d), acc[r][c]);
+                if (kind == KIND_Q2_K || kind == KIND_Q4_K || kind == KIND_Q5_K) {
+                    const __m256i m = _mm256_madd_epi16(rows[r].mins, X86_FN(load32)(yb[c]->bsums));
+                    acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m),
+                                                 _mm256_set1_ps(rows[r].dmin * yb[c]->d), acc[r][c]);
+                }
+            }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = X86_FN(hsum_ps)(acc[r][c]);
+}
+
+static inline __attribute__((always_inline)) void X86_FN(tile_kq_any)(int kind, int64_t n, float *s,
+                                                                      size_t ss, const void *w, size_t ws,
+                                                                      const void *a, size_t as, int nr,
+                                                                      int nc) {
+    if (nr == TILE_R && nc == TILE_C)
+        X86_FN(tile_kq)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
+    else
+        X86_FN(tile_kq)(kind, n, s, ss, w, ws, a, as, nr, nc);
+}
+
+static void X86_FN(tile_q2_k)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                              size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_Q2_K, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void X86_FN(tile_q3_k)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                              size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_Q3_K, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void X86_FN(tile_q4_k)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                              size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_Q4_K, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void X86_FN(tile_q5_k)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                              size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_Q5_K, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void X86_FN(tile_q6_k)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                              size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_Q6_K, n, s, ss, w, ws, a, as, nr, nc);
+}
+
 static void X86_FN(set_tile)(cera_cpu_type_ops *ops, cera_gemm_tile_fn fn, int rows, int cols) {
     ops->gemm_tile = fn;
     ops->tile_rows = rows;
@@ -191,4 +387,9 @@ static void X86_FN(register_tiles)(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     X86_FN(set_tile)(&ops[CERA_TYPE_IQ4_NL], X86_FN(tile_iq4_nl), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q4_1], X86_FN(tile_q4_1), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q5_1], X86_FN(tile_q5_1), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_Q2_K], X86_FN(tile_q2_k), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_Q3_K], X86_FN(tile_q3_k), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_Q4_K], X86_FN(tile_q4_k), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_Q5_K], X86_FN(tile_q5_k), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_Q6_K], X86_FN(tile_q6_k), TILE_R, TILE_C);
 }
