@@ -14,9 +14,7 @@
  * and keep the best weighted least-squares fit. As in quant_k.c, the arithmetic
  * follows the reference's order exactly.
  */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "tensor/strict_fp.h" /* first: no FMA contraction, no fast-math */
 
 #include <math.h>
 #include <string.h>

@@ -13,9 +13,7 @@
  * multiply-add changes which candidate wins and hence the bytes. Everything below
  * keeps the reference's order of operations; do not "simplify" the expressions.
  */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "tensor/strict_fp.h" /* first: no FMA contraction, no fast-math */
 
 #include <math.h>
 #include <stdbool.h>

@@ -9,9 +9,7 @@
  * truncating float->int conversions where it truncates); this file must never be
  * built with -ffast-math or FMA contraction.
  */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "tensor/strict_fp.h" /* first: no FMA contraction, no fast-math */
 
 #include <float.h>
 #include <math.h>

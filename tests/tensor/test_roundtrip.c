@@ -88,7 +88,10 @@ static void test_degenerate(void) {
         for (int i = 0; i < N; i++) x[i] = 0.75f;
         roundtrip(tt, x, y, q, N);
         double worst = 0;
-        for (int i = 0; i < N; i++) worst = fmax(worst, fabs(y[i] - 0.75));
+        for (int i = 0; i < N; i++) {
+            const double e = fabs(y[i] - 0.75);
+            if (e > worst) worst = e; /* not fmax: aarch64 gcc 12's vectorizer crashes on that reduction */
+        }
         /* Every type represents a constant block to within a few % of it (q2_k's coarse
          * 4-bit scale grid is the loosest); a bug in the scale math is far off. */
         CHECK(worst <= 0.75 * 0.05, "%s: constant 0.75 decodes with error %g", tt->name, worst);
@@ -114,11 +117,12 @@ static void test_activation_fields(test_rng *rng) {
     for (int i = 0; i < N / QK8_1; i++) {
         int sum = 0;
         for (int j = 0; j < QK8_1; j++) sum += b1[i].qs[j];
-        if (b1[i].s != cera_f32_to_f16((float)sum * cera_f16_to_f32(b1[i].d))) bad++;
+        /* s = f16(sum * d) with the f32 d, and d is stored as f16(d): each rounding is
+         * within 2^-11 relative, so s and sum * d(f16) agree to 2 * 2^-11 of |s|. */
+        const double want = sum * (double)cera_f16_to_f32(b1[i].d), got = cera_f16_to_f32(b1[i].s);
+        if (fabs(got - want) > 2.0 * 0x1p-11 * fabs(want) + 1e-7) bad++;
     }
-    /* d is the f32 scale rounded once; s = f16(sum * d) with the unrounded d, which
-     * agrees with f16(sum * f16(d)) except where rounding straddles: allow a few. */
-    CHECK(bad <= N / QK8_1 / 4, "q8_1: %d of %d blocks have s != d * sum(qs)", bad, N / QK8_1);
+    CHECK(bad == 0, "q8_1: %d of %d blocks have s != d * sum(qs)", bad, N / QK8_1);
 
     block_q8_k bk[N / QK_K];
     cera_quantize_row_q8_k_ref(x, bk, N);
