@@ -60,10 +60,80 @@ static void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a) {
     *s = sum;
 }
 
+/* ---- float tiles: 4 weight rows x 2 activation rows, 8 lanes; tails per pair in scalar ---- */
+
+enum { FT_F32, FT_F16, FT_BF16 };
+
+static inline __attribute__((always_inline)) __m256 load8(int kind, const void *row, int64_t i) {
+    switch (kind) {
+    case FT_F32: return _mm256_loadu_ps((const float *)row + i);
+    case FT_F16: return load_f16x8((const cera_f16 *)row + i);
+    default: return load_bf16x8((const cera_bf16 *)row + i);
+    }
+}
+
+static inline float elem(int kind, const void *row, int64_t i) {
+    switch (kind) {
+    case FT_F32: return ((const float *)row)[i];
+    case FT_F16: return cera_f16_to_f32(((const cera_f16 *)row)[i]);
+    default: return cera_bf16_to_f32(((const cera_bf16 *)row)[i]);
+    }
+}
+
+static inline __attribute__((always_inline)) void tile_float(int kind, int64_t n, float *s, size_t s_stride,
+                                                             const void *w, size_t w_stride, const void *a,
+                                                             size_t a_stride, int nr, int nc) {
+    const uint8_t *wr = w, *ar = a;
+    __m256 acc[4][2];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 2; c++) acc[r][c] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 y[2];
+        for (int c = 0; c < nc; c++) y[c] = load8(kind, ar + (size_t)c * a_stride, i);
+        for (int r = 0; r < nr; r++) {
+            const __m256 x = load8(kind, wr + (size_t)r * w_stride, i);
+            for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(x, y[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            float sum = hsum_ps_avx2(acc[r][c]);
+            for (int64_t k = i; k < n; k++)
+                sum += elem(kind, wr + (size_t)r * w_stride, k) * elem(kind, ar + (size_t)c * a_stride, k);
+            s[(size_t)c * s_stride + r] = sum;
+        }
+}
+
+static void tile_f32_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
+                          int nr, int nc) {
+    if (nr == 4 && nc == 2)
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 2);
+    else
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void tile_f16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
+                          int nr, int nc) {
+    if (nr == 4 && nc == 2)
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 2);
+    else
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void tile_bf16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
+                           int nr, int nc) {
+    if (nr == 4 && nc == 2)
+        tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 2);
+    else
+        tile_float(FT_BF16, n, s, ss, w, ws, a, as, nr, nc);
+}
+
 void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     register_body_avx2(ops);
     register_tiles_avx2(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx2;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx2;
     ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx2;
+    set_tile_avx2(&ops[CERA_TYPE_F32], tile_f32_avx2, 4, 2);
+    set_tile_avx2(&ops[CERA_TYPE_F16], tile_f16_avx2, 4, 2);
+    set_tile_avx2(&ops[CERA_TYPE_BF16], tile_bf16_avx2, 4, 2);
 }

@@ -75,11 +75,96 @@ static void quantize_f16_x16_avx512(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* ---- float tiles: 4 weight rows x 4 activation rows, 16 lanes, masked tails ---- */
+
+enum { FT_F32, FT_F16, FT_BF16 };
+
+static inline __attribute__((always_inline)) __m512 load16(int kind, const void *row, int64_t i,
+                                                           __mmask16 m) {
+    switch (kind) {
+    case FT_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    case FT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const cera_f16 *)row + i));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const cera_bf16 *)row + i)), 16));
+    }
+}
+
+static inline __attribute__((always_inline)) void tile_float(int kind, int64_t n, float *s, size_t s_stride,
+                                                             const void *w, size_t w_stride, const void *a,
+                                                             size_t a_stride, int nr, int nc) {
+    const uint8_t *wr = w, *ar = a;
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 y[4];
+        for (int c = 0; c < nc; c++) y[c] = load16(kind, ar + (size_t)c * a_stride, i, m);
+        for (int r = 0; r < nr; r++) {
+            const __m512 x = load16(kind, wr + (size_t)r * w_stride, i, m);
+            for (int c = 0; c < nc; c++) acc[r][c] = _mm512_fmadd_ps(x, y[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = hsum512(acc[r][c]);
+}
+
+/* bf16 with vdpbf16ps, as its vec_dot: 32 elements (pairs) per instruction. */
+static inline __attribute__((always_inline)) void tile_bf16dp(int64_t n, float *s, size_t s_stride,
+                                                              const void *w, size_t w_stride, const void *a,
+                                                              size_t a_stride, int nr, int nc) {
+    const uint8_t *wr = w, *ar = a;
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        const __mmask32 m = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1);
+        __m512bh y[4];
+        for (int c = 0; c < nc; c++)
+            y[c] = (__m512bh)_mm512_maskz_loadu_epi16(m, (const cera_bf16 *)(ar + (size_t)c * a_stride) + i);
+        for (int r = 0; r < nr; r++) {
+            const __m512bh x =
+                (__m512bh)_mm512_maskz_loadu_epi16(m, (const cera_bf16 *)(wr + (size_t)r * w_stride) + i);
+            for (int c = 0; c < nc; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], x, y[c]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = hsum512(acc[r][c]);
+}
+
+static void tile_f32_avx512(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                            size_t as, int nr, int nc) {
+    if (nr == 4 && nc == 4)
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 4);
+    else
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void tile_f16_avx512(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                            size_t as, int nr, int nc) {
+    if (nr == 4 && nc == 4)
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 4);
+    else
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
+}
+static void tile_bf16_avx512bf16(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                                 size_t as, int nr, int nc) {
+    if (nr == 4 && nc == 4)
+        tile_bf16dp(n, s, ss, w, ws, a, as, 4, 4);
+    else
+        tile_bf16dp(n, s, ss, w, ws, a, as, nr, nc);
+}
+
 void cera_cpu_register_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT], bool has_bf16) {
     register_body_avx512(ops);
     register_tiles_avx512(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx512;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx512;
-    if (has_bf16) ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx512bf16;
+    set_tile_avx512(&ops[CERA_TYPE_F32], tile_f32_avx512, 4, 4);
+    set_tile_avx512(&ops[CERA_TYPE_F16], tile_f16_avx512, 4, 4);
+    if (has_bf16) {
+        ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx512bf16;
+        set_tile_avx512(&ops[CERA_TYPE_BF16], tile_bf16_avx512bf16, 4, 4);
+    }
     cera_cpu_set_act_quantizer(ops, CERA_TYPE_F16, quantize_f16_x16_avx512);
 }
