@@ -2,7 +2,8 @@
  * test_quantize.c — `cera quantize` end to end, and the library function behind it.
  *
  * The CLI (path in argv[1]) converts ../shared/golden/synth-llama-f32.gguf to each type
- * llama.cpp's shared files exist for; every tensor of the output must have the type,
+ * llama.cpp's shared files exist for, and the other synth-<arch>-f32 models to q8_0;
+ * every tensor of the output must have the type,
  * shape and exact bytes of the file llama-quantize --pure made, and general.file_type
  * must be llama.cpp's. Rejected inputs (a row length that is not whole blocks, a
  * quantized input, an unknown type) must give a clear message, a non-zero exit code
@@ -21,12 +22,32 @@
 static const char *cera_bin;
 
 static const struct {
+    const char *model;  /* synth-<model>-f32.gguf is the input */
     const char *arg;    /* TYPE as given to cera quantize */
-    const char *golden; /* the shared file's suffix */
+    const char *golden; /* llama.cpp's file: synth-<model>-<golden>.gguf */
 } cases[] = {
-    {"q8_0", "q8_0"},     {"q4_0", "q4_0"},     {"q4_1", "q4_1"},     {"q5_0", "q5_0"},   {"q5_1", "q5_1"},
-    {"iq4_nl", "iq4_nl"}, {"q2_k", "q2_k"},     {"q3_k_s", "q3_k_s"}, {"q4_k", "q4_k_s"}, {"Q5_K", "q5_k_s"},
-    {"q6_k", "q6_k"},     {"iq4_xs", "iq4_xs"}, {"f16", "f16"},       {"bf16", "bf16"},
+    {"llama", "q8_0", "q8_0"},
+    {"llama", "q4_0", "q4_0"},
+    {"llama", "q4_1", "q4_1"},
+    {"llama", "q5_0", "q5_0"},
+    {"llama", "q5_1", "q5_1"},
+    {"llama", "iq4_nl", "iq4_nl"},
+    {"llama", "q2_k", "q2_k"},
+    {"llama", "q3_k_s", "q3_k_s"},
+    {"llama", "q4_k", "q4_k_s"},
+    {"llama", "Q5_K", "q5_k_s"},
+    {"llama", "q6_k", "q6_k"},
+    {"llama", "iq4_xs", "iq4_xs"},
+    {"llama", "f16", "f16"},
+    {"llama", "bf16", "bf16"},
+    /* The other architectures: QKV biases, Q/K norms, a conv kernel llama.cpp keeps F32
+     * (lfm2), fused QKV (phi3): which tensors stay unconverted must match too. */
+    {"qwen2", "q8_0", "q8_0"},
+    {"qwen3", "q8_0", "q8_0"},
+    {"granite", "q8_0", "q8_0"},
+    {"lfm2", "q8_0", "q8_0"},
+    {"gemma3", "q8_0", "q8_0"},
+    {"phi3", "q8_0", "q8_0"},
 };
 
 static uint32_t get_u32(const gguf_file *f, const char *key) {
@@ -36,26 +57,27 @@ static uint32_t get_u32(const gguf_file *f, const char *key) {
 }
 
 static void test_cli_matches_llama_quantize(void) {
-    char in[1024]; /* shared_path's buffers are reused */
-    snprintf(in, sizeof in, "%s", shared_path("golden/synth-llama-f32.gguf"));
-    gguf_file *src = NULL;
-    cera_error err;
-    if (gguf_open(in, &src, &err)) {
-        CHECK(false, "%s", err.message);
-        return;
-    }
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char out[256], cmd[4096], rel[128];
-        snprintf(out, sizeof out, "quantized-%s.gguf", cases[c].arg);
+        char in[1024], out[256], cmd[4096], rel[128];
+        snprintf(rel, sizeof rel, "golden/synth-%s-f32.gguf", cases[c].model);
+        snprintf(in, sizeof in, "%s", shared_path(rel)); /* shared_path's buffers are reused */
+        gguf_file *src = NULL;
+        cera_error err;
+        if (gguf_open(in, &src, &err)) {
+            CHECK(false, "%s", err.message);
+            continue;
+        }
+        snprintf(out, sizeof out, "quantized-%s-%s.gguf", cases[c].model, cases[c].arg);
         unlink(out);
         snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s --threads 2", cera_bin, in, out, cases[c].arg);
         const int rc = run_command(cmd);
         CHECK(rc == 0, "%s: exit code %d", cmd, rc);
         gguf_file *mine = NULL, *ref = NULL;
-        snprintf(rel, sizeof rel, "golden/synth-llama-%s.gguf", cases[c].golden);
+        snprintf(rel, sizeof rel, "golden/synth-%s-%s.gguf", cases[c].model, cases[c].golden);
         if (gguf_open(out, &mine, &err) || gguf_open(shared_path(rel), &ref, &err)) {
             CHECK(false, "%s", err.message);
             gguf_close(mine);
+            gguf_close(src);
             continue;
         }
         CHECK(mine->n_tensors == ref->n_tensors, "%s: %llu tensors, llama.cpp's file has %llu", cases[c].arg,
@@ -75,8 +97,8 @@ static void test_cli_matches_llama_quantize(void) {
                   cera_type_get(m->type)->name, cera_type_get(r->type)->name);
             same += ok;
         }
-        printf("cera quantize %-6s: %d/%llu tensors identical to llama-quantize --pure\n", cases[c].arg, same,
-               (unsigned long long)ref->n_tensors);
+        printf("synth-%-7s cera quantize %-6s: %d/%llu tensors identical to llama-quantize --pure\n",
+               cases[c].model, cases[c].arg, same, (unsigned long long)ref->n_tensors);
         CHECK(get_u32(mine, "general.file_type") == get_u32(ref, "general.file_type"),
               "%s: general.file_type %u, llama.cpp wrote %u", cases[c].arg,
               get_u32(mine, "general.file_type"), get_u32(ref, "general.file_type"));
@@ -93,9 +115,9 @@ static void test_cli_matches_llama_quantize(void) {
         CHECK(missing == 0, "%s: %d input keys missing or retyped", cases[c].arg, missing);
         gguf_close(mine);
         gguf_close(ref);
+        gguf_close(src);
         unlink(out);
     }
-    gguf_close(src);
 }
 
 /* Runs cmd with stderr to a file; returns the exit code and the message (malloc'ed). */
