@@ -160,7 +160,7 @@ static const pretok_steps k_steps[P_COUNT] = {
     [P_DEEPSEEK3] = {3, {"\\p{N}{1,3}", RE_HAN_KANA, RE_DS3_MAIN}},
     [P_YOUTU] = {2, {RE_YOUTU_CJK, RE_CASED_WORDS("\\p{N}")}},
     [P_DEEPSEEK_CODER] = {5, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK_HANGUL, "\\p{N}"}},
-    [P_FALCON] = {3, {"[\\p{P}$+<=>^~|]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    [P_FALCON] = {3, {"[\\p{P}$+<=>^~|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
     [P_STARCODER] = {2, {"\\p{N}", RE_GPT2}},
     [P_GPT2] = {1, {RE_GPT2}},
     [P_QWEN2] = {1, {RE_QWEN2}},
