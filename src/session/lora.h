@@ -136,6 +136,7 @@ typedef struct cera_lora_group {
     int n_rows;
     const int *rows;     /* batch rows, ascending */
     const float *scales; /* each row's user scale */
+    float *t;            /* [n_rows, adapter->max_rank] A·x of each row (two-phase apply), or NULL */
 } cera_lora_group;
 
 /* One forward batch's rows grouped by adapter. Storage is allocated once for a batch
@@ -149,6 +150,8 @@ typedef struct cera_lora_batch {
     int *row_buf;
     float *scale_buf;
     int *count;
+    float *t_buf; /* the groups' A·x scratch; grows (rarely) when a plan needs more */
+    size_t t_cap;
 } cera_lora_batch;
 
 cera_status cera_lora_batch_init(cera_lora_batch *b, int max_rows, cera_error *err);
@@ -173,6 +176,16 @@ void cera_lora_batch_apply(const cera_lora_batch *b, int layer, cera_proj p, con
  * cera_lora_batch_apply. */
 void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj p, const float *x,
                                 size_t x_stride, float *y, size_t y_stride, int ith, int nth);
+/* The two-phase form for batches of few rows (decode), where splitting rows leaves
+ * threads idle: phase A computes every group row's t = A·x (one dot per work item, the
+ * items split over the threads), phase B adds s·B·t over a split of the output columns.
+ * The caller runs all of phase A before phase B. Available when cera_lora_batch_two_phase
+ * says so (the scratch exists); the bits equal cera_lora_batch_apply's. */
+bool cera_lora_batch_two_phase(const cera_lora_batch *b);
+void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj p, const float *x,
+                             size_t x_stride, int ith, int nth);
+void cera_lora_batch_phase_b(const cera_lora_batch *b, int layer, cera_proj p, float *y, size_t y_stride,
+                             int ith, int nth);
 /* True when some group has a pair for (layer, p): the caller may skip the hook otherwise. */
 bool cera_lora_batch_targets(const cera_lora_batch *b, int layer, cera_proj p);
 

@@ -78,6 +78,7 @@ cera_status cera_lora_batch_init(cera_lora_batch *b, int max_rows, cera_error *e
 }
 
 void cera_lora_batch_free(cera_lora_batch *b) {
+    free(b->t_buf);
     free(b->groups);
     free(b->row_buf);
     free(b->scale_buf);
@@ -97,6 +98,27 @@ static int group_of(cera_lora_batch *b, const cera_adapter *a) {
     b->count[i] = 0;
     b->n_groups++;
     return i;
+}
+
+/* Gives each group its slice of the A·x scratch, growing the scratch when this plan
+ * needs more than any before (a new adapter or a bigger batch: not per token). When the
+ * allocation fails the groups get none and the single-pass path is used. */
+static void layout_scratch(cera_lora_batch *b) {
+    size_t need = 0;
+    for (int g = 0; g < b->n_groups; g++)
+        need += (size_t)b->groups[g].n_rows * (size_t)b->groups[g].adapter->max_rank;
+    if (need > b->t_cap) {
+        float *t = realloc(b->t_buf, need * sizeof *t);
+        if (t) {
+            b->t_buf = t;
+            b->t_cap = need;
+        }
+    }
+    size_t off = 0;
+    for (int g = 0; g < b->n_groups; g++) {
+        b->groups[g].t = need <= b->t_cap ? b->t_buf + off : NULL;
+        off += (size_t)b->groups[g].n_rows * (size_t)b->groups[g].adapter->max_rank;
+    }
 }
 
 void cera_lora_batch_build(cera_lora_batch *b, const int32_t *row_seq, const cera_lora_set *const *seq_sets,
@@ -141,6 +163,7 @@ void cera_lora_batch_build(cera_lora_batch *b, const int32_t *row_seq, const cer
             gr->n_rows++;
         }
     }
+    layout_scratch(b);
 }
 
 void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set, int n_rows) {
@@ -164,7 +187,10 @@ void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set,
         b->groups[g].scales = scales;
         b->groups[g].n_rows = n_rows;
     }
+    layout_scratch(b);
 }
+
+bool cera_lora_batch_two_phase(const cera_lora_batch *b) { return b->n_groups > 0 && b->groups[0].t != NULL; }
 
 bool cera_lora_batch_targets(const cera_lora_batch *b, int layer, cera_proj p) {
     for (int g = 0; g < b->n_groups; g++)
@@ -281,6 +307,49 @@ void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj p
             const int n = r_end - r0 < TILE ? r_end - r0 : TILE;
             for (int r = 0; r < n; r++) s[r] = cera_lora_scale(gr->adapter, p, gr->scales[r0 + r]);
             apply_tile(p, gr->rows + r0, s, n, x, x_stride, y, y_stride, d0, d1);
+        }
+    }
+}
+
+/* Phase A: work item i of the batch's Σ n_rows·rank dots. */
+void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
+                             size_t x_stride, int ith, int nth) {
+    int64_t total = 0;
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
+        if (p) total += (int64_t)b->groups[g].n_rows * p->rank;
+    }
+    const int64_t per = (total + nth - 1) / nth, i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    int64_t base = 0;
+    for (int g = 0; g < b->n_groups && base < i1; g++) {
+        const cera_lora_group *gr = &b->groups[g];
+        const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, layer, proj);
+        if (!p) continue;
+        const int64_t n = (int64_t)gr->n_rows * p->rank;
+        for (int64_t i = i0 > base ? i0 - base : 0; i < n && base + i < i1; i++) {
+            const int r = (int)(i / p->rank), j = (int)(i % p->rank);
+            gr->t[(size_t)r * gr->adapter->max_rank + j] =
+                cera_lora_dot(p->a + (size_t)j * p->k, x + (size_t)gr->rows[r] * x_stride, p->k);
+        }
+        base += n;
+    }
+}
+
+/* Phase B: output columns in chunks of 16 per thread, every group and row. */
+void cera_lora_batch_phase_b(const cera_lora_batch *b, int layer, cera_proj proj, float *y, size_t y_stride,
+                             int ith, int nth) {
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_group *gr = &b->groups[g];
+        const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, layer, proj);
+        if (!p) continue;
+        const int64_t chunks = (p->d + 15) / 16, per = (chunks + nth - 1) / nth;
+        const int64_t d0 = per * ith * 16, d1 = d0 + per * 16 < p->d ? d0 + per * 16 : p->d;
+        for (int r = 0; r < gr->n_rows; r++) {
+            const float s = cera_lora_scale(gr->adapter, p, gr->scales[r]);
+            const float *t = gr->t + (size_t)r * gr->adapter->max_rank;
+            float *yr = y + (size_t)gr->rows[r] * y_stride;
+            for (int64_t i = d0; i < d1; i++)
+                yr[i] = yr[i] + s * cera_lora_dot(p->b + (size_t)i * p->rank, t, p->rank);
         }
     }
 }

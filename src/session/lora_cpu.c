@@ -2,8 +2,10 @@
  * lora_cpu.c — the CPU backend's LoRA hook: runs cera_lora_batch_apply_part over the
  * engine's thread pool right after a projection's matmul (forward.c, proj_matmul).
  *
- * The work is cut by cera_lora_batch_apply_part, which computes every output element
- * the same way whatever the split, so results do not depend on the thread count.
+ * A batch of many rows is cut by rows (cera_lora_batch_apply_part); one of few rows, a
+ * decode step, in two phases (the rank·rows dots of A·x, then the output columns of B·t),
+ * so that every thread has work. Every output element is computed the same way in both
+ * forms, so results depend neither on the thread count nor on the batch.
  */
 #include "session/lora_cpu.h"
 
@@ -22,9 +24,25 @@ static void lora_worker(void *arg, int ith, int nth) {
     cera_lora_batch_apply_part(j->b, j->layer, j->proj, j->x, j->x_stride, j->y, j->y_stride, ith, nth);
 }
 
+static void phase_a_worker(void *arg, int ith, int nth) {
+    const lora_job *j = arg;
+    cera_lora_batch_phase_a(j->b, j->layer, j->proj, j->x, j->x_stride, ith, nth);
+}
+
+static void phase_b_worker(void *arg, int ith, int nth) {
+    const lora_job *j = arg;
+    cera_lora_batch_phase_b(j->b, j->layer, j->proj, j->y, j->y_stride, ith, nth);
+}
+
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride) {
     if (!b || !cera_lora_batch_targets(b, layer, proj)) return;
     lora_job j = {b, layer, proj, x, x_stride, y, y_stride};
-    cera_pool_run(pool, lora_worker, &j);
+    if (b->n_rows >= 2 * cera_pool_size(pool) || !cera_lora_batch_two_phase(b)) {
+        cera_pool_run(pool, lora_worker, &j); /* enough rows: each thread its own rows */
+    } else {
+        /* few rows (decode): spread the A·x dots, then the output columns */
+        cera_pool_run(pool, phase_a_worker, &j);
+        cera_pool_run(pool, phase_b_worker, &j);
+    }
 }

@@ -191,6 +191,18 @@ static void batch_cases(test_rng *r) {
                 if (memcmp(yp, yb, sizeof yb)) part_same = false;
             }
             CHECK(part_same, "layer %d %s: thread splits differ", l, cera_lora_proj_gguf_name((cera_proj)p));
+            /* the two-phase form (decode) gives the same bits in any split */
+            bool two_same = cera_lora_batch_two_phase(&batch);
+            for (int nth = 1; nth <= 7 && two_same; nth += 3) {
+                memcpy(yp, y0, sizeof y0);
+                for (int ith = nth - 1; ith >= 0; ith--)
+                    cera_lora_batch_phase_a(&batch, l, (cera_proj)p, &x[0][0], FF, ith, nth);
+                for (int ith = 0; ith < nth; ith++)
+                    cera_lora_batch_phase_b(&batch, l, (cera_proj)p, &yp[0][0], FF, ith, nth);
+                if (memcmp(yp, yb, sizeof yb)) two_same = false;
+            }
+            CHECK(two_same, "layer %d %s: two-phase apply differs", l,
+                  cera_lora_proj_gguf_name((cera_proj)p));
             CHECK(cera_lora_batch_targets(&batch, l, (cera_proj)p), "targets");
         }
 

@@ -1,0 +1,209 @@
+/*
+ * lora_bench.c — what LoRA adapters cost: prompt processing and token generation with
+ * no adapter and with one rank-r adapter on all seven projections of every layer, and a
+ * decode batch of B sequences (one token each per step) with no adapter, one shared
+ * adapter, and B different adapters (rows grouped per adapter, as a server would run
+ * them).
+ *
+ *   lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] [--reps R]
+ *
+ * Adapters are random (factors ~ N(0, 0.02), alpha = 2·rank): the cost does not depend
+ * on the values. Prints one table (markdown), best of R repetitions per line.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "session/engine_impl.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float randn(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    const double u1 = ((rng >> 11) + 1.0) / 9007199254740993.0;
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    const double u2 = (rng >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static cera_adapter *random_adapter(const cera_model *m, int rank) {
+    size_t n = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++)
+            n += (size_t)rank * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
+    cera_adapter *a = NULL;
+    cera_error err;
+    if (cera_lora_alloc(m, n, "random", &a, &err)) {
+        fprintf(stderr, "lora_bench: %s\n", err.message);
+        exit(1);
+    }
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            const cera_weight *w = &m->layers[l].proj[p];
+            float *pa, *pb;
+            if (cera_lora_add_pair(a, m, l, (cera_proj)p, rank, w->k, w->n, &pa, &pb, "random", &err)) {
+                fprintf(stderr, "lora_bench: %s\n", err.message);
+                exit(1);
+            }
+            for (int64_t i = 0; i < rank * w->k; i++) pa[i] = 0.02f * randn();
+            for (int64_t i = 0; i < rank * w->n; i++) pb[i] = 0.02f * randn();
+        }
+    a->alpha = 2.0f * (float)rank;
+    return a;
+}
+
+static void die(const cera_error *err) {
+    fprintf(stderr, "lora_bench: %s\n", err->message);
+    exit(1);
+}
+
+/* Prompt of n tokens as one eval, then n_gen single-token evals: tokens/s of each. */
+static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp, double *tg) {
+    cera_error err;
+    cera_token *t = malloc((size_t)n_prompt * sizeof *t);
+    for (int i = 0; i < n_prompt; i++) t[i] = 1 + (i * 7919) % (cera_engine_n_vocab(e) - 1);
+    *pp = *tg = 0;
+    for (int r = 0; r < reps; r++) {
+        cera_session *s;
+        if (cera_session_create(e, NULL, &s, &err)) die(&err);
+        if (a && cera_session_set_adapter(s, a, 1.0f, &err)) die(&err);
+        double t0 = now_s();
+        if (cera_session_eval(s, t, (size_t)n_prompt, false, &err)) die(&err);
+        double t1 = now_s();
+        if (n_prompt / (t1 - t0) > *pp) *pp = n_prompt / (t1 - t0);
+        cera_token tok = t[0];
+        t0 = now_s();
+        for (int i = 0; i < n_gen; i++)
+            if (cera_session_eval(s, &tok, 1, false, &err)) die(&err);
+        t1 = now_s();
+        if (n_gen / (t1 - t0) > *tg) *tg = n_gen / (t1 - t0);
+        cera_session_free(s);
+    }
+    free(t);
+}
+
+/* B sequences decoding together: steps/s × B = tokens/s. mode 0: no adapter, 1: one
+ * adapter shared by all, 2: a different adapter per sequence. */
+static double batched(cera_engine *e, cera_adapter **ad, int B, int mode, int n_steps, int reps) {
+    cera_error err;
+    cera_session **s = calloc((size_t)B, sizeof *s);
+    cera_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
+    const cera_lora_set **sets = calloc((size_t)B, sizeof *sets);
+    cera_token *tok = malloc((size_t)B * sizeof *tok);
+    int32_t *pos = malloc((size_t)B * sizeof *pos), *seq = malloc((size_t)B * sizeof *seq);
+    bool *want = malloc((size_t)B);
+    float *logits = malloc((size_t)B * cera_engine_n_vocab(e) * sizeof(float));
+    cera_lora_batch plan;
+    if (cera_lora_batch_init(&plan, B, &err)) die(&err);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int i = 0; i < B; i++) {
+            if (cera_session_create(e, NULL, &s[i], &err)) die(&err);
+            if (mode && cera_session_set_adapter(s[i], ad[mode == 1 ? 0 : i], 1.0f, &err)) die(&err);
+            const cera_token t0 = 1 + i;
+            if (cera_session_eval(s[i], &t0, 1, false, &err)) die(&err);
+            seqs[i] = &s[i]->seq;
+            sets[i] = &s[i]->lora;
+            seq[i] = i;
+            want[i] = true;
+            tok[i] = 2 + i;
+        }
+        const double t0 = now_s();
+        for (int step = 0; step < n_steps; step++) {
+            for (int i = 0; i < B; i++) {
+                pos[i] = s[i]->seq.n_pos;
+                if (cera_kv_seq_reserve(&s[i]->seq, pos[i] + 1, &err)) die(&err);
+            }
+            cera_lora_batch_build(&plan, seq, sets, B);
+            const cera_batch b = {.n_tokens = B,
+                                  .token = tok,
+                                  .pos = pos,
+                                  .seq = seq,
+                                  .want_logits = want,
+                                  .seqs = seqs,
+                                  .n_seqs = B,
+                                  .lora = plan.n_groups ? &plan : NULL};
+            if (e->backend->forward(e->backend, &b, logits, &err)) die(&err);
+            for (int i = 0; i < B; i++) s[i]->seq.n_pos++;
+        }
+        const double t1 = now_s();
+        if (B * n_steps / (t1 - t0) > best) best = B * n_steps / (t1 - t0);
+        for (int i = 0; i < B; i++) cera_session_free(s[i]);
+    }
+    cera_lora_batch_free(&plan);
+    free(s);
+    free(seqs);
+    free(sets);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
+    free(logits);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL;
+    int threads = 0, rank = 16, n_prompt = 128, n_gen = 64, B = 32, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc)
+            n_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc)
+            B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !model)
+            model = argv[i];
+        else {
+            fprintf(stderr, "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
+                            "[--reps R]\n");
+            return 2;
+        }
+    }
+    if (!model || rank < 1 || rank > CERA_LORA_MAX_RANK || n_prompt < 1 || n_gen < 1 || B < 1 || reps < 1) {
+        fprintf(stderr, "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
+                        "[--reps R]\n");
+        return 2;
+    }
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = threads;
+    ep.n_ctx = n_prompt + n_gen + 16 > 256 ? n_prompt + n_gen + 16 : 256;
+    ep.n_batch = n_prompt > B ? n_prompt : B;
+    ep.device = CERA_DEVICE_CPU;
+    cera_engine *e;
+    cera_error err;
+    if (cera_engine_open(model, &ep, &e, &err)) die(&err);
+    cera_adapter **ad = malloc((size_t)B * sizeof *ad);
+    for (int i = 0; i < B; i++) ad[i] = random_adapter(&e->model, rank);
+
+    double pp0, tg0, pp1, tg1;
+    single(e, NULL, n_prompt, n_gen, reps, &pp0, &tg0);
+    single(e, ad[0], n_prompt, n_gen, reps, &pp1, &tg1);
+    const double b0 = batched(e, ad, B, 0, n_gen, reps), b1 = batched(e, ad, B, 1, n_gen, reps),
+                 bn = batched(e, ad, B, 2, n_gen, reps);
+    printf("model %s, %d threads (0 = all cores), rank %d on all 7 projections of %d layers\n\n", model,
+           threads, rank, e->model.hp.n_layer);
+    printf("| test | no adapter (tok/s) | with adapter(s) (tok/s) | cost |\n|---|---:|---:|---:|\n");
+    printf("| prefill pp%d | %.1f | %.1f | %+.1f %% |\n", n_prompt, pp0, pp1, 100 * (pp0 / pp1 - 1));
+    printf("| decode tg%d | %.2f | %.2f | %+.1f %% |\n", n_gen, tg0, tg1, 100 * (tg0 / tg1 - 1));
+    printf("| batch of %d, 1 shared adapter | %.1f | %.1f | %+.1f %% |\n", B, b0, b1, 100 * (b0 / b1 - 1));
+    printf("| batch of %d, %d different adapters | %.1f | %.1f | %+.1f %% (vs 1 shared: %+.1f %%) |\n", B, B, b0, bn,
+           100 * (b0 / bn - 1), 100 * (b1 / bn - 1));
+    for (int i = 0; i < B; i++) cera_adapter_free(ad[i]);
+    free(ad);
+    cera_engine_close(e);
+    return 0;
+}
