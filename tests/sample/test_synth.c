@@ -2,8 +2,10 @@
  * test_synth.c — `cera synth` (tools/cera/synth.c): the `test` shape synthesized in
  * several types opens with the GGUF reader and has the hyperparameters, tokenizer,
  * tensors, shapes and types a llama model needs; weights dequantize to ~N(0, 0.02)
- * and norms to 1; the same seed writes the same bytes, another seed other bytes; bad
- * arguments fail with a message and a non-zero exit, never a signal.
+ * and norms to 1; the engine loads the files and computes finite, varied logits (also
+ * for the qwen2 shape with QKV biases and a tied output); the same seed writes the
+ * same bytes, another seed other bytes; bad arguments fail with a message and a
+ * non-zero exit, never a signal.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,10 +17,48 @@
 
 #define CERA_BIN CERA_BINARY_DIR "/tools/cera/cera"
 
-static int synth(const char *type, const char *out, const char *extra) {
+static int synth_shape(const char *shape, const char *type, const char *out, const char *extra) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s synth test %s -o %s -t 2 %s 2>/dev/null", CERA_BIN, type, out, extra);
+    snprintf(cmd, sizeof cmd, "%s synth %s %s -o %s -t 2 %s 2>/dev/null", CERA_BIN, shape, type, out, extra);
     return run_command(cmd);
+}
+
+static int synth(const char *type, const char *out, const char *extra) {
+    return synth_shape("test", type, out, extra);
+}
+
+/* Loads a synthesized file in the engine and evaluates a short prompt: the logits of
+ * random weights must be finite and not all alike. */
+static void check_engine(const char *path) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 1;
+    ep.n_ctx = 64;
+    ep.device = CERA_DEVICE_CPU;
+    cera_engine *e = NULL;
+    cera_session *s = NULL;
+    cera_error err = {0};
+    const cera_session_params sp = cera_session_default_params();
+    const bool opened = cera_engine_open(path, &ep, &e, &err) == CERA_OK;
+    CHECK(opened, "engine opens %s: %s", path, err.message);
+    if (!opened) return;
+    CHECK(cera_engine_n_vocab(e) == 512, "%s: vocabulary %d", path, cera_engine_n_vocab(e));
+    CHECK(cera_session_create(e, &sp, &s, &err) == CERA_OK, "session: %s", err.message);
+    const cera_token prompt[5] = {1, 100, 200, 300, 400};
+    const bool ok = s && cera_session_eval(s, prompt, 5, false, &err) == CERA_OK;
+    CHECK(ok, "%s: eval: %s", path, err.message);
+    const float *lg = ok ? cera_session_logits(s, -1) : NULL;
+    if (lg) {
+        int finite = 0;
+        float lo = lg[0], hi = lg[0];
+        for (int i = 0; i < 512; i++) {
+            finite += isfinite(lg[i]) != 0;
+            lo = fminf(lo, lg[i]);
+            hi = fmaxf(hi, lg[i]);
+        }
+        CHECK(finite == 512 && hi > lo, "%s: %d finite logits in [%g, %g]", path, finite, lo, hi);
+    }
+    cera_session_free(s);
+    cera_engine_close(e);
 }
 
 static void check_u32(const gguf_file *f, const char *key, uint32_t want) {
@@ -120,7 +160,29 @@ int main(void) {
         snprintf(path, sizeof path, "synth-test-%s.gguf", names[i]);
         CHECK(synth(names[i], path, "") == 0, "cera synth test %s failed", names[i]);
         check_file(path, types[i]);
+        check_engine(path);
     }
+
+    /* qwen2: QKV biases, tied output. */
+    CHECK(synth_shape("test-qwen2", "q8_0", "synth-qwen2.gguf", "") == 0,
+          "cera synth test-qwen2 q8_0 failed");
+    gguf_file *f = NULL;
+    cera_error err = {0};
+    CHECK(gguf_open("synth-qwen2.gguf", &f, &err) == CERA_OK, "qwen2 file: %s", err.message);
+    if (f) {
+        gguf_str arch = {0};
+        CHECK(gguf_get_str(f, "general.architecture", &arch) && gguf_str_eq(arch, "qwen2"),
+              "qwen2 architecture");
+        check_u32(f, "qwen2.embedding_length", 256);
+        const gguf_tensor *bq = gguf_find_tensor(f, "blk.1.attn_q.bias");
+        const gguf_tensor *bk = gguf_find_tensor(f, "blk.1.attn_k.bias");
+        CHECK(bq && bq->ne[0] == 256 && bq->type == CERA_TYPE_F32, "attn_q.bias [256] f32");
+        CHECK(bk && bk->ne[0] == 128, "attn_k.bias [128]");
+        CHECK(!gguf_find_tensor(f, "output.weight"), "tied: no output.weight");
+        CHECK(f->n_tensors == 2 + 2 * 12, "%llu tensors", (unsigned long long)f->n_tensors);
+        gguf_close(f);
+    }
+    check_engine("synth-qwen2.gguf");
     /* Same seed, same bytes (whatever the thread count); another seed, other bytes. */
     CHECK(synth("q4_0", "synth-a.gguf", "--seed 5") == 0, "synth seed 5");
     char cmd[1024];

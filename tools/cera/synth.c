@@ -44,6 +44,7 @@ typedef struct synth_shape {
 static const synth_shape shapes[] = {
     /* name              arch     vocab   embd  ff     head kv layer ctx     eps   rope    tied  bias */
     {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false},
+    {"test-qwen2", "qwen2", 512, 256, 768, 8, 4, 2, 2048, 1e-6f, 1000000.0f, true, true},
     {"llama2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5f, 10000.0f, false, false},
     {"llama-3.2-1b", "llama", 128256, 2048, 8192, 32, 8, 16, 131072, 1e-5f, 500000.0f, true, false},
     {"llama-3.1-8b", "llama", 128256, 4096, 14336, 32, 8, 32, 131072, 1e-5f, 500000.0f, false, false},
