@@ -68,12 +68,12 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
             for (int i0 = 0; i0 < n; i0 += 2) {
                 const float c = cache[i0], s = cache[i0 + 1];
                 const float x0 = v[i0], x1 = v[i0 + 1];
-                v[i0] = x0 * c - x1 * s;
-                v[i0 + 1] = x0 * s + x1 * c;
+                v[i0] = fmaf(x0, c, -(x1 * s)); /* contracted as llama.cpp's build does */
+                v[i0 + 1] = fmaf(x0, s, x1 * c);
             }
         } else {
-            /* llama.cpp's compiler contracts this rotation into fused multiply-adds (the
-             * NORM one it leaves as written); fmaf reproduces the roundings */
+            /* llama.cpp's compiler contracts the rotation into fused multiply-adds;
+             * fmaf reproduces its roundings */
             const int half = n / 2;
             for (int i0 = 0; i0 < n; i0 += 2) {
                 const int ic = i0 / 2;
@@ -86,8 +86,32 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
     }
 }
 
+/* exp(x) as llama.cpp's AVX-512 build computes it inside SiLU (ggml_v_expf, after ARM's
+ * optimized-routines expf): a range reduction by ln 2 and a degree-5 polynomial, about
+ * 1.5 ulp from expf. Written out in scalar fused multiply-adds so that SwiGLU rounds as
+ * the goldens do (activation quantizers downstream turn 1-ulp differences into flips). */
+static float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j =
+        fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+             fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
 void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
-    for (int i = 0; i < n; i++) {
+    /* llama.cpp's AVX-512 SwiGLU takes 16 elements at a time with the polynomial exp,
+     * and the tail with libm's expf */
+    const int nv = n & ~15;
+    for (int i = 0; i < nv; i++) {
+        const float x = g[i];
+        y[i] = x / (1.0f + expf_ggml(0.0f - x)) * u[i];
+    }
+    for (int i = nv; i < n; i++) {
         const float x = g[i];
         y[i] = x / (1.0f + expf(-x)) * u[i];
     }
