@@ -142,6 +142,33 @@ static void check_file(const char *path, cera_type want) {
     gguf_close(f);
 }
 
+/* synth patches shapes and offsets into a header the GGUF writer made for one-block
+ * tensors: the file must equal what the writer makes from the same keys and tensors. */
+static void check_same_as_writer(const char *path) {
+    gguf_file *f = NULL;
+    cera_error err = {0};
+    if (gguf_open(path, &f, &err) != CERA_OK) {
+        CHECK(false, "%s: %s", path, err.message);
+        return;
+    }
+    gguf_writer *w = gguf_writer_new();
+    for (uint64_t i = 0; i < f->n_kv; i++) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+    char name[128];
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        gguf_writer_add_tensor(w, gguf_str_copy(t->name, name, sizeof name), t->type, t->n_dims, t->ne,
+                               t->data, NULL);
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK(gguf_writer_to_memory(w, &buf, &size, &err) == CERA_OK, "writer: %s", err.message);
+    CHECK(buf && size == f->size && !memcmp(buf, f->base, size), "%s differs from the writer's serialization",
+          path);
+    free(buf);
+    gguf_writer_free(w);
+    gguf_close(f);
+}
+
 static bool same_file(const char *a, const char *b) {
     size_t na, nb;
     char *x = read_file(a, &na), *y = read_file(b, &nb);
@@ -160,6 +187,7 @@ int main(void) {
         snprintf(path, sizeof path, "synth-test-%s.gguf", names[i]);
         CHECK(synth(names[i], path, "") == 0, "cera synth test %s failed", names[i]);
         check_file(path, types[i]);
+        check_same_as_writer(path);
         check_engine(path);
     }
 
@@ -182,6 +210,7 @@ int main(void) {
         CHECK(f->n_tensors == 2 + 2 * 12, "%llu tensors", (unsigned long long)f->n_tensors);
         gguf_close(f);
     }
+    check_same_as_writer("synth-qwen2.gguf");
     check_engine("synth-qwen2.gguf");
     /* Same seed, same bytes (whatever the thread count); another seed, other bytes. */
     CHECK(synth("q4_0", "synth-a.gguf", "--seed 5") == 0, "synth seed 5");

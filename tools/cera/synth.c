@@ -13,9 +13,13 @@
  * falls back to Q8_0 or F16) and 1-D tensors stay F32. Values depend only on the seed
  * and the tensor and row they belong to, never on the thread count.
  *
- * Memory stays bounded for any size: the GGUF writer lays out the header (tensor data
- * left zero), then each tensor is generated and quantized in chunks of rows by all
- * threads and written in place at the offsets the GGUF reader finds in that file.
+ * Memory stays bounded for any size, and each byte is written once: the GGUF writer
+ * serializes the metadata and tensor infos of the model with every tensor shrunk to
+ * one block (the header's length does not depend on the shapes, which are fixed-width
+ * fields), the real shapes and data offsets are patched into those infos, and the
+ * header is written followed by each tensor, generated and quantized in chunks of rows
+ * by all threads and written in place. The finished file is then opened with the
+ * validating GGUF reader, which checks the layout.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -320,13 +324,10 @@ static bool pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off) {
 
 #define CHUNK_BYTES ((size_t)64 << 20)
 
-/* Generates every tensor chunk by chunk and writes it at its offset in the file. */
-static cera_status fill_file(const char *path, const synth_tensor *ts, int n_t, uint64_t seed, int n_threads,
-                             cera_error *err) {
-    gguf_file *f = NULL;
-    cera_status st = gguf_open(path, &f, err);
-    if (st) return st;
-    const int fd = open(path, O_WRONLY);
+/* Generates every tensor chunk by chunk and writes it at its file offset. */
+static cera_status fill_file(int fd, const char *path, const synth_tensor *ts, const uint64_t *offsets,
+                             int n_t, uint64_t seed, int n_threads, cera_error *err) {
+    cera_status st = CERA_OK;
     int64_t max_row = 1;
     size_t max_row_bytes = 1;
     for (int i = 0; i < n_t; i++) {
@@ -339,22 +340,15 @@ static cera_status fill_file(const char *path, const synth_tensor *ts, int n_t, 
     fill_worker *wk = calloc((size_t)n_threads, sizeof *wk);
     pthread_t *th = calloc((size_t)n_threads, sizeof *th);
     bool *created = calloc((size_t)n_threads, sizeof *created);
-    bool ok = fd >= 0 && chunk && wk && th && created;
+    bool ok = chunk && wk && th && created;
     for (int i = 0; ok && i < n_threads; i++)
         ok = (wk[i].row = malloc((size_t)max_row * sizeof(float))) != NULL;
     if (!ok) {
-        st = fd < 0 ? cera_fail(err, CERA_ERR_IO, "%s: cannot reopen for writing: %s", path, strerror(errno))
-                    : cera_fail(err, CERA_ERR_NO_MEMORY, "synth: out of memory for %d threads", n_threads);
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "synth: out of memory for %d threads", n_threads);
         goto done;
     }
     for (int i = 0; i < n_t && st == CERA_OK; i++) {
         const synth_tensor *t = &ts[i];
-        const gguf_tensor *gt = gguf_find_tensor(f, t->name);
-        if (!gt || gt->type != t->type) {
-            st = cera_fail(err, CERA_ERR_INTERNAL, "%s: tensor '%s' is not where it was written", path,
-                           t->name);
-            break;
-        }
         const size_t row_bytes = cera_row_size(t->type, t->ne[0]);
         const int64_t rows_per_chunk = (int64_t)(chunk_cap / row_bytes);
         uint64_t tseed = seed;
@@ -372,18 +366,13 @@ static cera_status fill_file(const char *path, const synth_tensor *ts, int n_t, 
                 else
                     fill_rows(&wk[k]); /* no thread: do its rows here */
             }
-            const uint64_t off = f->data_offset + gt->offset + (uint64_t)r0 * row_bytes;
-            if (!pwrite_all(fd, chunk, (size_t)nr * row_bytes, off)) {
+            if (!pwrite_all(fd, chunk, (size_t)nr * row_bytes, offsets[i] + (uint64_t)r0 * row_bytes)) {
                 st = cera_fail(err, CERA_ERR_IO, "%s: cannot write tensor '%s': %s", path, t->name,
                                strerror(errno));
                 break;
             }
         }
     }
-    if (st == CERA_OK && close(fd) != 0)
-        st = cera_fail(err, CERA_ERR_IO, "%s: cannot close: %s", path, strerror(errno));
-    else if (st != CERA_OK)
-        close(fd);
 done:
     if (wk)
         for (int i = 0; i < n_threads; i++) free(wk[i].row);
@@ -391,7 +380,84 @@ done:
     free(th);
     free(created);
     free(chunk);
+    return st;
+}
+
+static void store_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Creates the file with its header: `probe` holds the model's metadata and tensors
+ * declared one block each; their infos get the real shapes and offsets. Gives the open
+ * file and each tensor's absolute data offset. */
+static cera_status write_header(gguf_writer *probe, const synth_tensor *ts, int n_t, const char *path,
+                                int *fd_out, uint64_t *offsets, cera_error *err) {
+    void *buf = NULL;
+    size_t size = 0;
+    gguf_file *pf = NULL;
+    *fd_out = -1;
+    cera_status st = gguf_writer_to_memory(probe, &buf, &size, err);
+    if (st == CERA_OK) st = gguf_open_memory(buf, size, &pf, err);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    const uint64_t align = pf->alignment, data_offset = pf->data_offset;
+    uint64_t off = 0;
+    for (int i = 0; i < n_t && st == CERA_OK; i++) {
+        const gguf_tensor *t = gguf_find_tensor(pf, ts[i].name);
+        if (!t || t->n_dims != ts[i].n_dims) {
+            st = cera_fail(err, CERA_ERR_INTERNAL, "synth: tensor '%s' missing from the header", ts[i].name);
+            break;
+        }
+        /* The info after the name: u32 n_dims, u64 ne[n_dims], u32 type, u64 offset. */
+        uint8_t *info = (uint8_t *)buf + ((const uint8_t *)t->name.data - (const uint8_t *)buf) + t->name.len;
+        for (uint32_t d = 0; d < t->n_dims; d++) store_le64(info + 4 + 8 * d, (uint64_t)ts[i].ne[d]);
+        store_le64(info + 8 + 8 * t->n_dims, off);
+        offsets[i] = data_offset + off;
+        const uint64_t nbytes = cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
+        off += (nbytes + align - 1) / align * align;
+    }
+    gguf_close(pf);
+    int fd = -1;
+    if (st == CERA_OK) {
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) st = cera_fail(err, CERA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    if (st == CERA_OK &&
+        (!pwrite_all(fd, buf, (size_t)data_offset, 0) || ftruncate(fd, (off_t)(data_offset + off)) != 0))
+        st = cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    free(buf);
+    if (st && fd >= 0) close(fd);
+    if (st == CERA_OK) *fd_out = fd;
+    return st;
+}
+
+/* Writes the whole model, then checks it with the validating reader. */
+static cera_status write_model(gguf_writer *probe, const synth_tensor *ts, int n_t, const char *path,
+                               uint64_t seed, int n_threads, cera_error *err) {
+    uint64_t *offsets = calloc((size_t)n_t, sizeof *offsets);
+    if (!offsets) return cera_fail(err, CERA_ERR_NO_MEMORY, "synth: out of memory");
+    int fd = -1;
+    cera_status st = write_header(probe, ts, n_t, path, &fd, offsets, err);
+    const bool created = st == CERA_OK; /* from here on a failure removes the file */
+    if (st == CERA_OK) {
+        st = fill_file(fd, path, ts, offsets, n_t, seed, n_threads, err);
+        if (close(fd) != 0 && st == CERA_OK)
+            st = cera_fail(err, CERA_ERR_IO, "%s: cannot close: %s", path, strerror(errno));
+    }
+    gguf_file *f = NULL;
+    if (st == CERA_OK) st = gguf_open(path, &f, err);
+    for (int i = 0; st == CERA_OK && i < n_t; i++) {
+        const gguf_tensor *t = gguf_find_tensor(f, ts[i].name);
+        if (!t || t->type != ts[i].type || t->ne[0] != ts[i].ne[0] || t->ne[1] != ts[i].ne[1] ||
+            f->data_offset + t->offset != offsets[i])
+            st = cera_fail(err, CERA_ERR_INTERNAL, "%s: tensor '%s' is not where it was written", path,
+                           ts[i].name);
+    }
     gguf_close(f);
+    free(offsets);
+    if (st != CERA_OK && created) unlink(path);
     return st;
 }
 
@@ -489,22 +555,19 @@ int cmd_synth(int argc, char **argv) {
     cera_status st = set_vocab(w, vf, sh->n_vocab, &err);
     uint64_t total = 0, n_params = 0;
     for (int i = 0; st == CERA_OK && i < n_t; i++) {
-        /* data NULL: the writer lays the file out with zeros; fill_file writes them. */
-        st = gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne, NULL, &err);
+        /* one block each: write_header patches in the real shapes and offsets */
+        const int64_t one_block[2] = {cera_type_get(ts[i].type)->block_size, 1};
+        st = gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, one_block, NULL, &err);
         total += cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
         n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (st == CERA_OK) st = gguf_writer_write(w, out, &err);
+    if (st == CERA_OK) st = write_model(w, ts, n_t, out, seed, (int)n_threads, &err);
     gguf_writer_free(w);
     gguf_close(vf);
-    if (st == CERA_OK) st = fill_file(out, ts, n_t, seed, (int)n_threads, &err);
     free(ts);
-    if (st != CERA_OK) {
-        unlink(out);
-        return cli_fail(&err);
-    }
+    if (st != CERA_OK) return cli_fail(&err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     fprintf(stderr,
