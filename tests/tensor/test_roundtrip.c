@@ -8,6 +8,7 @@
  * weights roughly are), within type_bounds.h's bound for the type.
  * The seed is random per run and printed; CERA_TEST_SEED=<n> repeats a run.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,31 @@ static void test_degenerate(void) {
     }
 }
 
+/* Hostile values (NaN, infinities, FLT_MAX, subnormals) in the first block of a row: the
+ * quantizer must not crash or hit undefined behaviour (the sanitizer build checks), and
+ * blocks are independent, so the rest of the row gets exactly the bytes it gets alone. */
+static void test_non_finite(test_rng *rng) {
+    enum { N = 1024 };
+    const float hostile[] = {NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 1e-45f, -1e-40f, 0.0f};
+    float x[N];
+    uint8_t q_all[N * 4], q_rest[N * 4];
+    for (size_t k = 0; k < sizeof bounds / sizeof bounds[0]; k++) {
+        const cera_type_traits *tt = cera_type_get(bounds[k].type);
+        const int bs = tt->block_size < 256 ? 256 : tt->block_size; /* first 256: the hostile block(s) */
+        for (size_t h = 0; h < sizeof hostile / sizeof hostile[0]; h++) {
+            for (int i = 0; i < N; i++) x[i] = test_rng_normal(rng);
+            for (int i = 0; i < bs; i += 7) x[i] = hostile[h];
+            tt->from_float_ref(x, q_all, N);
+            tt->from_float_ref(x + bs, q_rest, N - bs);
+            const size_t skip = cera_row_size(bounds[k].type, bs);
+            CHECK(!memcmp(q_all + skip, q_rest, cera_row_size(bounds[k].type, N - bs)),
+                  "%s: a block holding %g changed the blocks after it", tt->name, (double)hostile[h]);
+            float y[N];
+            tt->to_float(q_all, y, N); /* decoding whatever was stored must be safe too */
+        }
+    }
+}
+
 /* The fields that activation-side dot products read instead of recomputing. */
 static void test_activation_fields(test_rng *rng) {
     enum { N = 1024 };
@@ -177,6 +203,7 @@ int main(void) {
     test_table();
     test_error_bounds(&rng, seed);
     test_degenerate();
+    test_non_finite(&rng);
     test_activation_fields(&rng);
     return test_finish();
 }
