@@ -1,0 +1,262 @@
+/*
+ * cuda_bench.c — the CUDA backend's speed on one GPU, in llama-bench's terms.
+ *
+ * In one process: the device's bandwidth (a device-to-device copy, counting bytes read
+ * plus written, and a 128-bit streaming read), the decode matvec alone per weight type
+ * (GB/s of weight bytes), then for a model: pp (a prompt of -p tokens as one batch), tg
+ * (-n tokens generated one at a time from an empty context) and tg at depth -d (after a
+ * prompt of -d tokens), each -r times, as tok/s, with the weight bytes streamed per
+ * generated token, the GB/s that makes and its share of the measured read bandwidth.
+ *
+ * The model is a GGUF file (-m) or, with --synth, a random-weight model of the
+ * llama2-7b shape made on the GPU (no file, no host memory): the tensor types llama-quantize
+ * gives for the named type (q4_0 and q4_k_m keep output.weight in Q6_K; q4_k_m puts
+ * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
+ * types, not on the values. Prints one markdown row per test (and --md-header).
+ *
+ * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3]
+ *                   [--bw-gib 4] [--matvec] [--md-header]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const cera_error *err) {
+    fprintf(stderr, "cuda_bench: %s: %s\n", what, err ? err->message : "");
+    exit(1);
+}
+
+/* llama2-7b: 4096 embd, 11008 ffn, 32 layers, 32 heads (MHA), 32000 vocab. */
+static void synth_model(cera_model *m, cera_type t, bool q4_k_m, cera_type out_type) {
+    memset(m, 0, sizeof *m);
+    cera_hparams *hp = &m->hp;
+    hp->arch = CERA_ARCH_LLAMA;
+    hp->n_vocab = 32000;
+    hp->n_ctx_train = 4096;
+    hp->n_embd = 4096;
+    hp->n_layer = 32;
+    hp->n_head = 32;
+    hp->n_head_kv = 32;
+    hp->head_dim = 128;
+    hp->n_ff = 11008;
+    hp->n_rot = 128;
+    hp->rms_eps = 1e-5f;
+    hp->rope_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_style = CERA_ROPE_NORM;
+    hp->use_rope = true;
+    hp->rope_attn_factor = 1.0f;
+    hp->embd_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf(128.0f);
+    hp->logit_scale = 1.0f;
+    m->tok_embd = (cera_weight){.type = t, .k = 4096, .n = 32000};
+    m->output = (cera_weight){.type = out_type, .k = 4096, .n = 32000};
+    m->output_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
+    m->layers = calloc(32, sizeof(cera_layer));
+    for (int l = 0; l < 32; l++) {
+        cera_layer *L = &m->layers[l];
+        const bool more = l < 4 || l >= 28 || (l - 4) % 3 == 2; // llama-quantize's use_more_bits
+        const int64_t kn[CERA_PROJ_COUNT][2] = {{4096, 4096},  {4096, 4096},  {4096, 4096}, {4096, 4096},
+                                                {4096, 11008}, {4096, 11008}, {11008, 4096}};
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            cera_type pt = t;
+            if (q4_k_m && more && (p == CERA_PROJ_V || p == CERA_PROJ_DOWN)) pt = CERA_TYPE_Q6_K;
+            L->proj[p] = (cera_weight){.type = pt, .k = kn[p][0], .n = kn[p][1]};
+        }
+        L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
+        L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
+    }
+}
+
+typedef struct stats {
+    double mean, sd;
+} stats;
+
+static stats stat_of(const double *v, int n) {
+    stats s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+/* tok/s of -n single-token steps starting at position `depth` (the prompt before it
+ * evaluated untimed in batches). */
+static double run_tg(cera_cuda_state *s, int n_batch, int depth, int n, int vocab) {
+    cera_error err;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_batch),
+            *pos = malloc(sizeof(int32_t) * (size_t)n_batch);
+    for (int done = 0; done < depth;) {
+        const int b = depth - done < n_batch ? depth - done : n_batch;
+        for (int i = 0; i < b; i++) tok[i] = (done + i) * 7919 % vocab, pos[i] = done + i;
+        if (cera_cuda_forward(s, tok, pos, b, NULL, false, NULL, &err)) die("depth prompt", &err);
+        done += b;
+    }
+    int32_t t = 1;
+    const double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        const int32_t p = depth + i;
+        if (cera_cuda_forward(s, &t, &p, 1, NULL, false, &t, &err)) die("decode", &err);
+    }
+    const double dt = now_s() - t0;
+    free(tok);
+    free(pos);
+    return n / dt;
+}
+
+static double run_pp(cera_cuda_state *s, int n, int vocab) {
+    cera_error err;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n), *pos = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) tok[i] = i * 7919 % vocab, pos[i] = i;
+    int32_t am;
+    const double t0 = now_s();
+    if (cera_cuda_forward(s, tok, pos, n, NULL, false, &am, &err)) die("prefill", &err);
+    const double dt = now_s() - t0;
+    free(tok);
+    free(pos);
+    return n / dt;
+}
+
+int main(int argc, char **argv) {
+    const char *synth = NULL, *model = NULL;
+    int p = 512, n = 128, d = 4096, r = 3;
+    double bw_gib = 4;
+    bool matvec = false, header = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bool more = i + 1 < argc;
+        if (!strcmp(a, "--synth") && more)
+            synth = argv[++i];
+        else if (!strcmp(a, "-m") && more)
+            model = argv[++i];
+        else if (!strcmp(a, "-p") && more)
+            p = atoi(argv[++i]);
+        else if (!strcmp(a, "-n") && more)
+            n = atoi(argv[++i]);
+        else if (!strcmp(a, "-d") && more)
+            d = atoi(argv[++i]);
+        else if (!strcmp(a, "-r") && more)
+            r = atoi(argv[++i]);
+        else if (!strcmp(a, "--bw-gib") && more)
+            bw_gib = atof(argv[++i]);
+        else if (!strcmp(a, "--matvec"))
+            matvec = true;
+        else if (!strcmp(a, "--md-header"))
+            header = true;
+        else {
+            fprintf(stderr,
+                    "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
+                    "[--matvec] [--md-header]\n");
+            return 2;
+        }
+    }
+    if (r < 1) r = 1;
+    if (!cera_cuda_available()) {
+        fprintf(stderr, "cuda_bench: no CUDA device\n");
+        return 1;
+    }
+    cera_error err;
+    char name[256];
+    size_t mem = 0;
+    if (cera_cuda_device_info(0, name, sizeof name, &mem, &err)) die("device", &err);
+    double copy_gbps = 0, read_gbps = 0;
+    if (cera_cuda_measure_bandwidth((size_t)(bw_gib * (1ull << 30)), &copy_gbps, &read_gbps, &err))
+        die("bandwidth", &err);
+    fprintf(stderr, "device: %s, %.1f GiB; copy %.0f GB/s (read+write), streaming read %.0f GB/s\n", name,
+            mem / 1073741824.0, copy_gbps, read_gbps);
+    printf("bandwidth: copy %.0f GB/s, read %.0f GB/s (%s)\n", copy_gbps, read_gbps, name);
+    const double ref_bw = read_gbps > copy_gbps ? read_gbps : copy_gbps;
+    if (matvec) {
+        const cera_type mt[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q8_0, CERA_TYPE_F16,
+                                CERA_TYPE_BF16, CERA_TYPE_Q4_K, CERA_TYPE_Q6_K,
+                                CERA_TYPE_Q4_1, CERA_TYPE_Q5_K, CERA_TYPE_IQ4_XS};
+        const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
+        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
+            for (size_t j = 0; j < 3; j++) {
+                double g = 0;
+                if (cera_cuda_bench_matvec(mt[i], shapes[j][0], shapes[j][1], 200, &g, &err))
+                    die("matvec", &err);
+                printf("matvec %-6s k=%-5lld n=%-5lld %7.0f GB/s  %5.1f %% of read\n",
+                       cera_type_get(mt[i])->name, (long long)shapes[j][0], (long long)shapes[j][1], g,
+                       100 * g / ref_bw);
+            }
+    }
+    if (!synth && !model) return 0;
+
+    cera_model m;
+    gguf_file *f = NULL;
+    cera_cuda_params prm = cera_cuda_default_params();
+    prm.n_ctx = d + n + 64 > p ? d + n + 64 : p;
+    prm.n_batch = p;
+    const char *label = model;
+    if (synth) {
+        cera_type t;
+        const bool kmix = !strcmp(synth, "q4_k_m");
+        if (kmix)
+            t = CERA_TYPE_Q4_K;
+        else if (!cera_type_from_name(synth, &t))
+            die("unknown type", NULL);
+        const cera_type out_t = (kmix || t == CERA_TYPE_Q4_0) ? CERA_TYPE_Q6_K : t;
+        synth_model(&m, t, kmix, out_t);
+        prm.synthetic_weights = true;
+        static char lb[64];
+        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)", synth);
+        label = lb;
+    } else {
+        if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) die(model, &err);
+    }
+    cera_cuda_state *s = NULL;
+    const double t_load = now_s();
+    if (cera_cuda_init(&m, &prm, &s, &err)) die("init", &err);
+    fprintf(stderr, "loaded in %.1f s, %.2f GiB of weights streamed per token\n", now_s() - t_load,
+            cera_cuda_weight_bytes(s) / 1073741824.0);
+    const double wbytes = (double)cera_cuda_weight_bytes(s);
+    // warm-up: graph capture, cuBLAS heuristics, clocks
+    run_tg(s, p, 0, 8, m.hp.n_vocab);
+    run_pp(s, p, m.hp.n_vocab);
+    double *v = malloc(sizeof(double) * (size_t)r);
+    if (header) {
+        printf("| model | test | tok/s | weight GB/s | %% of read BW |\n");
+        printf("|---|---|---:|---:|---:|\n");
+    }
+    for (int i = 0; i < r; i++) v[i] = run_pp(s, p, m.hp.n_vocab);
+    stats st = stat_of(v, r);
+    printf("| %s | pp%d | %.0f ± %.0f | | |\n", label, p, st.mean, st.sd);
+    fflush(stdout);
+    for (int i = 0; i < r; i++) v[i] = run_tg(s, p, 0, n, m.hp.n_vocab);
+    st = stat_of(v, r);
+    printf("| %s | tg%d | %.1f ± %.1f | %.0f | %.1f %% |\n", label, n, st.mean, st.sd, wbytes * st.mean / 1e9,
+           100 * wbytes * st.mean / 1e9 / read_gbps);
+    fflush(stdout);
+    if (d > 0) {
+        // at depth the KV cache is streamed too: K and V rows of every layer, F16
+        const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) * m.hp.n_head_kv * m.hp.head_dim * 2;
+        for (int i = 0; i < r; i++) v[i] = run_tg(s, p, d, n, m.hp.n_vocab);
+        st = stat_of(v, r);
+        printf("| %s | tg%d @ d%d | %.1f ± %.1f | %.0f (+KV %.0f) | %.1f %% |\n", label, n, d, st.mean, st.sd,
+               wbytes * st.mean / 1e9, kv * st.mean / 1e9, 100 * (wbytes + kv) * st.mean / 1e9 / read_gbps);
+    }
+    free(v);
+    cera_cuda_free(s);
+    if (synth)
+        free(m.layers);
+    else {
+        cera_model_free(&m);
+        gguf_close(f);
+    }
+    return 0;
+}

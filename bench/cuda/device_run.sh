@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/cuda/device_run.sh — one device-machine session for the CUDA backend: the GPU
+# tests, a compute-sanitizer pass, the matvec micro-benchmark and the llama2-7b-shape
+# benchmark in every headline type, all in one call (device time is scarce).
+#
+# The device machine has no pcre2/utf8proc/cJSON and no ../shared, so the binaries are
+# built here (bench/cuda/pack.sh) and travel in .devcarry/ (git-ignored) with those
+# libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
+#
+# usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
+#   steps: any of tests sanitize matvec bench (default: all); BENCH_TYPES overrides the
+#   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp).
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+C=$ROOT/.devcarry
+OUT=${OUT:-/tmp/cuda-out}
+mkdir -p "$OUT"
+STEPS=${*:-tests sanitize matvec bench}
+ln -sfn "$C/shared" /tmp/devshared
+CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
+export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
+has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+log() { echo "=== $* ($(date -u +%H:%M:%S))"; }
+
+log "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+ldd "$C/bin/test_cuda_ops" | grep -E "not found|cublas|cudart" || true
+
+if has tests; then
+    log "test_cuda_ops"
+    timeout 120 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/test_cuda_ops.log" | tail -25
+    log "test_cuda_golden"
+    timeout 240 "$C/bin/test_cuda_golden" 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -40
+fi
+if has sanitize; then
+    log "compute-sanitizer memcheck"
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_golden" stories260K.p2 2>&1 |
+        tee "$OUT/sanitize.log" | tail -6
+    timeout 100 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_golden" synth-qwen3-q8 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -6
+    timeout 60 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_golden" synth-llama-q4_0 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -4
+fi
+if has matvec; then
+    log "matvec micro-benchmark"
+    timeout 120 "$C/bin/cuda_bench" --matvec 2>&1 | tee "$OUT/matvec.log"
+fi
+if has bench; then
+    log "llama2-7b shape"
+    hdr=--md-header
+    for t in ${BENCH_TYPES:-q4_0 q8_0 f16 bf16 q4_k_m}; do
+        timeout 150 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 3 --bw-gib 4 $hdr 2>&1 |
+            tee -a "$OUT/bench.log"
+        hdr=
+    done
+fi
+log "done"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# bench/cuda/pack.sh — builds the CUDA tests and benchmark here and fills .devcarry/ with
+# them, the shared libraries the device machine lacks and the golden files the tests read,
+# for bench/cuda/device_run.sh (the `run` tool carries .devcarry).
+#   BUILD (default build-cuda-dev) is configured with -DCERA_CUDA=ON and
+#   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build-cuda-dev}
+C=.devcarry
+grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >>.git/info/exclude
+[ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
+cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
+cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden cuda_bench -j"${JOBS:-2}"
+rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
+cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/bench/cuda/cuda_bench" "$C/bin/"
+for p in $(ldd "$C/bin/test_cuda_golden" | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
+    cp -L "$p" "$C/lib/"
+done
+S=../shared
+cp $S/models/stories260K.gguf "$C/shared/models/"
+# the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
+for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
+    $S/golden/synth-granite-q8_0.*; do
+    case "$f" in *lora*) continue ;; esac
+    cp "$f" "$C/shared/golden/"
+done
+du -sh "$C"

@@ -1,0 +1,105 @@
+/*
+ * cuda_backend.h — the CUDA backend's C interface: the whole llama-family forward pass
+ * (qwen2, qwen3 and granite included) on one NVIDIA GPU, from the shared model
+ * description in model/model.h.
+ *
+ * cera_cuda_init uploads every weight once, in its GGUF type (Q4_0 and Q8_0 are
+ * repacked at upload into split quant/scale arrays so the decode kernels read them with
+ * 16-byte coalesced loads; float rows are padded to 32 elements), and allocates the KV
+ * cache (F16) and every scratch buffer for n_ctx positions and n_batch tokens: nothing
+ * is allocated per token.
+ *
+ * cera_cuda_forward evaluates n tokens of one sequence at the given positions. One token
+ * runs the decode path (int8 dot-product matvec kernels with fused epilogues, split-K
+ * attention, the whole step replayed as one CUDA graph); more tokens run the prefill path
+ * (weights dequantized to F16 tiles, cuBLAS GEMM, attention per token). Only what is asked
+ * for comes back: the logits (all positions or the last) and/or the argmax of the last
+ * position, computed on the GPU.
+ *
+ * The engine reaches it through cera_cuda_backend_open (backend.c, the session/backend.h
+ * contract: paged KV through block tables, batches of several sequences); the functions
+ * here are the standalone form used by tests and benchmarks (one sequence whose KV
+ * blocks the state owns).
+ */
+#ifndef CERA_BACKEND_CUDA_BACKEND_H
+#define CERA_BACKEND_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cera.h"
+#include "model/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cera_cuda_state cera_cuda_state;
+
+typedef struct cera_cuda_params {
+    int n_ctx;            /* KV cache positions (the sequence's context) */
+    int n_batch;          /* most tokens per cera_cuda_forward call */
+    cera_kv_type kv_type; /* CERA_KV_F16 (F32 is served as F16: same layout llama.cpp defaults to) */
+    int device;           /* CUDA device ordinal */
+    bool no_graph;        /* run decode steps as plain launches instead of a CUDA graph */
+    bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
+    /* Benchmarks only: ignore the weights' data and fill the device copies with random
+     * valid blocks on the GPU (weights of any size without a file or host memory). */
+    bool synthetic_weights;
+    uint64_t synthetic_seed;
+} cera_cuda_params;
+
+cera_cuda_params cera_cuda_default_params(void);
+
+/* True when the CUDA runtime finds at least one GPU. Never fails. */
+bool cera_cuda_available(void);
+
+/* The device's name and its memory in bytes (for logs and benchmark tables). */
+cera_status cera_cuda_device_info(int device, char *name, size_t cap, size_t *mem_bytes, cera_error *err);
+
+cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_cuda_state **out,
+                           cera_error *err);
+void cera_cuda_free(cera_cuda_state *s);
+
+/* Evaluates tokens[0..n) at positions[0..n) (each < n_ctx; a position overwrites its KV
+ * slot, so truncating a sequence is just reusing positions). Token i attends to the KV
+ * slots 0..positions[i].
+ *   logits:     NULL, or n_vocab floats per returned position (all n when all_logits,
+ *               else only the last)
+ *   argmax_out: NULL, or receives the argmax of the last position's logits
+ * n must be in 1..n_batch. */
+cera_status cera_cuda_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,
+                              float *logits, bool all_logits, int32_t *argmax_out, cera_error *err);
+
+/* Device bytes of the resident weights (what one decode step streams, embedding excluded). */
+size_t cera_cuda_weight_bytes(const cera_cuda_state *s);
+
+/* ---- Measurement and test hooks (bench/cuda, tests/cuda) ----------------------------- */
+
+/* Device-to-device copy bandwidth over a buffer of `bytes`, counting bytes read plus bytes
+ * written (GB/s), and the read-only streaming bandwidth of a 128-bit load kernel. */
+cera_status cera_cuda_measure_bandwidth(size_t bytes, double *copy_gbps, double *read_gbps, cera_error *err);
+
+/* Times the matvec of one weight type alone: n rows of k, weights random on the GPU, reps
+ * launches replayed from a graph; returns the weight bytes streamed per second (GB/s). */
+cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int reps, double *gbps,
+                                   cera_error *err);
+
+/* Runs the decode matvec path (activation quantized as the kernels do) on host data:
+ * y[n] = W[n, k] · x[k]; w in GGUF layout. */
+cera_status cera_cuda_test_matvec(cera_type type, int64_t k, int64_t n, const void *w, const float *x,
+                                  float *y, cera_error *err);
+
+/* Runs the prefill path: Y[m, n] = X[m, k] · W[n, k]^T through dequantize + cuBLAS. */
+cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t m, const void *w,
+                                const float *x, float *y, cera_error *err);
+
+/* Dequantizes rows[0..nr) of W[n, k] on the GPU (the embedding lookup's path). */
+cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const void *w, const int32_t *rows,
+                                    int nr, float *out, cera_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,179 @@
+/*
+ * cuda_kernels.h — the launch interface between the CUDA backend's host code (C) and its
+ * kernels (.cu files): device-side data layouts and one C function per launch.
+ *
+ * Layouts on the device:
+ *   - weights (cu_weight): every type stays in its GGUF block layout, except Q4_0 and Q8_0,
+ *     which are split at upload into a quant array (16 or 32 bytes per block, rows of
+ *     k/32 blocks) and an F16 scale array [n, k/32], so a warp reads 512 contiguous bytes
+ *     per load instruction. Float rows (F32/F16/BF16) are padded with zeros to k_pad, a
+ *     multiple of 32, so every kernel works in units of 32 elements.
+ *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
+ *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
+ *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
+ *   - KV cache: paged as the engine's (session/kv_cache.h): F16 blocks of CU_KV_BLOCK
+ *     positions, each [n_layer][K|V][CU_KV_BLOCK][n_head_kv * head_dim]; a token finds its
+ *     rows through its sequence's block table.
+ *
+ * Every launch function returns the launch's cudaError_t (cudaGetLastError), so the host
+ * code checks each one.
+ */
+#ifndef CERA_BACKEND_CUDA_KERNELS_H
+#define CERA_BACKEND_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" { /* types.h is a C header without its own guard */
+#endif
+
+#include "tensor/types.h"
+
+typedef struct cu_weight {
+    cera_type type;
+    int64_t k, n;      /* logical shape: n rows of k */
+    int64_t k_pad;     /* k rounded up to 32 for float types; k otherwise */
+    int64_t row_bytes; /* bytes per row in data (GGUF layout or padded float row) */
+    void *data;        /* the rows, or the split quants */
+    void *scales;      /* split types: F16 scales [n, k/32]; NULL otherwise */
+    bool split;        /* Q4_0 / Q8_0 repacked */
+} cu_weight;
+
+/* An activation: rows of k_pad values, as f32 and (when q is set) as per-32 int8 quants. */
+typedef struct cu_act {
+    float *f;   /* [rows, k_pad] */
+    int8_t *q;  /* [rows, k_pad] or NULL */
+    float *d;   /* [rows, k_pad / 32] scales (F16-rounded, as llama.cpp's Q8_0) */
+    int32_t *s; /* [rows, k_pad / 32] sums of the quants */
+    int64_t k;  /* logical length */
+    int64_t k_pad;
+} cu_act;
+
+/* True when the decode kernels for this weight type read int8-quantized activations. */
+bool cu_type_uses_q8_act(cera_type t);
+/* True when the CUDA backend has kernels for this weight type. */
+bool cu_type_supported(cera_type t);
+
+/* ---- Weights ----------------------------------------------------------------------- */
+
+/* Converts raw GGUF rows (already on the device, in src) into w's layout (w->data, w->scales
+ * allocated by the caller with cu_weight_bytes sizes). */
+cudaError_t cu_weight_import(cudaStream_t st, const cu_weight *w, const void *src);
+/* Bytes of w->data and w->scales for a weight of this type and shape. */
+void cu_weight_bytes(cera_type t, int64_t k, int64_t n, int64_t *data_bytes, int64_t *scale_bytes,
+                     int64_t *k_pad, int64_t *row_bytes);
+/* Fills w with random but valid blocks (benchmarks): scales small and finite. */
+cudaError_t cu_weight_fill_random(cudaStream_t st, const cu_weight *w, uint64_t seed);
+/* Fills n floats with a constant. */
+cudaError_t cu_fill_f32(cudaStream_t st, float *p, int64_t n, float v);
+
+/* ---- Element-wise and row ops (act.cu) ----------------------------------------------- */
+
+/* out.f[i, :] = embd_scale * dequant(W[rows[i]]) for i < n_rows (device rows). */
+cudaError_t cu_get_rows(cudaStream_t st, const cu_weight *w, const int32_t *rows, int n_rows, float *out,
+                        int64_t out_stride, float scale);
+
+/* out[i] = rmsnorm(x[i]) * weight for n_rows rows of k (stride x_stride floats), written
+ * into out as f32 and, when out->q is set, quantized. */
+cudaError_t cu_rmsnorm_act(cudaStream_t st, const float *x, int64_t x_stride, int n_rows, const float *weight,
+                           float eps, const cu_act *out);
+
+/* Quantizes n_rows rows of act->f into act->q/d/s. */
+cudaError_t cu_quantize_act(cudaStream_t st, const cu_act *act, int n_rows);
+
+/* Converts n_rows rows of f32 (stride src_stride) into F16 or BF16 rows of k_pad
+ * (zero padded) for the GEMM path. */
+cudaError_t cu_convert_rows(cudaStream_t st, const float *src, int64_t src_stride, int n_rows, int64_t k,
+                            int64_t k_pad, void *dst, bool bf16);
+
+/* x[i, j] += scale * (y[i, j] + bias[j]) for n_rows rows of k (bias may be NULL). */
+cudaError_t cu_add_scaled(cudaStream_t st, float *x, int64_t x_stride, const float *y, int64_t y_stride,
+                          const float *bias, int n_rows, int64_t k, float scale);
+
+/* h[i, j] = silu(g[i, j] + bg[j]) * (u[i, j] + bu[j]) into act rows (f32, k_pad stride). */
+cudaError_t cu_swiglu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride, const float *bg,
+                      const float *bu, int n_rows, const cu_act *h);
+
+/* y[i, j] = (y[i, j] + bias[j]) * scale (bias may be NULL), in place. */
+cudaError_t cu_bias_scale(cudaStream_t st, float *y, int64_t stride, const float *bias, int n_rows, int64_t k,
+                          float scale);
+
+/* out[0] = argmax(x[0..n)) (lowest index on ties). */
+cudaError_t cu_argmax(cudaStream_t st, const float *x, int n, int32_t *out);
+
+/* Dequantizes W into F16 rows of k_pad (for cuBLAS). */
+cudaError_t cu_dequant_f16(cudaStream_t st, const cu_weight *w, void *dst);
+
+/* ---- Decode matvec (matvec.cu) --------------------------------------------------------- */
+
+typedef enum cu_mv_epilogue {
+    CU_MV_STORE,  /* y[r] = scale * (dot + bias[r]) */
+    CU_MV_ADD,    /* y[r] += scale * (dot + bias[r])  (the residual add) */
+    CU_MV_SWIGLU, /* segments 0 (gate) and 1 (up): h[r] = silu(g) * u, into an act (+ quantized) */
+} cu_mv_epilogue;
+
+typedef struct cu_mv_seg {
+    const cu_weight *w; /* all segments of one launch share a type and k */
+    float *y;           /* STORE/ADD output [w->n] */
+    const float *bias;  /* [w->n] or NULL */
+} cu_mv_seg;
+
+/* y = W · x for up to three weights in one launch (Q, K and V; or gate and up). */
+cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, cu_mv_epilogue epi,
+                      float scale, const cu_act *h_out);
+
+/* ---- Attention (attention.cu) ----------------------------------------------------------- */
+
+#define CU_KV_BLOCK 32 /* positions per KV block (CERA_KV_BLOCK) */
+
+/* One layer's view of the paged KV cache for a batch. */
+typedef struct cu_kv {
+    void *base;               /* F16 blocks [n_blocks][n_layer][2][CU_KV_BLOCK][kv_dim] */
+    const int32_t *tables;    /* device: the batch's block tables, concatenated */
+    const int32_t *tok_table; /* device [n_tok]: where each token's table starts in tables */
+    int n_layer, layer, kv_dim;
+} cu_kv;
+
+typedef struct cu_rope {
+    int n_rot;             /* rotated dims per head */
+    bool neox;             /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    bool enabled;          /* false: no rotation (granite without rope) */
+    const float *inv_freq; /* [n_rot/2]: base^(-2i/n_rot) / freq_factor[i] */
+    const float *ramp;     /* [n_rot/2]: YaRN ramp mix times ext_factor (0 without YaRN) */
+    float freq_scale;
+    float mscale; /* cos/sin magnitude (attn_factor, times YaRN's 1 + 0.1 ln(1/freq_scale)) */
+} cu_rope;
+
+/* For n_tok tokens: Q/K per-head RMS norm (when q_norm/k_norm set), RoPE at pos[i], Q
+ * into q_out [n_tok, n_head * hd], K and V (from k_in/v_in) into the cache at pos[i].
+ * q_in/k_in/v_in rows are in_stride floats apart. */
+cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const float *k_in, const float *v_in,
+                          int64_t in_stride, int n_tok, const int32_t *pos, int n_head, int n_head_kv, int hd,
+                          const float *q_norm, const float *k_norm, float eps, const cu_rope *rope,
+                          float *q_out, const cu_kv *kv);
+
+typedef struct cu_attn_scratch {
+    float *part_acc;   /* [n_tok * n_head * max_splits * hd] */
+    float *part_ml;    /* [n_tok * n_head * max_splits * 2] */
+    int32_t *counters; /* [n_tok * n_head_kv], zero; left zero after each launch */
+    int max_splits;
+} cu_attn_scratch;
+
+/* out (f32 [n_tok, n_head * hd] in act->f, quantized when act->q is set and hd % 32 == 0,
+ * else by a cu_quantize_act the caller runs) = softmax(q K^T * scale) V over the KV slots
+ * 0..pos[i], split over n_splits chunks per KV head (flash-decoding) and combined by the
+ * last block of each head. */
+cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos, int n_head,
+                         int n_head_kv, int hd, const cu_kv *kv, float scale, int n_splits,
+                         const cu_attn_scratch *scr, const cu_act *out);
+
+/* Measurement helpers (bench). */
+cudaError_t cu_read_kernel(cudaStream_t st, const void *src, int64_t bytes, float *sink);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,262 @@
+/*
+ * forward.c — the llama-family forward pass on the GPU, in the order of llama.cpp's
+ * llm_build_llama (and its qwen2 / qwen3 / granite variants):
+ *
+ *   x = embd_scale * tok_embd[token]
+ *   per layer:  h = rmsnorm(x) * attn_norm
+ *               q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv); q/k per-head norm (qwen3); RoPE
+ *               x += residual_scale * (attention(q, K, V) Wo (+bo))
+ *               h = rmsnorm(x) * ffn_norm
+ *               x += residual_scale * ((silu(h Wgate) * (h Wup)) Wdown)
+ *   logits = (rmsnorm(x) * output_norm) Wout (+b) / logit_scale
+ *
+ * Decode (one token) is 8 launches per layer with the matvec epilogues doing the bias,
+ * residual add, SwiGLU and activation quantization; the token and its position are read
+ * from device memory, so the whole step is captured once into a CUDA graph and replayed.
+ * Prefill (several tokens) runs the same sequence with cuBLAS GEMMs (gemm.c) and separate
+ * element-wise kernels; only the rows whose logits are asked for reach the output layer.
+ */
+#include <string.h>
+
+#include "backend/cuda/cuda_state.h"
+
+/* y = W·x for Q, K and V, in one launch when they share a type. */
+static cera_status decode_qkv(cera_cuda_state *s, const cu_layer *L, cera_error *err) {
+    cu_mv_seg segs[3] = {
+        {&L->wq, s->qkv, L->bq},
+        {&L->wk, s->qkv + s->n_q, L->bk},
+        {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv},
+    };
+    if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+        CU_TRY(cu_matvec(s->st, segs, 3, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+    } else {
+        for (int i = 0; i < 3; i++)
+            CU_TRY(cu_matvec(s->st, &segs[i], 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+    }
+    return CERA_OK;
+}
+
+static cera_status decode_ffn(cera_cuda_state *s, const cu_layer *L, cera_error *err) {
+    if (L->wgate.type == L->wup.type) {
+        cu_mv_seg segs[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
+        CU_TRY(cu_matvec(s->st, segs, 2, &s->a_embd, CU_MV_SWIGLU, 1.0f, &s->a_ff));
+    } else {
+        cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
+        CU_TRY(cu_matvec(s->st, &g, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+        CU_TRY(cu_matvec(s->st, &u, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+        CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, 1, &s->a_ff));
+        CU_TRY(cu_quantize_act(s->st, &s->a_ff, 1));
+    }
+    cu_mv_seg d = {&L->wdown, s->x, L->bdown};
+    CU_TRY(cu_matvec(s->st, &d, 1, &s->a_ff, CU_MV_ADD, s->hp.residual_scale, NULL));
+    return CERA_OK;
+}
+
+/* The layer's view of the paged cache for the current batch. */
+static cu_kv layer_kv(const cera_cuda_state *s, int l) {
+    cu_kv kv;
+    kv.base = s->kv_base;
+    kv.tables = s->d_tables;
+    kv.tok_table = s->d_tok_tbl;
+    kv.n_layer = s->hp.n_layer;
+    kv.layer = l;
+    kv.kv_dim = s->n_kv;
+    return kv;
+}
+
+static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
+    const cera_hparams *hp = &s->hp;
+    const float eps = hp->rms_eps;
+    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, 1, s->x, s->embd_pad, hp->embd_scale));
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *L = &s->layers[l];
+        const cu_kv kv = layer_kv(s, l);
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, L->attn_norm, eps, &s->a_embd));
+        CERA_TRY(decode_qkv(s, L, err));
+        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, 0, 1, s->d_pos,
+                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
+                             &kv));
+        CU_TRY(cu_attention(s->st, s->qr, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
+                            s->dec_splits, &s->att, &s->a_attn));
+        if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, 1));
+        cu_mv_seg o = {&L->wo, s->x, L->bo};
+        CU_TRY(cu_matvec(s->st, &o, 1, &s->a_attn, CU_MV_ADD, hp->residual_scale, NULL));
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, L->ffn_norm, eps, &s->a_embd));
+        CERA_TRY(decode_ffn(s, L, err));
+    }
+    CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, s->output_norm, eps, &s->a_embd));
+    cu_mv_seg out = {&s->output, s->logits, s->output_b};
+    CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
+    CU_TRY(cu_argmax(s->st, s->logits, s->n_vocab, s->d_argmax));
+    return CERA_OK;
+}
+
+/* Captures the decode step into a graph on first use (again when the KV storage moved);
+ * plain launches with no_graph. */
+static cera_status run_decode(cera_cuda_state *s, cera_error *err) {
+    if (s->prm.no_graph) return decode_launches(s, err);
+    if (s->graph_ready && s->graph_kv_base != s->kv_base) {
+        cudaGraphExecDestroy(s->graph);
+        s->graph_ready = false;
+    }
+    if (!s->graph_ready) {
+        CU_TRY(cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
+        cera_status st = decode_launches(s, err);
+        cudaGraph_t g = NULL;
+        cudaError_t e = cudaStreamEndCapture(s->st, &g);
+        if (st != CERA_OK) {
+            if (g) cudaGraphDestroy(g);
+            return st;
+        }
+        if (e != cudaSuccess)
+            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph capture: %s", cudaGetErrorString(e));
+        e = cudaGraphInstantiate(&s->graph, g, 0);
+        cudaGraphDestroy(g);
+        if (e != cudaSuccess)
+            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph instantiate: %s",
+                             cudaGetErrorString(e));
+        s->graph_ready = true;
+        s->graph_kv_base = s->kv_base;
+    }
+    CU_TRY(cudaGraphLaunch(s->graph, s->st));
+    return CERA_OK;
+}
+
+/* Logits of the listed rows: one normed row through the decode matvec each when few,
+ * else every row through the GEMM and the listed ones gathered. Ends with the argmax of
+ * the last listed row. */
+static cera_status prefill_logits(cera_cuda_state *s, int n, const int32_t *out_rows, int n_out,
+                                  cera_error *err) {
+    const cera_hparams *hp = &s->hp;
+    const float inv = 1.0f / hp->logit_scale;
+    if (n_out <= 4 && n_out < n) {
+        for (int i = 0; i < n_out; i++) {
+            CU_TRY(cu_rmsnorm_act(s->st, s->x + (size_t)out_rows[i] * s->embd_pad, s->embd_pad, 1,
+                                  s->output_norm, hp->rms_eps, &s->a_embd));
+            cu_mv_seg out = {&s->output, s->logits + (size_t)i * s->n_vocab, s->output_b};
+            CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, inv, NULL));
+        }
+    } else {
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, s->output_norm, hp->rms_eps, &s->a_embd));
+        CERA_TRY(cu_gemm(s, &s->output, &s->a_embd, n, s->logits, s->n_vocab, err));
+        CU_TRY(cu_bias_scale(s->st, s->logits, s->n_vocab, s->output_b, n, s->n_vocab, inv));
+        // compact the listed rows to the front (rows only move down: out_rows increase)
+        for (int i = 0; i < n_out; i++)
+            if (out_rows[i] != i)
+                CU_TRY(cudaMemcpyAsync(s->logits + (size_t)i * s->n_vocab,
+                                       s->logits + (size_t)out_rows[i] * s->n_vocab,
+                                       sizeof(float) * (size_t)s->n_vocab, cudaMemcpyDeviceToDevice, s->st));
+    }
+    CU_TRY(cu_argmax(s->st, s->logits + (size_t)(n_out - 1) * s->n_vocab, s->n_vocab, s->d_argmax));
+    return CERA_OK;
+}
+
+static cera_status prefill(cera_cuda_state *s, int n, const int32_t *out_rows, int n_out, cera_error *err) {
+    const cera_hparams *hp = &s->hp;
+    const float eps = hp->rms_eps;
+    const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
+    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
+    int splits = 1;
+    if (n * hp->n_head_kv < 2 * s->n_sm) {
+        splits = (2 * s->n_sm + n * hp->n_head_kv - 1) / (n * hp->n_head_kv);
+        if (splits * n > s->att.max_splits) splits = s->att.max_splits / n;
+        if (splits < 1) splits = 1;
+    }
+    cu_act attn_f = s->a_attn;
+    attn_f.q = NULL; // the GEMM path reads f32 rows only
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *L = &s->layers[l];
+        const cu_kv kv = layer_kv(s, l);
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
+        CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err));
+        CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err));
+        CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err));
+        if (L->bq) CU_TRY(cu_bias_scale(s->st, s->qkv, qkv_ld, L->bq, n, s->n_q, 1.0f));
+        if (L->bk) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q, qkv_ld, L->bk, n, s->n_kv, 1.0f));
+        if (L->bv) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q + s->n_kv, qkv_ld, L->bv, n, s->n_kv, 1.0f));
+        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n, s->d_pos,
+                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
+                             &kv));
+        CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
+                            splits, &s->att, &attn_f));
+        CERA_TRY(cu_gemm(s, &L->wo, &s->a_attn, n, s->tmp, s->n_embd, err));
+        CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
+                             hp->residual_scale));
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
+        CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err));
+        CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err));
+        CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff));
+        CERA_TRY(cu_gemm(s, &L->wdown, &s->a_ff, n, s->tmp, s->n_embd, err));
+        CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bdown, n, s->n_embd,
+                             hp->residual_scale));
+    }
+    if (n_out > 0) CERA_TRY(prefill_logits(s, n, out_rows, n_out, err));
+    return CERA_OK;
+}
+
+cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
+                       const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
+                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax, cera_error *err) {
+    const int B = s->prm.n_batch;
+    if (n < 1 || n > B)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d tokens in one call (1..%d)", n, B);
+    if (n_tables > s->tables_cap)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d block-table entries in one batch (at most %d)",
+                         n_tables, s->tables_cap);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: token %d out of the vocabulary (%d)",
+                             tokens[i], s->n_vocab);
+    CU_TRY(cudaSetDevice(s->prm.device));
+    // stage the batch in pinned memory: one copy per array, ordered before the kernels
+    int32_t *h_tok = s->h_io, *h_pos = h_tok + B, *h_tt = h_pos + B, *h_am = h_tt + B, *h_tab = h_am + 1;
+    memcpy(h_tok, tokens, sizeof(int32_t) * (size_t)n);
+    memcpy(h_pos, pos, sizeof(int32_t) * (size_t)n);
+    memcpy(h_tt, tok_tbl, sizeof(int32_t) * (size_t)n);
+    memcpy(h_tab, tables, sizeof(int32_t) * (size_t)n_tables);
+    CU_TRY(cudaMemcpyAsync(s->d_tok, h_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    CU_TRY(cudaMemcpyAsync(s->d_pos, h_pos, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    CU_TRY(cudaMemcpyAsync(s->d_tok_tbl, h_tt, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
+                           s->st));
+    s->kv_base = kv_base;
+    if (n == 1)
+        CERA_TRY(run_decode(s, err));
+    else
+        CERA_TRY(prefill(s, n, out_rows, n_out, err));
+    if (argmax && n_out > 0)
+        CU_TRY(cudaMemcpyAsync(h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+    if (logits && n_out > 0)
+        CU_TRY(cudaMemcpyAsync(logits, s->logits, sizeof(float) * (size_t)n_out * s->n_vocab,
+                               cudaMemcpyDeviceToHost, s->st));
+    CU_TRY(cudaStreamSynchronize(s->st));
+    if (argmax && n_out > 0) *argmax = *h_am;
+    return CERA_OK;
+}
+
+cera_status cera_cuda_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,
+                              float *logits, bool all_logits, int32_t *argmax_out, cera_error *err) {
+    if (n < 1 || n > s->prm.n_batch)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d tokens in one call (1..%d)", n, s->prm.n_batch);
+    int max_pos = 0;
+    for (int i = 0; i < n; i++) {
+        if (positions[i] < 0 || positions[i] >= s->prm.n_ctx)
+            return cera_fail(err, CERA_ERR_CONTEXT_FULL, "cuda: position %d outside the context of %d",
+                             positions[i], s->prm.n_ctx);
+        if (positions[i] > max_pos) max_pos = positions[i];
+    }
+    // the standalone sequence: block b of the sequence is block b of its own storage
+    const int n_tables = max_pos / CU_KV_BLOCK + 1;
+    int32_t *ids = s->h_io + 3 * s->prm.n_batch + 1 + s->tables_cap; // the scratch after the staging area
+    int32_t *rows = ids + s->own_blocks;
+    for (int b = 0; b < n_tables; b++) ids[b] = b;
+    int n_out = 0;
+    if (all_logits)
+        for (int i = 0; i < n; i++) rows[n_out++] = i;
+    else
+        rows[n_out++] = n - 1;
+    int32_t *tt = rows + s->prm.n_batch;
+    for (int i = 0; i < n; i++) tt[i] = 0;
+    return cu_forward(s, tokens, positions, n, tt, ids, n_tables, s->own_kv, rows, n_out, logits, argmax_out,
+                      err);
+}

@@ -1,0 +1,292 @@
+/*
+ * hooks.c — entry points for measurements (bench/cuda) and per-op tests (tests/cuda).
+ *
+ * The tests run the very kernels the forward pass launches (cu_matvec with the activation
+ * quantized by cu_quantize_act, cu_gemm, cu_get_rows) on host inputs; the measurements
+ * time device copies, a streaming read and one matvec against the same bytes, with CUDA
+ * events around many repetitions replayed from a graph, over buffers larger than the L2.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_state.h"
+
+/* A stream and a cuBLAS handle plus the GEMM scratch, enough for cu_gemm. */
+typedef struct mini {
+    cera_cuda_state s;
+    void *raw;
+} mini;
+
+static cera_status mini_open(mini *m, cera_error *err) {
+    memset(m, 0, sizeof *m);
+    if (!cera_cuda_available()) return cera_fail(err, CERA_ERR_DEVICE, "cuda: no CUDA device found");
+    CU_TRY(cudaStreamCreateWithFlags(&m->s.st, cudaStreamNonBlocking));
+    CUBLAS_TRY(cublasCreate(&m->s.blas));
+    CUBLAS_TRY(cublasSetStream(m->s.blas, m->s.st));
+    return CERA_OK;
+}
+
+static void mini_close(mini *m) {
+    if (m->s.st) cudaStreamSynchronize(m->s.st);
+    cudaFree(m->raw);
+    cudaFree(m->s.half_act);
+    cudaFree(m->s.deq);
+    if (m->s.blas) cublasDestroy(m->s.blas);
+    if (m->s.st) cudaStreamDestroy(m->s.st);
+}
+
+/* Uploads host GGUF rows as a device weight of the forward pass's layout. */
+static cera_status upload_host(mini *m, cera_type type, int64_t k, int64_t n, const void *w, cu_weight *out,
+                               cera_error *err) {
+    cera_weight mw;
+    memset(&mw, 0, sizeof mw);
+    mw.type = type;
+    mw.k = k;
+    mw.n = n;
+    mw.data = w;
+    const size_t raw = cera_row_size(type, k) * (size_t)n;
+    if (raw == 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: k %lld is not whole blocks", (long long)k);
+    CU_TRY(cudaMalloc(&m->raw, raw));
+    m->s.prm.synthetic_weights = w == NULL;
+    return cu_upload_weight(&m->s, &mw, "test weight", out, m->raw, err);
+}
+
+/* An activation of rows x k on the device, f32 from host x (row-major, k per row), quantized. */
+static cera_status upload_act(mini *m, const float *x, int rows, int64_t k, cu_act *a, cera_error *err) {
+    memset(a, 0, sizeof *a);
+    a->k = k;
+    a->k_pad = (k + 31) / 32 * 32;
+    CU_TRY(cudaMalloc((void **)&a->f, sizeof(float) * (size_t)(rows * a->k_pad)));
+    CU_TRY(cudaMalloc((void **)&a->q, (size_t)(rows * a->k_pad)));
+    CU_TRY(cudaMalloc((void **)&a->d, sizeof(float) * (size_t)(rows * a->k_pad / 32)));
+    CU_TRY(cudaMalloc((void **)&a->s, sizeof(int32_t) * (size_t)(rows * a->k_pad / 32)));
+    CU_TRY(cudaMemset(a->f, 0, sizeof(float) * (size_t)(rows * a->k_pad)));
+    if (x)
+        CU_TRY(cudaMemcpy2D(a->f, sizeof(float) * (size_t)a->k_pad, x, sizeof(float) * (size_t)k,
+                            sizeof(float) * (size_t)k, (size_t)rows, cudaMemcpyHostToDevice));
+    else
+        CU_TRY(cu_fill_f32(m->s.st, a->f, rows * a->k_pad, 0.01f));
+    CU_TRY(cu_quantize_act(m->s.st, a, rows));
+    return CERA_OK;
+}
+
+static void free_act(cu_act *a) {
+    cudaFree(a->f);
+    cudaFree(a->q);
+    cudaFree(a->d);
+    cudaFree(a->s);
+}
+
+cera_status cera_cuda_test_matvec(cera_type type, int64_t k, int64_t n, const void *w, const float *x,
+                                  float *y, cera_error *err) {
+    mini m;
+    cu_weight cw;
+    cu_act a;
+    float *dy = NULL;
+    memset(&cw, 0, sizeof cw);
+    memset(&a, 0, sizeof a);
+    cera_status st = mini_open(&m, err);
+    if (st == CERA_OK) st = upload_host(&m, type, k, n, w, &cw, err);
+    if (st == CERA_OK) st = upload_act(&m, x, 1, k, &a, err);
+    if (st == CERA_OK && cudaMalloc((void **)&dy, sizeof(float) * (size_t)n) != cudaSuccess)
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: output");
+    if (st == CERA_OK) {
+        cu_mv_seg seg = {&cw, dy, NULL};
+        cudaError_t e = cu_matvec(m.s.st, &seg, 1, &a, CU_MV_STORE, 1.0f, NULL);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(y, dy, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost, m.s.st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        if (e != cudaSuccess) st = cera_fail(err, CERA_ERR_DEVICE, "cuda: matvec: %s", cudaGetErrorString(e));
+    }
+    cudaFree(dy);
+    free_act(&a);
+    cu_free_weight(&cw);
+    mini_close(&m);
+    return st;
+}
+
+cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t mrows, const void *w,
+                                const float *x, float *y, cera_error *err) {
+    mini m;
+    cu_weight cw;
+    cu_act a;
+    float *dy = NULL;
+    memset(&cw, 0, sizeof cw);
+    memset(&a, 0, sizeof a);
+    cera_status st = mini_open(&m, err);
+    if (st == CERA_OK) st = upload_host(&m, type, k, n, w, &cw, err);
+    if (st == CERA_OK) st = upload_act(&m, x, (int)mrows, k, &a, err);
+    if (st == CERA_OK) {
+        const size_t kp = (size_t)cw.k_pad;
+        if (cudaMalloc((void **)&dy, sizeof(float) * (size_t)(n * mrows)) != cudaSuccess ||
+            cudaMalloc(&m.s.half_act, 2 * kp * (size_t)mrows) != cudaSuccess ||
+            cudaMalloc(&m.s.deq, 2 * kp * (size_t)n) != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: gemm buffers");
+    }
+    if (st == CERA_OK) st = cu_gemm(&m.s, &cw, &a, (int)mrows, dy, n, err);
+    if (st == CERA_OK) {
+        cudaError_t e =
+            cudaMemcpyAsync(y, dy, sizeof(float) * (size_t)(n * mrows), cudaMemcpyDeviceToHost, m.s.st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        if (e != cudaSuccess) st = cera_fail(err, CERA_ERR_DEVICE, "cuda: gemm: %s", cudaGetErrorString(e));
+    }
+    cudaFree(dy);
+    free_act(&a);
+    cu_free_weight(&cw);
+    mini_close(&m);
+    return st;
+}
+
+cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const void *w, const int32_t *rows,
+                                    int nr, float *out, cera_error *err) {
+    mini m;
+    cu_weight cw;
+    int32_t *drows = NULL;
+    float *dout = NULL;
+    memset(&cw, 0, sizeof cw);
+    cera_status st = mini_open(&m, err);
+    if (st == CERA_OK) st = upload_host(&m, type, k, n, w, &cw, err);
+    const int64_t kp = cw.k_pad;
+    if (st == CERA_OK && (cudaMalloc((void **)&drows, sizeof(int32_t) * (size_t)nr) != cudaSuccess ||
+                          cudaMalloc((void **)&dout, sizeof(float) * (size_t)(nr * kp)) != cudaSuccess))
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: get_rows buffers");
+    if (st == CERA_OK) {
+        cudaError_t e = cudaMemcpy(drows, rows, sizeof(int32_t) * (size_t)nr, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cu_get_rows(m.s.st, &cw, drows, nr, dout, kp, 1.0f);
+        if (e == cudaSuccess)
+            e = cudaMemcpy2DAsync(out, sizeof(float) * (size_t)k, dout, sizeof(float) * (size_t)kp,
+                                  sizeof(float) * (size_t)k, (size_t)nr, cudaMemcpyDeviceToHost, m.s.st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        if (e != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_DEVICE, "cuda: get_rows: %s", cudaGetErrorString(e));
+    }
+    cudaFree(drows);
+    cudaFree(dout);
+    cu_free_weight(&cw);
+    mini_close(&m);
+    return st;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+cera_status cera_cuda_measure_bandwidth(size_t bytes, double *copy_gbps, double *read_gbps, cera_error *err) {
+    mini m;
+    void *src = NULL, *dst = NULL;
+    float *sink = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cera_status st = mini_open(&m, err);
+    enum { REPS = 9 };
+    float tc[REPS], tr[REPS];
+    if (st == CERA_OK && (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess ||
+                          cudaMalloc((void **)&sink, sizeof(float)) != cudaSuccess))
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: bandwidth buffers of %zu bytes", bytes);
+    if (st == CERA_OK) {
+        cudaError_t e = cudaEventCreate(&e0);
+        if (e == cudaSuccess) e = cudaEventCreate(&e1);
+        if (e == cudaSuccess) e = cudaMemsetAsync(src, 0x5a, bytes, m.s.st); // not zeros
+        for (int i = -1; i < REPS && e == cudaSuccess; i++) {                // i = -1: warm-up
+            e = cudaEventRecord(e0, m.s.st);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.s.st);
+            if (e == cudaSuccess) e = cudaEventRecord(e1, m.s.st);
+            if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+            if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&tc[i], e0, e1);
+            if (e == cudaSuccess) e = cudaEventRecord(e0, m.s.st);
+            if (e == cudaSuccess) e = cu_read_kernel(m.s.st, src, (int64_t)bytes, sink);
+            if (e == cudaSuccess) e = cudaEventRecord(e1, m.s.st);
+            if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+            if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&tr[i], e0, e1);
+        }
+        if (e != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_DEVICE, "cuda: bandwidth: %s", cudaGetErrorString(e));
+    }
+    if (st == CERA_OK) {
+        qsort(tc, REPS, sizeof(float), cmp_f);
+        qsort(tr, REPS, sizeof(float), cmp_f);
+        *copy_gbps = 2.0 * (double)bytes / (tc[REPS / 2] * 1e-3) / 1e9;
+        *read_gbps = (double)bytes / (tr[REPS / 2] * 1e-3) / 1e9;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
+    cudaFree(sink);
+    mini_close(&m);
+    return st;
+}
+
+cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int reps, double *gbps,
+                                   cera_error *err) {
+    mini m;
+    cera_status st = mini_open(&m, err);
+    if (st != CERA_OK) {
+        mini_close(&m);
+        return st;
+    }
+    // enough copies of the weight that the rotation never hits in the 60 MB L2
+    int64_t data_bytes, scale_bytes, k_pad, row_bytes;
+    cu_weight_bytes(type, k, n, &data_bytes, &scale_bytes, &k_pad, &row_bytes);
+    const int64_t wbytes = data_bytes + scale_bytes;
+    int copies = (int)((1ll << 30) / wbytes) + 1;
+    if (copies > 64) copies = 64;
+    cu_weight *ws = calloc((size_t)copies, sizeof(cu_weight));
+    cu_act a;
+    float *dy = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    memset(&a, 0, sizeof a);
+    m.s.prm.synthetic_weights = true;
+    for (int i = 0; i < copies && st == CERA_OK; i++) {
+        cera_weight mw;
+        memset(&mw, 0, sizeof mw);
+        mw.type = type;
+        mw.k = k;
+        mw.n = n;
+        m.s.prm.synthetic_seed = 7 + (uint64_t)i;
+        st = cu_upload_weight(&m.s, &mw, "bench weight", &ws[i], NULL, err);
+    }
+    if (st == CERA_OK) st = upload_act(&m, NULL, 1, k, &a, err);
+    if (st == CERA_OK && cudaMalloc((void **)&dy, sizeof(float) * (size_t)n) != cudaSuccess)
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: output");
+    if (st == CERA_OK) {
+        cudaError_t e = cudaStreamSynchronize(m.s.st);
+        if (e == cudaSuccess) e = cudaStreamBeginCapture(m.s.st, cudaStreamCaptureModeThreadLocal);
+        for (int i = 0; i < reps && e == cudaSuccess; i++) {
+            cu_mv_seg seg = {&ws[i % copies], dy, NULL};
+            e = cu_matvec(m.s.st, &seg, 1, &a, CU_MV_STORE, 1.0f, NULL);
+        }
+        cudaError_t e2 = cudaStreamEndCapture(m.s.st, &g);
+        if (e == cudaSuccess) e = e2;
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
+        if (e == cudaSuccess) e = cudaEventCreate(&e0);
+        if (e == cudaSuccess) e = cudaEventCreate(&e1);
+        float t[5];
+        for (int i = -1; i < 5 && e == cudaSuccess; i++) {
+            e = cudaEventRecord(e0, m.s.st);
+            if (e == cudaSuccess) e = cudaGraphLaunch(ge, m.s.st);
+            if (e == cudaSuccess) e = cudaEventRecord(e1, m.s.st);
+            if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+            if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&t[i], e0, e1);
+        }
+        if (e != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_DEVICE, "cuda: matvec bench: %s", cudaGetErrorString(e));
+        else {
+            qsort(t, 5, sizeof(float), cmp_f);
+            *gbps = (double)wbytes * reps / (t[2] * 1e-3) / 1e9;
+        }
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(dy);
+    free_act(&a);
+    for (int i = 0; i < copies && ws; i++) cu_free_weight(&ws[i]);
+    free(ws);
+    mini_close(&m);
+    return st;
+}
