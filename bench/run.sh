@@ -21,6 +21,7 @@
 #   --work DIR   models and raw results (default /tmp/cera-bench)
 #   --no-smollm  skip SmolLM2
 #   --no-write   print the section instead of writing RESULTS.md
+#   --no-build   use the cera already built in CERA_BUILD
 # Environment: CERA_BUILD (build folder, default build-bench), CMAKE_ARGS (extra
 # configure arguments, e.g. -DCERA_NATIVE=ON).
 set -euo pipefail
@@ -36,6 +37,7 @@ TYPES=q4_0,q8_0,q4_k_m,f16
 WORK=/tmp/cera-bench
 SMOLLM=1
 WRITE=1
+BUILD_CERA=1
 ARGS="$*"
 
 die() { echo "bench/run.sh: $*" >&2; exit 1; }
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --work) WORK=$2; shift 2 ;;
     --no-smollm) SMOLLM=0; shift ;;
     --no-write) WRITE=0; shift ;;
+    --no-build) BUILD_CERA=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -65,11 +68,16 @@ mkdir -p "$WORK/results"
 log() { echo "[bench $(date -u +%H:%M:%S)] $*" >&2; }
 
 # ---- build cera -----------------------------------------------------------------
-log "building cera in $BUILD"
-# shellcheck disable=SC2086 # CMAKE_ARGS is a list of arguments
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" --target cera membw -j "$THREADS" >/dev/null
+if [ "$BUILD_CERA" = 1 ]; then
+  log "building cera in $BUILD"
+  # shellcheck disable=SC2086 # CMAKE_ARGS is a list of arguments
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
+  cmake --build "$BUILD" --target cera membw -j "$THREADS" >/dev/null
+fi
 CERA=$BUILD/tools/cera/cera
+[ -x "$CERA" ] && [ -x "$BUILD/bench/membw" ] || die "no cera or membw in $BUILD"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+START=$(date +%s)
 
 # ---- read bandwidth ---------------------------------------------------------------
 log "measuring read bandwidth with $THREADS threads"
@@ -127,6 +135,8 @@ for m in "${MODELS[@]}"; do
 done
 
 # ---- the section ---------------------------------------------------------------------
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+MINUTES=$(( ($(date +%s) - START + 59) / 60 ))
 CPU_NAME=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 MEM_GB=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -147,7 +157,8 @@ print("""<!-- cpu-bench:begin (written by bench/run.sh; edit the script, not thi
 
 - Machine: ${CPU_NAME:-unknown CPU}, $(nproc) cores, ${MEM_GB} GB RAM, $(uname -sr); measured read bandwidth
   **${MEMBW} GB/s** with $THREADS threads (bench/membw, best of 5 passes over 1 GiB).
-- Date: $(date -u '+%Y-%m-%d %H:%M UTC'); cera commit $COMMIT; llama.cpp from \`$LLAMA_CPP_BIN\`.
+- Date: $(date -u '+%Y-%m-%d %H:%M UTC') ($MINUTES min); cera commit $COMMIT; llama.cpp from \`$LLAMA_CPP_BIN\`.
+  Load average (1, 5, 15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER (a shared machine makes numbers noisy).
 - Command: \`LLAMA_CPP_BIN=$LLAMA_CPP_BIN bench/run.sh $ARGS\`: both engines with \`-t $THREADS -r $REPS -n $N\`,
   \`-p $P\` (SmolLM2) and \`-p $P1B\` ($SHAPE), as \`llama-bench -o json\` and \`cera bench --device cpu -o json\`.
 - t/s: mean ± sample standard deviation over the repetitions. GB/s (tg only): weight bytes read per

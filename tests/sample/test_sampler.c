@@ -508,6 +508,41 @@ static void test_llama_cpp_draws(void) {
     }
 }
 
+/* Hostile logits (NaN, +-inf, everything banned) still give a token in range. */
+static void test_hostile_logits(void) {
+    enum { NV = 2000 };
+    static float logits[NV];
+    test_rng rng = {31337};
+    const float temps[3] = {0.0f, 0.8f, 1.5f};
+    for (int mode = 0; mode < 4; mode++) {
+        for (int i = 0; i < NV; i++) {
+            const float u = test_rng_uniform(&rng);
+            logits[i] = mode == 3   ? -INFINITY
+                        : u < 0.1f  ? NAN
+                        : u < 0.15f ? INFINITY
+                        : u < 0.2f  ? -INFINITY
+                                    : u * 10;
+            if (mode == 2 && i % 2) logits[i] = NAN;
+        }
+        for (int t = 0; t < 3; t++) {
+            cera_sampler_params p = cera_sampler_default_params();
+            p.temp = temps[t];
+            p.typical_p = mode == 1 ? 0.9f : 1.0f;
+            p.repeat_penalty = 1.2f;
+            cera_sampler *s;
+            CHECK(cera_sampler_new(&p, NV, &s, NULL) == CERA_OK, "sampler_new");
+            bool ok = true;
+            for (int k = 0; k < 20; k++) {
+                const cera_token tok = cera_sampler_sample(s, logits);
+                ok = ok && tok >= 0 && tok < NV;
+                cera_sampler_accept(s, tok);
+            }
+            CHECK(ok, "hostile logits (mode %d, temp %g) give tokens in range", mode, (double)temps[t]);
+            cera_sampler_free(s);
+        }
+    }
+}
+
 static void expect_rejected(const cera_sampler_params *p, int n_vocab, const char *needle) {
     cera_sampler *s = (cera_sampler *)&s; /* must be reset to NULL */
     cera_error err;
@@ -573,6 +608,7 @@ int main(void) {
     test_seeds();
     test_chi_square();
     test_llama_cpp_draws();
+    test_hostile_logits();
     test_invalid();
     return test_finish();
 }
