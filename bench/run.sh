@@ -75,7 +75,7 @@ if [ "$BUILD_CERA" = 1 ]; then
   cmake --build "$BUILD" --target cera membw -j "$THREADS" >/dev/null
 fi
 CERA=$BUILD/tools/cera/cera
-[ -x "$CERA" ] && [ -x "$BUILD/bench/membw" ] || die "no cera or membw in $BUILD"
+if [ ! -x "$CERA" ] || [ ! -x "$BUILD/bench/membw" ]; then die "no cera or membw in $BUILD"; fi
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
 
