@@ -4,10 +4,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/ops.h"
 #include "core/fp16.h"
 
+#define ATTN_TILE 64 /* keys per tile in the F32 mode, as llama.cpp's GGML_FA_TILE_KV */
+
 size_t cera_attention_scratch_size(int head_dim) {
-    return (size_t)head_dim * (2 * sizeof(uint16_t) + sizeof(float));
+    /* F16 mode: Q and the accumulator in F16; F32 mode: the accumulator and a tile of scores */
+    return (size_t)head_dim * (2 * sizeof(uint16_t) + sizeof(float)) + ATTN_TILE * sizeof(float);
 }
 
 /* K·Q with both in F16, summed as llama.cpp's AVX-512 build (the goldens') does: each
@@ -81,38 +85,60 @@ static inline float kv_get(const void *row, int i, bool f16) {
     return f16 ? cera_f16_to_f32(((const cera_f16 *)row)[i]) : ((const float *)row)[i];
 }
 
+/* The sum of 16 floats in _mm512_reduce_add_ps's order. */
+static float reduce16(const float *v) {
+    float t3[8], t6[4];
+    for (int l = 0; l < 8; l++) t3[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
+    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+/* The F32 mode, as llama.cpp's tiled path computes a row: the keys in tiles of
+ * ATTN_TILE positions; per tile the scores (an FMA chain over the head, then the
+ * scale), the tile's maximum, one rescale of the accumulator when the maximum grows,
+ * exp(s - max) with the polynomial exp summed 16 at a time into a double, and the V
+ * rows added as an FMA chain in position order. */
 static void row_f32(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h, void *scratch) {
     const int D = a->head_dim;
     const bool f16 = seq->pool->type == CERA_KV_F16;
-    const size_t es = seq->pool->elem_size;
-    const int kv_off = (h / (a->n_head / a->n_head_kv)) * D;
+    const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
     float *acc = (float *)scratch;
+    float *p = acc + D; /* [ATTN_TILE] scores, then probabilities */
     float *out = a->out + ((size_t)t * a->n_head + h) * D;
     const float *q = a->q + ((size_t)t * a->n_head + h) * D;
     memset(acc, 0, (size_t)D * sizeof *acc);
     float S = 0.0f, M = -INFINITY;
     const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += CERA_KV_BLOCK) {
-        const uint8_t *kb = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0) + (size_t)kv_off * es;
-        const uint8_t *vb = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0) + (size_t)kv_off * es;
-        const int n = n_pos - p0 < CERA_KV_BLOCK ? n_pos - p0 : CERA_KV_BLOCK;
-        const size_t stride = (size_t)seq->pool->kv_dim * es;
-        for (int j = 0; j < n; j++) {
-            const void *k = kb + j * stride;
-            const void *v = vb + j * stride;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s += q[d] * kv_get(k, d, f16);
-            s *= a->scale;
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                ms = expf(M - s);
-                M = s;
-                for (int d = 0; d < D; d++) acc[d] *= ms;
-            } else {
-                vs = expf(s - M);
+    for (int p0 = 0; p0 < n_pos; p0 += ATTN_TILE) {
+        const int n = n_pos - p0 < ATTN_TILE ? n_pos - p0 : ATTN_TILE;
+        float tile_max = -INFINITY;
+        for (int j = 0; j < ATTN_TILE; j++) {
+            if (j >= n) {
+                p[j] = -INFINITY; /* masked (a later position) */
+                continue;
             }
-            for (int d = 0; d < D; d++) acc[d] += kv_get(v, d, f16) * vs;
-            S = S * ms + vs;
+            const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
+            float s = 0.0f;
+            for (int d = 0; d < D; d++) s = fmaf(q[d], kv_get(k, d, f16), s);
+            p[j] = s * a->scale;
+            tile_max = fmaxf(tile_max, p[j]);
+        }
+        const float m_new = fmaxf(M, tile_max);
+        if (m_new > M) {
+            const float ms = expf(M - m_new);
+            for (int d = 0; d < D; d++) acc[d] *= ms;
+            S *= ms;
+        }
+        M = m_new;
+        double sum = 0.0;
+        for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) {
+            for (int j = j0; j < j0 + 16; j++) p[j] = cera_expf_ggml(p[j] - M);
+            sum += (double)reduce16(p + j0);
+        }
+        S = (float)((double)S + sum);
+        for (int j = 0; j < n; j++) {
+            const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off;
+            for (int d = 0; d < D; d++) acc[d] = fmaf(kv_get(v, d, f16), p[j], acc[d]);
         }
     }
     const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;

@@ -90,7 +90,7 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
  * optimized-routines expf): a range reduction by ln 2 and a degree-5 polynomial, about
  * 1.5 ulp from expf. Written out in scalar fused multiply-adds so that SwiGLU rounds as
  * the goldens do (activation quantizers downstream turn 1-ulp differences into flips). */
-static float expf_ggml(float x) {
+float cera_expf_ggml(float x) {
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
@@ -109,7 +109,7 @@ void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
     const int nv = n & ~15;
     for (int i = 0; i < nv; i++) {
         const float x = g[i];
-        y[i] = x / (1.0f + expf_ggml(0.0f - x)) * u[i];
+        y[i] = x / (1.0f + cera_expf_ggml(0.0f - x)) * u[i];
     }
     for (int i = nv; i < n; i++) {
         const float x = g[i];

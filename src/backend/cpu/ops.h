@@ -33,6 +33,10 @@ void cera_rope_cache(const cera_rope *r, int32_t pos, float *cache);
 /* Rotates n_heads consecutive heads of head_dim floats in place with a cache from cera_rope_cache. */
 void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_heads, int head_dim);
 
+/* exp(x) as llama.cpp's AVX-512 build computes it in SiLU and softmax (ggml_v_expf):
+ * within 1.5 ulp of expf; used where the goldens' roundings are mirrored. */
+float cera_expf_ggml(float x);
+
 /* y = silu(g) * u, n elements (y may alias g). */
 void cera_swiglu_f32(float *y, const float *g, const float *u, int n);
 
