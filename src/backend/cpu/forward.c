@@ -89,12 +89,10 @@ typedef struct attn_job {
     cpu_backend *be;
 } attn_job;
 
-static void attn_worker(void *arg, int ith, int nth) {
+static void attn_row(void *arg, int64_t row, int ith) {
     attn_job *j = arg;
-    const int rows = j->args.n_tokens * j->args.n_head;
-    const int per = (rows + nth - 1) / nth;
-    const int r0 = per * ith, r1 = r0 + per < rows ? r0 + per : rows;
-    if (r0 < r1) cera_attention_rows(&j->args, r0, r1, j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
+    cera_attention_rows(&j->args, (int)row, (int)row + 1,
+                        j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -195,7 +193,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
             store_kv(s, il, 1, b->pos[t], be->v + (size_t)t * n_kv, n_kv);
         }
         aj.args.layer = il;
-        cera_pool_run(be->pool, attn_worker, &aj);
+        cera_pool_for(be->pool, (int64_t)n * hp->n_head, attn_row, &aj);
 
         proj_matmul(&pc, il, CERA_PROJ_O, be->att, be->o, n);
         add_bias(be->o, &L->bo, n);

@@ -25,10 +25,9 @@ typedef struct mm_job {
     int64_t n_row_chunks, n_tok_chunks;
 } mm_job;
 
-static void quantize_rows(void *arg, int ith, int nth) {
+static void quantize_row(void *arg, int64_t t, int ith) {
     mm_job *j = arg;
-    for (int t = ith; t < j->n_tokens; t += nth)
-        j->ops->quantize_act(j->x + (size_t)t * j->w->k, j->act_out + (size_t)t * j->act_stride, j->w->k);
+    j->ops->quantize_act(j->x + (size_t)t * j->w->k, j->act_out + (size_t)t * j->act_stride, j->w->k);
 }
 
 static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t1) {
@@ -53,17 +52,14 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
     }
 }
 
-static void compute(void *arg, int ith, int nth) {
+static void compute(void *arg, int64_t c, int ith) {
     const mm_job *j = arg;
-    const int64_t n_chunks = j->n_row_chunks * j->n_tok_chunks;
     const int64_t rows = j->w->n;
-    for (int64_t c = ith; c < n_chunks; c += nth) {
-        const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
-        const int64_t r0 = rc * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
-        const int t0 = (int)tc * TOKEN_CHUNK;
-        const int t1 = t0 + TOKEN_CHUNK < j->n_tokens ? t0 + TOKEN_CHUNK : j->n_tokens;
-        compute_chunk(j, r0, r1, t0, t1);
-    }
+    const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
+    const int64_t r0 = rc * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+    const int t0 = (int)tc * TOKEN_CHUNK;
+    const int t1 = t0 + TOKEN_CHUNK < j->n_tokens ? t0 + TOKEN_CHUNK : j->n_tokens;
+    compute_chunk(j, r0, r1, t0, t1);
 }
 
 void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
@@ -83,9 +79,9 @@ void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops 
     } else {
         j.act_out = act;
         j.act = act;
-        cera_pool_run(pool, quantize_rows, &j);
+        cera_pool_for(pool, n_tokens, quantize_row, &j);
     }
     j.n_row_chunks = (w->n + ROW_CHUNK - 1) / ROW_CHUNK;
     j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
-    cera_pool_run(pool, compute, &j);
+    cera_pool_for(pool, j.n_row_chunks * j.n_tok_chunks, compute, &j);
 }

@@ -1,21 +1,26 @@
 /*
  * threadpool.h — the CPU backend's persistent worker threads.
  *
- * Created once per engine; every parallel step of a forward pass (a matmul, the
- * attention, ...) is one cera_pool_run: the caller's thread takes part as worker 0,
- * the others wake, run fn(arg, ith, nth) and meet at the end. Workers spin briefly
- * after a job (the next op usually follows within microseconds), then sleep on a
- * condition variable so an idle engine costs no CPU.
+ * Created once per engine. Every parallel step of a forward pass (a matmul, the
+ * attention, ...) is one cera_pool_for: the work is cut into chunks that the caller's
+ * thread and the workers claim one at a time from a shared counter, so a worker that
+ * the OS has not scheduled yet simply finds no chunk left (on a busy machine the caller
+ * does the work itself instead of waiting for it). Workers spin briefly after a job (the
+ * next op usually follows within microseconds), then sleep on a condition variable so an
+ * idle engine costs no CPU.
  */
 #ifndef CERA_BACKEND_CPU_THREADPOOL_H
 #define CERA_BACKEND_CPU_THREADPOOL_H
+
+#include <stdint.h>
 
 #include "cera.h"
 
 typedef struct cera_pool cera_pool;
 
-/* A job's body: worker ith of nth does its share of the work described by arg. */
-typedef void (*cera_pool_fn)(void *arg, int ith, int nth);
+/* One chunk of a job. ith identifies the thread (0 = the caller, 1..n-1 the workers)
+ * for per-thread scratch; it does not say which chunks a thread gets. */
+typedef void (*cera_pool_chunk_fn)(void *arg, int64_t chunk, int ith);
 
 /* n_threads <= 0: one per online core. */
 cera_status cera_pool_new(int n_threads, cera_pool **out, cera_error *err);
@@ -23,8 +28,14 @@ void cera_pool_free(cera_pool *pool);
 
 int cera_pool_size(const cera_pool *pool);
 
-/* Runs fn on every worker (the caller is worker 0) and returns when all are done.
- * Not reentrant: one job at a time per pool. */
+/* Runs fn for chunks 0 .. n_chunks-1, each exactly once, spread over the threads, and
+ * returns when all are done. Not reentrant: one job at a time per pool. */
+void cera_pool_for(cera_pool *pool, int64_t n_chunks, cera_pool_chunk_fn fn, void *arg);
+
+/* A job cut into exactly cera_pool_size(pool) shares: fn(arg, share, nth) runs once for
+ * every share 0..nth-1, on whichever thread claims it (a share index, not a thread:
+ * scratch indexed by it is still private to the share). */
+typedef void (*cera_pool_fn)(void *arg, int ith, int nth);
 void cera_pool_run(cera_pool *pool, cera_pool_fn fn, void *arg);
 
 #endif
