@@ -163,10 +163,10 @@ print("""<!-- cpu-bench:begin (written by bench/run.sh; edit the script, not thi
   \`-p $P\` (SmolLM2) and \`-p $P1B\` ($SHAPE), as \`llama-bench -o json\` and \`cera bench --device cpu -o json\`.
 - t/s: mean ± sample standard deviation over the repetitions. GB/s (tg only): weight bytes read per
   generated token (every tensor; one row of an untied token-embedding table) × tokens/s, the same bytes for
-  both engines; "% BW" relates cera's to the measured read bandwidth.
+  both engines, and in parentheses the share of the measured read bandwidth.
 """)
-print("| model | size | test | llama.cpp t/s | cera t/s | cera / llama.cpp | llama.cpp GB/s | cera GB/s | cera % BW |")
-print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+print("| model | size | test | llama.cpp t/s | cera t/s | cera / llama.cpp | llama.cpp GB/s | cera GB/s |")
+print("|---|---:|---|---:|---:|---:|---:|---:|")
 for line in open(rows):
     label, path, lj, cj = line.rstrip("\n").split("\t")
     ll, cc = load(lj), load(cj)
@@ -182,13 +182,10 @@ for line in open(rows):
         o = l or c
         fmt = lambda x: "%.2f ± %.2f" % (x["avg_ts"], x["stddev_ts"]) if x else "failed"
         ratio = "%.2f×" % (c["avg_ts"] / l["avg_ts"]) if l and c else "–"
-        gl = gc = pc = "–"
-        if k[1] and bpt:
-            if l: gl = "%.1f" % (l["avg_ts"] * bpt / 1e9)
-            if c:
-                gc = "%.1f" % (c["avg_ts"] * bpt / 1e9)
-                pc = "%.0f %%" % (100 * c["avg_ts"] * bpt / 1e9 / membw)
-        print("| %s | %.2f GiB | %s | %s | %s | %s | %s | %s | %s |" % (label, size, test_name(o), fmt(l), fmt(c), ratio, gl, gc, pc))
+        bw = lambda x: "%.1f (%.0f %%)" % (x["avg_ts"] * bpt / 1e9, 100 * x["avg_ts"] * bpt / 1e9 / membw)
+        gl = bw(l) if k[1] and bpt and l else "–"
+        gc = bw(c) if k[1] and bpt and c else "–"
+        print("| %s | %.2f GiB | %s | %s | %s | %s | %s | %s |" % (label, size, test_name(o), fmt(l), fmt(c), ratio, gl, gc))
 print()
 print("Raw JSON of this run: \`$WORK/results/\`.")
 print("<!-- cpu-bench:end -->")
