@@ -2,8 +2,10 @@
 #include "backend/cpu/attention.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "core/fp16.h"
 
@@ -14,144 +16,40 @@ size_t cera_attention_scratch_size(int head_dim) {
     return (size_t)head_dim * (2 * sizeof(uint16_t) + sizeof(float)) + ATTN_TILE * sizeof(float);
 }
 
-/* K·Q with both in F16, summed as llama.cpp's AVX-512 build (the goldens') does: each
- * 64-element step accumulates into 4 x 16 float lanes with fused multiply-adds, the
- * lanes are then reduced in _mm512_reduce_add_ps's tree order, and a tail shorter than
- * 64 is added in double. The products themselves are exact in float, so only this
- * summation order matters; mirroring it keeps the scores bit-identical. */
-static float dot_f16(const cera_f16 *k, const cera_f16 *q, int n) {
-    const int np = n & ~63;
-    double sum = 0.0;
-    if (np > 0) {
-        float acc[4][16] = {{0}};
-        for (int i = 0; i < np; i += 64)
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 16; l++) {
-                    const int e = i + j * 16 + l;
-                    acc[j][l] = fmaf(cera_f16_to_f32(k[e]), cera_f16_to_f32(q[e]), acc[j][l]);
-                }
-        float c[16], t3[8], t6[4];
-        for (int l = 0; l < 16; l++) c[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-        for (int l = 0; l < 8; l++) t3[l] = c[l + 8] + c[l];
-        for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
-        sum = (double)((t6[0] + t6[2]) + (t6[1] + t6[3]));
-    }
-    for (int i = np; i < n; i++) sum += (double)(cera_f16_to_f32(k[i]) * cera_f16_to_f32(q[i]));
-    return (float)sum;
-}
+#define ATTN(name) name##_portable
+#define ATTN_TARGET
+#define CVT_F32(h) cera_f16_to_f32(h)
+#define CVT_F16(f) cera_f32_to_f16(f)
+#include "backend/cpu/attention_impl.h"
+#undef ATTN
+#undef ATTN_TARGET
+#undef CVT_F32
+#undef CVT_F16
 
-static void row_f16(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h, void *scratch) {
-    const int D = a->head_dim;
-    const int kv_off = (h / (a->n_head / a->n_head_kv)) * D;
-    cera_f16 *q16 = scratch;
-    cera_f16 *acc = q16 + D; /* the V accumulator, kept in F16 as llama.cpp does */
-    float *out = a->out + ((size_t)t * a->n_head + h) * D;
-    const float *q = a->q + ((size_t)t * a->n_head + h) * D;
-    for (int d = 0; d < D; d++) {
-        q16[d] = cera_f32_to_f16(q[d]);
-        acc[d] = 0;
-    }
-    float S = 0.0f, M = -INFINITY;
-    const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += CERA_KV_BLOCK) {
-        const cera_f16 *kb = (const cera_f16 *)cera_kv_row(seq, a->layer, 0, p0) + kv_off;
-        const cera_f16 *vb = (const cera_f16 *)cera_kv_row(seq, a->layer, 1, p0) + kv_off;
-        const int n = n_pos - p0 < CERA_KV_BLOCK ? n_pos - p0 : CERA_KV_BLOCK;
-        const size_t stride = (size_t)seq->pool->kv_dim;
-        for (int j = 0; j < n; j++) {
-            const float s = dot_f16(kb + j * stride, q16, D) * a->scale;
-            const cera_f16 *v = vb + j * stride;
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                const float m_old = M;
-                M = s;
-                ms = expf(m_old - M);
-                for (int d = 0; d < D; d++) acc[d] = cera_f32_to_f16(cera_f16_to_f32(acc[d]) * ms);
-            } else {
-                vs = expf(s - M);
-            }
-            /* llama.cpp's loop is C++ compiled with FP contraction: one fused multiply-add
-             * per element (and for S), then the F16 rounding; fmaf reproduces it bit for bit */
-            for (int d = 0; d < D; d++)
-                acc[d] = cera_f32_to_f16(fmaf(cera_f16_to_f32(v[d]), vs, cera_f16_to_f32(acc[d])));
-            S = fmaf(S, ms, vs);
-        }
-    }
-    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < D; d++) out[d] = cera_f16_to_f32(acc[d]) * s_inv;
-}
-
-static inline float kv_get(const void *row, int i, bool f16) {
-    return f16 ? cera_f16_to_f32(((const cera_f16 *)row)[i]) : ((const float *)row)[i];
-}
-
-/* The sum of 16 floats in _mm512_reduce_add_ps's order. */
-static float reduce16(const float *v) {
-    float t3[8], t6[4];
-    for (int l = 0; l < 8; l++) t3[l] = v[l + 8] + v[l];
-    for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
-    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
-}
-
-/* The F32 mode, as llama.cpp's tiled path computes a row: the keys in tiles of
- * ATTN_TILE positions; per tile the scores (an FMA chain over the head, then the
- * scale), the tile's maximum, one rescale of the accumulator when the maximum grows,
- * exp(s - max) with the polynomial exp summed 16 at a time into a double, and the V
- * rows added as an FMA chain in position order. */
-static void row_f32(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h, void *scratch) {
-    const int D = a->head_dim;
-    const bool f16 = seq->pool->type == CERA_KV_F16;
-    const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
-    float *acc = (float *)scratch;
-    float *p = acc + D; /* [ATTN_TILE] scores, then probabilities */
-    float *out = a->out + ((size_t)t * a->n_head + h) * D;
-    const float *q = a->q + ((size_t)t * a->n_head + h) * D;
-    memset(acc, 0, (size_t)D * sizeof *acc);
-    float S = 0.0f, M = -INFINITY;
-    const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += ATTN_TILE) {
-        const int n = n_pos - p0 < ATTN_TILE ? n_pos - p0 : ATTN_TILE;
-        float tile_max = -INFINITY;
-        for (int j = 0; j < ATTN_TILE; j++) {
-            if (j >= n) {
-                p[j] = -INFINITY; /* masked (a later position) */
-                continue;
-            }
-            const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s = fmaf(q[d], kv_get(k, d, f16), s);
-            p[j] = s * a->scale;
-            tile_max = fmaxf(tile_max, p[j]);
-        }
-        const float m_new = fmaxf(M, tile_max);
-        if (m_new > M) {
-            const float ms = expf(M - m_new);
-            for (int d = 0; d < D; d++) acc[d] *= ms;
-            S *= ms;
-        }
-        M = m_new;
-        double sum = 0.0;
-        for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) {
-            for (int j = j0; j < j0 + 16; j++) p[j] = cera_expf_ggml(p[j] - M);
-            sum += (double)reduce16(p + j0);
-        }
-        S = (float)((double)S + sum);
-        for (int j = 0; j < n; j++) {
-            const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off;
-            for (int d = 0; d < D; d++) acc[d] = fmaf(kv_get(v, d, f16), p[j], acc[d]);
-        }
-    }
-    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < D; d++) out[d] = acc[d] * s_inv;
-}
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTN(name)  name##_f16c
+#define ATTN_TARGET __attribute__((target("avx2,fma,f16c")))
+#define CVT_F32(h)  _cvtsh_ss(h)
+#define CVT_F16(f)  ((cera_f16)_cvtss_sh((f), 0))
+#include "backend/cpu/attention_impl.h"
+#define HAVE_F16C_PATH 1
+#endif
 
 void cera_attention_rows(const cera_attn_args *a, int row0, int row1, void *scratch) {
-    for (int r = row0; r < row1; r++) {
-        const int t = r / a->n_head, h = r % a->n_head;
-        const cera_kv_seq *seq = a->seqs[a->seq[t]];
-        if (a->f16_accum && seq->pool->type == CERA_KV_F16)
-            row_f16(a, seq, t, h, scratch);
-        else
-            row_f32(a, seq, t, h, scratch);
+#ifdef HAVE_F16C_PATH
+    /* every x86 kernel tier above scalar implies AVX2, FMA and F16C; the scalar tier
+     * (CERA_CPU_TIER=scalar) keeps the portable code */
+    static _Atomic int use_f16c = -1;
+    int use = atomic_load_explicit(&use_f16c, memory_order_relaxed);
+    if (use < 0) {
+        use = strcmp(cera_cpu_tier_name(), "scalar") != 0;
+        atomic_store_explicit(&use_f16c, use, memory_order_relaxed);
     }
+    if (use) {
+        attention_rows_f16c(a, row0, row1, scratch);
+        return;
+    }
+#endif
+    attention_rows_portable(a, row0, row1, scratch);
 }
