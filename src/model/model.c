@@ -196,10 +196,12 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
         const float f = 1.0f / hp->rope_freq_scale;
         float yarn_log_mul;
         TRY(get_float(ld, "rope.scaling.yarn_log_multiplier", 0.0f, &yarn_log_mul));
-        float mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
-        if (yarn_log_mul != 0.0f) mscale = mscale / (f <= 1.0f ? 1.0f : 0.1f * yarn_log_mul * logf(f) + 1.0f);
-        /* the rope kernel multiplies by 1 + 0.1 ln(f) again when ext_factor != 0 */
-        hp->rope_attn_factor *= mscale * (1.0f / (1.0f + 0.1f * logf(f)));
+        float mscale = f <= 1.0f ? 1.0f : fmaf(0.1f, logf(f), 1.0f);
+        if (yarn_log_mul != 0.0f)
+            mscale = mscale / (f <= 1.0f ? 1.0f : fmaf(0.1f * yarn_log_mul, logf(f), 1.0f));
+        /* the rope kernel multiplies by 1 + 0.1 ln(f) again when ext_factor != 0; the
+         * fused multiply-adds round as llama.cpp's (contracted) code does */
+        hp->rope_attn_factor *= mscale * (1.0f / fmaf(0.1f, logf(f), 1.0f));
     } else if (strcmp(type, "linear") != 0) {
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "%s: rope scaling type '%s' not supported", ld->arch,
                          type);

@@ -51,8 +51,9 @@ void cera_rope_cache(const cera_rope *r, int32_t pos, float *cache) {
                 (float)(i0 / 2 - r->corr_dims[0]) / fmaxf(0.001f, r->corr_dims[1] - r->corr_dims[0]);
             const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             const float mix = ramp * r->ext_factor;
-            th = theta_interp * (1 - mix) + theta_extrap * mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+            /* contracted as llama.cpp's build does */
+            th = fmaf(theta_interp, 1 - mix, theta_extrap * mix);
+            mscale *= fmaf(0.1f, logf(1.0f / r->freq_scale), 1.0f);
         }
         cache[i0] = cosf(th) * mscale;
         cache[i0 + 1] = sinf(th) * mscale;
