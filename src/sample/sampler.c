@@ -168,6 +168,22 @@ void cera_sampler_reset(cera_sampler *s) {
     cera_mt_seed(&s->rng, (uint32_t)(seed ^ (seed >> 32)));
 }
 
+cera_status cera_sampler_clone(const cera_sampler *s, cera_sampler **out, cera_error *err) {
+    cera_status st = cera_sampler_new(&s->params, s->n_vocab, out, err);
+    if (st) return st;
+    cera_sampler *c = *out;
+    const size_t nv = (size_t)s->n_vocab;
+    memcpy(c->count, s->count, nv * sizeof(int32_t));
+    memcpy(c->distinct, s->distinct, s->n_distinct * sizeof(int32_t));
+    memcpy(c->distinct_pos, s->distinct_pos, nv * sizeof(int32_t));
+    c->n_distinct = s->n_distinct;
+    if (s->ring_cap) memcpy(c->ring, s->ring, (size_t)s->ring_cap * sizeof(int32_t));
+    c->ring_head = s->ring_head;
+    c->ring_size = s->ring_size;
+    c->rng = s->rng;
+    return CERA_OK;
+}
+
 static void window_add(cera_sampler *s, cera_token t) {
     if (s->count[t]++ == 0) {
         s->distinct_pos[t] = (int32_t)s->n_distinct;

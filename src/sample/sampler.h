@@ -40,6 +40,10 @@ void cera_sampler_accept(cera_sampler *s, cera_token token);
 /* Clears the penalty history and reseeds the RNG from the parameters. */
 void cera_sampler_reset(cera_sampler *s);
 
+/* A copy with the same parameters and state (penalty window, RNG position), for a
+ * forked sequence: both then draw the same tokens from the same logits. */
+cera_status cera_sampler_clone(const cera_sampler *s, cera_sampler **out, cera_error *err);
+
 /* Runs the chain on n_vocab logits up to, not including, the draw, and returns the
  * surviving candidates with the probabilities the draw would use (in the order it
  * walks them). Valid until the next call on s; consumes no randomness. For tests,

@@ -392,6 +392,24 @@ static void test_seeds(void) {
         }
         cera_sampler_free(s);
     }
+    /* A clone taken mid-sequence continues exactly as the original. */
+    p.seed = 42;
+    p.repeat_penalty = 1.3f;
+    p.penalty_last_n = 8;
+    CHECK(cera_sampler_new(&p, NV, &s, NULL) == CERA_OK, "sampler_new");
+    for (int i = 0; i < 50; i++) cera_sampler_accept(s, cera_sampler_sample(s, logits));
+    cera_sampler *twin = NULL;
+    CHECK(cera_sampler_clone(s, &twin, NULL) == CERA_OK, "clone");
+    int same = 0;
+    for (int i = 0; twin && i < 100; i++) {
+        const cera_token x = cera_sampler_sample(s, logits), y = cera_sampler_sample(twin, logits);
+        same += x == y;
+        cera_sampler_accept(s, x);
+        cera_sampler_accept(twin, y);
+    }
+    CHECK(same == 100, "the clone drew the same token %d of 100 times", same);
+    cera_sampler_free(twin);
+    cera_sampler_free(s);
     CHECK(!memcmp(a, b, sizeof(a)), "the same seed gives the same sequence");
     CHECK(!memcmp(a, d, sizeof(a)), "reset gives the same sequence again");
     int differ = 0;
