@@ -23,7 +23,8 @@
 #   --no-write   print the section instead of writing RESULTS.md
 #   --no-build   use the cera already built in CERA_BUILD
 # Environment: CERA_BUILD (build folder, default build-bench), CMAKE_ARGS (extra
-# configure arguments, e.g. -DCERA_NATIVE=ON).
+# configure arguments, e.g. -DCERA_NATIVE=ON), CERA_COMMIT (what to report as the
+# commit when --no-build uses a cera built from elsewhere).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -139,8 +140,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 MINUTES=$(( ($(date +%s) - START + 59) / 60 ))
 CPU_NAME=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 MEM_GB=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+if [ -n "${CERA_COMMIT:-}" ]; then
+  COMMIT=$CERA_COMMIT # the caller built cera elsewhere (--no-build) and says from what
+else
+  COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+fi
 SECTION=$WORK/results/section.md
 python3 - "$ROWS" "$MEMBW" >"$SECTION" <<PY
 import json, sys
