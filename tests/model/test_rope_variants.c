@@ -11,8 +11,8 @@
  * llama.cpp's top token and its logit for the same file (llama.cpp 34af94cd, CPU, one
  * thread, F16 KV cache, flash attention; made by running this test once with
  * --write-only and llama.cpp on the written files).
- * Checks: the top token at every position, and its logit within 1e-4 relative (cera
- * mirrors llama.cpp's rope arithmetic; measured exactly 0 on AVX-512).
+ * Checks: the top token at every position, and its logit within 1e-6 relative (cera
+ * mirrors llama.cpp's rope arithmetic: measured equal to the 9 printed digits).
  */
 #include <math.h>
 #include <stdio.h>
@@ -98,7 +98,7 @@ static void check_variant(variant v, const int32_t *tok, size_t n) {
     }
     printf("%-7s top %d/%zu, worst top-logit difference %.2e\n", names[v], top_ok, n, worst);
     CHECK(top_ok == (int)n, "%s: top token equal at %d/%zu positions", names[v], top_ok, n);
-    CHECK(worst <= 1e-4, "%s: top logits differ by %.3g relative", names[v], worst);
+    CHECK(worst <= 1e-6, "%s: top logits differ by %.3g relative", names[v], worst);
 done:
     cera_session_free(s);
     cera_engine_close(e);

@@ -52,7 +52,6 @@ typedef struct cpu_backend {
     void *act;         /* activation scratch of the largest matmul */
     uint8_t *attn_tmp; /* per-thread attention scratch */
     size_t attn_tmp_size;
-    float *embd_row; /* [n_embd] dequantization scratch */
 } cpu_backend;
 
 /* ---- projections ------------------------------------------------------------ */
@@ -257,7 +256,6 @@ static void cpu_free(cera_backend *base) {
     free(be->row_seq);
     free(be->act);
     free(be->attn_tmp);
-    free(be->embd_row);
     free(be);
 }
 
@@ -321,9 +319,8 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->act = malloc(act_max ? act_max : 1);
     be->attn_tmp_size = (cera_attention_scratch_size(hp->head_dim) + 63) & ~(size_t)63;
     be->attn_tmp = malloc(be->attn_tmp_size * (size_t)cera_pool_size(be->pool));
-    be->embd_row = malloc((size_t)hp->n_embd * sizeof(float));
     if (!be->x || !be->h || !be->q || !be->k || !be->v || !be->att || !be->o || !be->gate || !be->up ||
-        !be->rope_cache || !be->out_rows || !be->row_seq || !be->act || !be->attn_tmp || !be->embd_row) {
+        !be->rope_cache || !be->out_rows || !be->row_seq || !be->act || !be->attn_tmp) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend buffers for a batch of %d tokens", nb);
         goto fail;
     }
