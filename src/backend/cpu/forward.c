@@ -116,13 +116,97 @@ static void store_kv(cera_kv_seq *seq, int il, int kv, int pos, const float *src
     }
 }
 
+/* The per-token work between the matmuls, one token per chunk of the thread pool. */
+typedef enum tok_stage {
+    ST_EMBED,     /* embedding row (x embd_scale), the rotary angles of the position */
+    ST_ATTN_NORM, /* h = rms_norm(x) * attn_norm */
+    ST_QKV,       /* q, k, v biases; qwen3's per-head norms; rope; K and V into the cache */
+    ST_FFN_NORM,  /* x += (o + bo) * residual_scale; h = rms_norm(x) * ffn_norm */
+    ST_SWIGLU,    /* gate = silu(gate + b) * (up + b) */
+    ST_RESIDUAL,  /* x += (o + b_down) * residual_scale */
+} tok_stage;
+
+typedef struct tok_job {
+    cpu_backend *be;
+    const cera_batch *b;
+    const cera_layer *L;
+    int il;
+    tok_stage stage;
+} tok_job;
+
+static void add_bias_row(float *y, const cera_weight *b) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int64_t i = 0; i < b->k; i++) y[i] += bv[i];
+}
+
+static void tok_work(void *arg, int64_t ti, int ith) {
+    const tok_job *j = arg;
+    cpu_backend *be = j->be;
+    const cera_hparams *hp = &be->m->hp;
+    const cera_layer *L = j->L;
+    const size_t t = (size_t)ti;
+    const int n_embd = hp->n_embd, hd = hp->head_dim, n_q = hp->n_head * hd, n_kv = hp->n_head_kv * hd;
+    float *xt = be->x + t * n_embd, *ht = be->h + t * n_embd, *ot = be->o + t * n_embd;
+    switch (j->stage) {
+    case ST_EMBED:
+        embed_row(be, j->b->token[t], xt);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < n_embd; i++) xt[i] *= hp->embd_scale;
+        if (hp->use_rope) cera_rope_cache(&be->rope, j->b->pos[t], be->rope_cache + t * hp->n_rot);
+        break;
+    case ST_ATTN_NORM: cera_rms_norm_f32(ht, xt, L->attn_norm.data, n_embd, hp->rms_eps); break;
+    case ST_QKV: {
+        float *qt = be->q + t * n_q, *kt = be->k + t * n_kv, *vt = be->v + t * n_kv;
+        add_bias_row(qt, &L->bq);
+        add_bias_row(kt, &L->bk);
+        add_bias_row(vt, &L->bv);
+        if (L->q_norm.data)
+            for (int h = 0; h < hp->n_head; h++)
+                cera_rms_norm_f32(qt + h * hd, qt + h * hd, L->q_norm.data, hd, hp->rms_eps);
+        if (L->k_norm.data)
+            for (int h = 0; h < hp->n_head_kv; h++)
+                cera_rms_norm_f32(kt + h * hd, kt + h * hd, L->k_norm.data, hd, hp->rms_eps);
+        if (hp->use_rope) {
+            const float *rc = be->rope_cache + t * hp->n_rot;
+            cera_rope_apply(&be->rope, rc, qt, hp->n_head, hd);
+            cera_rope_apply(&be->rope, rc, kt, hp->n_head_kv, hd);
+        }
+        cera_kv_seq *s = j->b->seqs[j->b->seq[t]];
+        store_kv(s, j->il, 0, j->b->pos[t], kt, n_kv);
+        store_kv(s, j->il, 1, j->b->pos[t], vt, n_kv);
+        break;
+    }
+    case ST_FFN_NORM:
+        add_bias_row(ot, &L->bo);
+        cera_add_scaled_f32(xt, ot, hp->residual_scale, n_embd);
+        cera_rms_norm_f32(ht, xt, L->ffn_norm.data, n_embd, hp->rms_eps);
+        break;
+    case ST_SWIGLU: {
+        float *gt = be->gate + t * hp->n_ff, *ut = be->up + t * hp->n_ff;
+        add_bias_row(gt, &L->b_gate);
+        add_bias_row(ut, &L->b_up);
+        cera_swiglu_f32(gt, gt, ut, hp->n_ff);
+        break;
+    }
+    case ST_RESIDUAL:
+        add_bias_row(ot, &L->b_down);
+        cera_add_scaled_f32(xt, ot, hp->residual_scale, n_embd);
+        break;
+    }
+}
+
+static void per_token(cpu_backend *be, const cera_batch *b, int il, tok_stage stage) {
+    tok_job j = {be, b, il >= 0 ? &be->m->layers[il] : NULL, il, stage};
+    cera_pool_for(be->pool, b->n_tokens, tok_work, &j);
+}
+
 static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *logits, cera_error *err) {
     cpu_backend *be = (cpu_backend *)base;
     const cera_model *m = be->m;
     const cera_hparams *hp = &m->hp;
     const int n = b->n_tokens;
-    const int n_embd = hp->n_embd, hd = hp->head_dim, n_q = hp->n_head * hd, n_kv = hp->n_head_kv * hd;
-    const int n_ff = hp->n_ff;
+    const int n_embd = hp->n_embd, hd = hp->head_dim;
     if (n <= 0 || n > be->n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d tokens (1..%d allowed)", n, be->n_batch);
     for (int t = 0; t < n; t++) {
@@ -138,15 +222,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         be->row_seq[t] = b->seq[t];
     }
     proj_ctx pc = {be, be->row_seq, b->lora};
-
-    /* embeddings; the rotary angles of each token's position */
-    for (int t = 0; t < n; t++) {
-        float *xt = be->x + (size_t)t * n_embd;
-        embed_row(be, b->token[t], xt);
-        if (hp->embd_scale != 1.0f)
-            for (int i = 0; i < n_embd; i++) xt[i] *= hp->embd_scale;
-        if (hp->use_rope) cera_rope_cache(&be->rope, b->pos[t], be->rope_cache + (size_t)t * hp->n_rot);
-    }
+    per_token(be, b, -1, ST_EMBED);
 
     attn_job aj = {
         .args = {.q = be->q,
@@ -164,56 +240,20 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
     };
 
     for (int il = 0; il < hp->n_layer; il++) {
-        const cera_layer *L = &m->layers[il];
-        for (int t = 0; t < n; t++)
-            cera_rms_norm_f32(be->h + (size_t)t * n_embd, be->x + (size_t)t * n_embd, L->attn_norm.data,
-                              n_embd, hp->rms_eps);
+        per_token(be, b, il, ST_ATTN_NORM);
         proj_matmul(&pc, il, CERA_PROJ_Q, be->h, be->q, n);
         proj_matmul(&pc, il, CERA_PROJ_K, be->h, be->k, n);
         proj_matmul(&pc, il, CERA_PROJ_V, be->h, be->v, n);
-        add_bias(be->q, &L->bq, n);
-        add_bias(be->k, &L->bk, n);
-        add_bias(be->v, &L->bv, n);
-        for (int t = 0; t < n; t++) {
-            float *qt = be->q + (size_t)t * n_q, *kt = be->k + (size_t)t * n_kv;
-            if (L->q_norm.data)
-                for (int h = 0; h < hp->n_head; h++)
-                    cera_rms_norm_f32(qt + h * hd, qt + h * hd, L->q_norm.data, hd, hp->rms_eps);
-            if (L->k_norm.data)
-                for (int h = 0; h < hp->n_head_kv; h++)
-                    cera_rms_norm_f32(kt + h * hd, kt + h * hd, L->k_norm.data, hd, hp->rms_eps);
-            if (hp->use_rope) {
-                const float *rc = be->rope_cache + (size_t)t * hp->n_rot;
-                cera_rope_apply(&be->rope, rc, qt, hp->n_head, hd);
-                cera_rope_apply(&be->rope, rc, kt, hp->n_head_kv, hd);
-            }
-            cera_kv_seq *s = b->seqs[b->seq[t]];
-            store_kv(s, il, 0, b->pos[t], kt, n_kv);
-            store_kv(s, il, 1, b->pos[t], be->v + (size_t)t * n_kv, n_kv);
-        }
+        per_token(be, b, il, ST_QKV);
         aj.args.layer = il;
         cera_pool_for(be->pool, (int64_t)n * hp->n_head, attn_row, &aj);
-
         proj_matmul(&pc, il, CERA_PROJ_O, be->att, be->o, n);
-        add_bias(be->o, &L->bo, n);
-        for (int t = 0; t < n; t++) {
-            float *xt = be->x + (size_t)t * n_embd;
-            cera_add_scaled_f32(xt, be->o + (size_t)t * n_embd, hp->residual_scale, n_embd);
-            cera_rms_norm_f32(be->h + (size_t)t * n_embd, xt, L->ffn_norm.data, n_embd, hp->rms_eps);
-        }
-
+        per_token(be, b, il, ST_FFN_NORM);
         proj_matmul(&pc, il, CERA_PROJ_GATE, be->h, be->gate, n);
         proj_matmul(&pc, il, CERA_PROJ_UP, be->h, be->up, n);
-        add_bias(be->gate, &L->b_gate, n);
-        add_bias(be->up, &L->b_up, n);
-        for (int t = 0; t < n; t++)
-            cera_swiglu_f32(be->gate + (size_t)t * n_ff, be->gate + (size_t)t * n_ff,
-                            be->up + (size_t)t * n_ff, n_ff);
+        per_token(be, b, il, ST_SWIGLU);
         proj_matmul(&pc, il, CERA_PROJ_DOWN, be->gate, be->o, n);
-        add_bias(be->o, &L->b_down, n);
-        for (int t = 0; t < n; t++)
-            cera_add_scaled_f32(be->x + (size_t)t * n_embd, be->o + (size_t)t * n_embd, hp->residual_scale,
-                                n_embd);
+        per_token(be, b, il, ST_RESIDUAL);
     }
 
     /* the output head, only for the tokens that want logits */
