@@ -152,13 +152,20 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     TRY(get_int(ld, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv));
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: zero-sized hyperparameter", ld->arch);
+    /* generous bounds that keep every size product far from overflow */
+    if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096 ||
+        (uint64_t)hp->n_layer > ld->f->n_tensors)
+        return cera_fail(
+            ld->err, CERA_ERR_FORMAT,
+            "%s: implausible hyperparameters (embedding %d, feed-forward %d, heads %d, blocks %d)", ld->arch,
+            hp->n_embd, hp->n_ff, hp->n_head, hp->n_layer);
     if (hp->n_head % hp->n_head_kv)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                          ld->arch, hp->n_head, hp->n_head_kv);
     int head_k, head_v;
     TRY(get_int(ld, "attention.key_length", false, hp->n_embd / hp->n_head, &head_k));
     TRY(get_int(ld, "attention.value_length", false, hp->n_embd / hp->n_head, &head_v));
-    if (head_k != head_v || head_k <= 0 || head_k % 2)
+    if (head_k != head_v || head_k <= 0 || head_k % 2 || head_k > 4096)
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "%s: key length %d / value length %d not supported",
                          ld->arch, head_k, head_v);
     hp->head_dim = head_k;

@@ -1,0 +1,185 @@
+/*
+ * test_model_load.c — the model loader on broken and unusual files: the synth-llama-f32
+ * golden model rewritten with one thing wrong (a missing key or tensor, a bad head count,
+ * a per-layer array that varies, a wrong tensor shape, a vector in the wrong type, an
+ * unknown rope scaling, implausible sizes) must fail with the right status and a message
+ * naming the key or tensor; and the hyperparameters of the real files read as llama.cpp
+ * reads them (tied output, granite multipliers, qwen biases and norms, head sizes).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "testutil.h"
+
+typedef struct edit {
+    const char *what;
+    const char *drop;        /* a key or tensor name to leave out */
+    const char *set_key;     /* a key to set... */
+    int set_kind;            /* 0 u32, 1 str, 2 f32, 3 u32 array */
+    uint32_t u;              /* ...to this */
+    const char *s;           /* ...or this */
+    float f;                 /* ...or this */
+    const char *bad_tensor;  /* a tensor to replace by one of shape [ne0, ne1] */
+    int64_t ne0, ne1;        /* */
+    cera_type bad_type;      /* in this type */
+    cera_status want;        /* the expected status */
+    const char *want_in_msg; /* a substring of the message */
+} edit;
+
+static const edit edits[] = {
+    {"no context length", "llama.context_length", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "llama.context_length"},
+    {"no output norm", "output_norm.weight", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "output_norm.weight"},
+    {"no layer tensor", "blk.1.ffn_down.weight", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "blk.1.ffn_down.weight"},
+    {"kv heads not dividing", NULL, "llama.attention.head_count_kv", 0, 3, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "head_count_kv"},
+    {"zero heads", NULL, "llama.attention.head_count", 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "llama"},
+    {"varying per-layer heads", NULL, "llama.attention.head_count", 3, 0, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_UNSUPPORTED, "llama.attention.head_count"},
+    {"rope dims differ", NULL, "llama.rope.dimension_count", 0, 16, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_UNSUPPORTED, "rope.dimension_count"},
+    {"odd head size", NULL, "llama.attention.key_length", 0, 33, NULL, 0, NULL, 0, 0, 0, CERA_ERR_UNSUPPORTED,
+     "key length"},
+    {"unknown rope scaling", NULL, "llama.rope.scaling.type", 1, 0, "longrope-x", 0, NULL, 0, 0, 0,
+     CERA_ERR_UNSUPPORTED, "longrope-x"},
+    {"implausible blocks", NULL, "llama.block_count", 0, 100000, NULL, 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "implausible"},
+    {"string for a number", NULL, "llama.embedding_length", 1, 0, "256", 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "llama.embedding_length"},
+    {"non-finite epsilon", NULL, "llama.attention.layer_norm_rms_epsilon", 2, 0, NULL, NAN, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "layer_norm_rms_epsilon"},
+    {"wrong projection shape", NULL, NULL, 0, 0, NULL, 0, "blk.0.attn_q.weight", 256, 224, CERA_TYPE_F32,
+     CERA_ERR_FORMAT, "blk.0.attn_q.weight"},
+    {"norm in f16", NULL, NULL, 0, 0, NULL, 0, "blk.1.attn_norm.weight", 256, 0, CERA_TYPE_F16,
+     CERA_ERR_UNSUPPORTED, "blk.1.attn_norm.weight"},
+    {"tied output", "output.weight", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_OK, ""},
+    {"unsupported architecture", NULL, "general.architecture", 1, 0, "mamba", 0, NULL, 0, 0, 0,
+     CERA_ERR_UNSUPPORTED, "'mamba'"},
+};
+
+static uint8_t zeros[256 * 256 * 4];
+
+static void run_edit(const gguf_file *src, const edit *e) {
+    gguf_writer *w = gguf_writer_new();
+    cera_error err;
+    for (uint64_t i = 0; i < src->n_kv; i++) {
+        if (e->drop && gguf_str_eq(src->kv[i].key, e->drop)) continue;
+        gguf_writer_set_value(w, src->kv[i].key, &src->kv[i].value);
+    }
+    if (e->set_key) {
+        if (e->set_kind == 0) gguf_writer_set_u32(w, e->set_key, e->u);
+        if (e->set_kind == 1) gguf_writer_set_str(w, e->set_key, e->s);
+        if (e->set_kind == 2) gguf_writer_set_f32(w, e->set_key, e->f);
+        if (e->set_kind == 3) {
+            const uint32_t per_layer[2] = {8, 4};
+            gguf_writer_set_arr(w, e->set_key, GGUF_TYPE_UINT32, per_layer, 2);
+        }
+    }
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *t = &src->tensors[i];
+        char name[128];
+        gguf_str_copy(t->name, name, sizeof name);
+        if (e->drop && !strcmp(name, e->drop)) continue;
+        if (e->bad_tensor && !strcmp(name, e->bad_tensor)) {
+            const int64_t ne[2] = {e->ne0, e->ne1};
+            gguf_writer_add_tensor(w, name, e->bad_type, e->ne1 ? 2 : 1, ne, zeros, &err);
+            continue;
+        }
+        gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, &err);
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK(gguf_writer_to_memory(w, &buf, &size, &err) == CERA_OK, "%s: write: %s", e->what, err.message);
+    gguf_writer_free(w);
+    gguf_file *f = NULL;
+    if (buf && gguf_open_memory(buf, size, &f, &err) == CERA_OK) {
+        cera_model m;
+        const cera_status st = cera_model_load(f, &m, &err);
+        CHECK(st == e->want, "%s: status %d (%s), want %d", e->what, (int)st, err.message, (int)e->want);
+        CHECK(st == CERA_OK || strstr(err.message, e->want_in_msg), "%s: message '%s' lacks '%s'", e->what,
+              err.message, e->want_in_msg);
+        if (st == CERA_OK) {
+            /* the only accepted edit: no output.weight means the output reuses token_embd */
+            CHECK(m.hp.tied_output && m.output.data == m.tok_embd.data && m.output.type == m.tok_embd.type,
+                  "%s: tied output", e->what);
+            cera_model_free(&m);
+        }
+        gguf_close(f);
+    } else {
+        CHECK(false, "%s: reparse: %s", e->what, err.message);
+    }
+    free(buf);
+}
+
+static void check_hparams(void) {
+    struct {
+        const char *file;
+        cera_arch arch;
+        int n_head, n_head_kv, head_dim;
+        bool tied, qkv_bias, qk_norm;
+        cera_rope_style rope;
+    } want[] = {
+        {"models/stories260K.gguf", CERA_ARCH_LLAMA, 8, 4, 8, false, false, false, CERA_ROPE_NORM},
+        {"golden/synth-qwen2-f32.gguf", CERA_ARCH_QWEN2, 4, 2, 64, false, true, false, CERA_ROPE_NEOX},
+        {"golden/synth-qwen3-f32.gguf", CERA_ARCH_QWEN3, 0, 0, 0, false, false, true, CERA_ROPE_NEOX},
+        {"golden/synth-granite-f32.gguf", CERA_ARCH_GRANITE, 0, 0, 0, false, false, false, CERA_ROPE_NORM},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        gguf_file *f = NULL;
+        cera_model m;
+        cera_error err;
+        if (gguf_open(shared_path(want[i].file), &f, &err) != CERA_OK ||
+            cera_model_load(f, &m, &err) != CERA_OK) {
+            CHECK(false, "%s: %s", want[i].file, err.message);
+            gguf_close(f);
+            continue;
+        }
+        const cera_hparams *hp = &m.hp;
+        CHECK(hp->arch == want[i].arch && hp->rope_style == want[i].rope, "%s: arch/rope", want[i].file);
+        if (want[i].n_head)
+            CHECK(hp->n_head == want[i].n_head && hp->n_head_kv == want[i].n_head_kv &&
+                      hp->head_dim == want[i].head_dim,
+                  "%s: heads %d/%d x %d", want[i].file, hp->n_head, hp->n_head_kv, hp->head_dim);
+        if (want[i].tied)
+            CHECK(hp->tied_output && m.output.data == m.tok_embd.data, "%s: tied output", want[i].file);
+        CHECK(!want[i].qkv_bias || (m.layers[0].bq.data && m.layers[0].bk.data && m.layers[0].bv.data),
+              "%s: QKV biases", want[i].file);
+        CHECK(!want[i].qk_norm || (m.layers[0].q_norm.data && m.layers[0].k_norm.data), "%s: Q/K norms",
+              want[i].file);
+        if (hp->arch == CERA_ARCH_GRANITE)
+            CHECK(hp->embd_scale == 12.0f && fabsf(hp->residual_scale - 0.22f) < 1e-6f &&
+                      hp->attn_scale == 1.0f / 128 && hp->logit_scale == 8.0f,
+                  "granite multipliers %g %g %g %g", hp->embd_scale, hp->residual_scale, hp->attn_scale,
+                  hp->logit_scale);
+        else
+            CHECK(hp->embd_scale == 1.0f && hp->residual_scale == 1.0f && hp->logit_scale == 1.0f &&
+                      hp->attn_scale == 1.0f / sqrtf((float)hp->head_dim),
+                  "%s: no multipliers", want[i].file);
+        cera_model_free(&m);
+        gguf_close(f);
+    }
+}
+
+int main(void) {
+    gguf_file *src = NULL;
+    cera_error err;
+    CHECK(gguf_open(shared_path("golden/synth-llama-f32.gguf"), &src, &err) == CERA_OK, "open: %s",
+          err.message);
+    if (src) {
+        /* the untouched file loads */
+        cera_model m;
+        CHECK(cera_model_load(src, &m, &err) == CERA_OK, "synth-llama-f32: %s", err.message);
+        cera_model_free(&m);
+        for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) run_edit(src, &edits[i]);
+        gguf_close(src);
+    }
+    check_hparams();
+    return test_finish();
+}
