@@ -37,6 +37,28 @@ int main(void) {
     CHECK(ids && greedy && n_ids == n_greedy && !memcmp(ids, greedy, n_ids * sizeof *ids),
           "cera run --ids: %zu ids, differ from the golden's %zu", n_ids, n_greedy);
 
+    /* sampling: the same seed gives the same text, another seed (almost surely) another */
+    char out_a[512], out_b[512], out_c[512];
+    snprintf(out_a, sizeof out_a, "%s/test_cli_run.a", CERA_BINARY_DIR);
+    snprintf(out_b, sizeof out_b, "%s/test_cli_run.b", CERA_BINARY_DIR);
+    snprintf(out_c, sizeof out_c, "%s/test_cli_run.c", CERA_BINARY_DIR);
+    const char *outs[3] = {out_a, out_b, out_c};
+    const char *seeds[3] = {"42", "42", "7"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s run -m %s -p 'Once upon a time' -n 48 --temp 1.0 --seed %s -t 1 > %s 2>/dev/null",
+                 CERA_CLI, model, seeds[i], outs[i]);
+        CHECK(run_command(cmd) == 0, "cera run with --seed %s failed", seeds[i]);
+    }
+    size_t la = 0, lb = 0, lc = 0;
+    char *ta = read_file(out_a, &la), *tb = read_file(out_b, &lb), *tc = read_file(out_c, &lc);
+    CHECK(ta && tb && tc && la > 20, "sampled text missing");
+    CHECK(ta && tb && la == lb && !memcmp(ta, tb, la), "same seed, different text");
+    CHECK(ta && tc && (la != lc || memcmp(ta, tc, la)), "seeds 42 and 7 gave the same 48 tokens");
+    free(ta);
+    free(tb);
+    free(tc);
+
     /* logits from token ids, and from the text (BOS added as the metadata asks) */
     const char *tokens = shared_path("golden/stories260K.p1.tokens");
     snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens %s -o %s -t 1 2>/dev/null", CERA_CLI, model, tokens,
