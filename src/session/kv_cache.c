@@ -25,9 +25,9 @@ cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_b
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     if (host_storage) p->data = calloc((size_t)n_blocks, p->block_bytes);
     if (!p->refcount || !p->free_ids || (host_storage && !p->data)) {
+        const size_t bytes = p->block_bytes;
         cera_kv_pool_free(p);
-        return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d blocks of %zu bytes", n_blocks,
-                         p->block_bytes);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d blocks of %zu bytes", n_blocks, bytes);
     }
     /* a stack popped from the end: block 0 is handed out first */
     for (int i = 0; i < n_blocks; i++) p->free_ids[i] = n_blocks - 1 - i;
