@@ -5,11 +5,15 @@
  *
  * Two accumulation modes mirror the two paths of llama.cpp's CPU flash attention
  * (ggml_compute_forward_flash_attn_ext_f16), which made the goldens:
- *   - F16 (KV cache F16, otherwise: every decode step and short prompts): Q is rounded to F16 before the K·Q
- * dot products and the V accumulator is kept in F16, rounded after every update;
- *   - F32 (batches of 64 tokens or more with a head size that is a multiple of 16, or
- *     an F32 KV cache): Q, the scores and the accumulator in F32.
- * Matching the mode keeps greedy continuations identical to llama.cpp's.
+ *   - F16 (F16 KV cache; every decode step and batches under 64 tokens): Q is rounded
+ *     to F16 before the K·Q dot products and the V accumulator is kept in F16, rounded
+ *     after every update (one key at a time, online softmax);
+ *   - F32 (batches of 64 tokens or more with a head size that is a multiple of 16, or an
+ *     F32 KV cache): Q, the scores and the accumulator in F32, keys taken in tiles of 64
+ *     with one softmax rescale per tile, as llama.cpp's tiled path.
+ * Within each mode the summation orders, fused multiply-adds and exp are llama.cpp's
+ * (AVX-512 build), so on equal inputs the output is bit-identical, and greedy
+ * continuations stay identical to llama.cpp's.
  */
 #ifndef CERA_BACKEND_CPU_ATTENTION_H
 #define CERA_BACKEND_CPU_ATTENTION_H
