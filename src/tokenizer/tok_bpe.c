@@ -22,7 +22,7 @@ static bool bpe_word(const cera_tokenizer *t, tok_scratch *sc, const char *w, si
     for (size_t off = 0; off < n;) {
         size_t k = tok_utf8_len((uint8_t)w[off]);
         if (k > n - off) k = n - off;
-        sym[ns] = (tok_symbol){ns - 1, off + k == n ? -1 : ns + 1, (uint32_t)off, (uint32_t)k};
+        sym[ns] = (tok_symbol){ns - 1, off + k == n ? -1 : ns + 1, (uint32_t)off, (uint32_t)k, TOK_NULL};
         ns++;
         off += k;
     }
@@ -77,6 +77,51 @@ static bool bpe_word(const cera_tokenizer *t, tok_scratch *sc, const char *w, si
     return true;
 }
 
+/* The id path of bpe_word for byte-level words whose bytes all have tokens. */
+static const tok_id_merge *id_merge(const cera_tokenizer *t, cera_token l, cera_token r) {
+    const tok_id_merge_map *m = &t->id_merges;
+    uint64_t key = ((uint64_t)(uint32_t)(l + 1) << 32) | (uint32_t)(r + 1);
+    for (uint64_t j = tok_id_hash(key) & m->mask;; j = (j + 1) & m->mask) {
+        if (m->slots[j].key == key) return &m->slots[j];
+        if (!m->slots[j].key) return NULL;
+    }
+}
+
+static bool bpe_word_ids(const cera_tokenizer *t, tok_scratch *sc, const uint8_t *w, size_t n, tok_out *out) {
+    if (!tok_reserve(&sc->syms, &sc->syms_cap, n, sizeof(tok_symbol))) return false;
+    tok_symbol *sym = sc->syms;
+    int32_t ns = (int32_t)n;
+    for (int32_t i = 0; i < ns; i++)
+        sym[i] = (tok_symbol){i - 1, i + 1 == ns ? -1 : i + 1, (uint32_t)i, 1, t->byte_id[w[i]]};
+    size_t nh = 0;
+    for (int32_t i = 1; i < ns; i++) {
+        const tok_id_merge *e = id_merge(t, sym[i - 1].id, sym[i].id);
+        if (e && !tok_heap_push(sc, &nh, (tok_bigram){e->rank, i - 1, i, 2})) return false;
+    }
+    while (nh) {
+        tok_bigram b = tok_heap_pop(sc, &nh);
+        sym = sc->syms;
+        tok_symbol *l = &sym[b.left], *r = &sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        const tok_id_merge *e = id_merge(t, l->id, r->id);
+        l->id = e->merged;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = b.left;
+        int32_t pairs[2][2] = {{l->prev, b.left}, {b.left, l->next}};
+        for (int k = 0; k < 2; k++) {
+            int32_t a = pairs[k][0], c = pairs[k][1];
+            if (a < 0 || c < 0) continue;
+            const tok_id_merge *m = id_merge(t, sym[a].id, sym[c].id);
+            if (m && !tok_heap_push(sc, &nh, (tok_bigram){m->rank, a, c, sym[a].n + sym[c].n})) return false;
+        }
+    }
+    sym = sc->syms;
+    for (int32_t i = 0; i != -1; i = sym[i].next) tok_out_push(out, sym[i].id);
+    return true;
+}
+
 static bool all_newlines(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (s[i] != '\n') return false;
@@ -120,6 +165,13 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
         size_t a = pieces[2 * i], b = pieces[2 * i + 1];
         const char *w = sc->buf2 + a;
         size_t wn = b - a;
+        bool ids_ok = t->byte_encode && t->id_merges.slots;
+        for (size_t j = 0; ids_ok && j < wn; j++) ids_ok = t->byte_id[(uint8_t)w[j]] != TOK_NULL;
+        bool whole = t->ignore_merges || (t->newline_direct && all_newlines(w, wn));
+        if (ids_ok && !whole) {
+            if (!bpe_word_ids(t, sc, (const uint8_t *)w, wn, out)) return false;
+            continue;
+        }
         const char *word = w;
         size_t word_n = wn;
         if (t->byte_encode) {
@@ -134,14 +186,18 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
             word = enc;
             word_n = e;
         }
-        if (t->ignore_merges || (t->newline_direct && all_newlines(word, word_n))) {
+        if (whole) {
             cera_token id = tok_lookup(t, word, word_n);
             if (id != TOK_NULL) {
                 tok_out_push(out, id);
                 continue;
             }
         }
-        if (!bpe_word(t, sc, word, word_n, out)) return false;
+        if (ids_ok) {
+            if (!bpe_word_ids(t, sc, (const uint8_t *)w, wn, out)) return false;
+        } else if (!bpe_word(t, sc, word, word_n, out)) {
+            return false;
+        }
     }
     return true;
 }

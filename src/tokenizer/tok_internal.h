@@ -52,6 +52,27 @@ typedef struct tok_merge_map {
     size_t n;
 } tok_merge_map;
 
+/* BPE merges by token ids: (left id, right id) -> rank and merged id. Built when every
+ * merge joins two tokens into a token (always, in real vocabularies); then words whose
+ * characters are all tokens merge without hashing strings. */
+typedef struct tok_id_merge {
+    uint64_t key; /* left << 32 | right; 0 = empty slot (ids are offset by one) */
+    int32_t rank;
+    int32_t merged;
+} tok_id_merge;
+
+typedef struct tok_id_merge_map {
+    tok_id_merge *slots;
+    uint64_t mask;
+} tok_id_merge_map;
+
+static inline uint64_t tok_id_hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return k;
+}
+
 /* ---- Pre-tokenizers ----------------------------------------------------------- */
 
 typedef enum tok_step_kind {
@@ -91,6 +112,12 @@ struct cera_tokenizer {
     size_t max_piece_len;
 
     tok_merge_map merges;
+    tok_id_merge_map id_merges; /* empty when some merge is not between tokens */
+    cera_token byte_id[256];    /* the token of each byte's byte-level character, or TOK_NULL */
+    /* SPM: every pair of adjacent characters found inside some token. Where a text's
+     * pair is not in it no merge can ever cross, so the text is merged in independent
+     * segments (a small heap each, same result). */
+    tok_merge_map spm_pairs;
 
     /* Special tokens that partition the text before tokenizing (CONTROL, USER_DEFINED,
      * UNKNOWN), longest text first. */
@@ -208,6 +235,7 @@ typedef struct tok_scratch {
 typedef struct tok_symbol {
     int32_t prev, next;
     uint32_t start, n;
+    int32_t id; /* BPE id path: the symbol's token */
 } tok_symbol;
 
 /* A candidate merge of two adjacent symbols. Lower key first (BPE: the rank; SPM: minus

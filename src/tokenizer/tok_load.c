@@ -126,6 +126,78 @@ static cera_status build_merges(cera_tokenizer *t, const gguf_array *arr, cera_e
     return CERA_OK;
 }
 
+static inline uint64_t id_key(cera_token l, cera_token r) {
+    return ((uint64_t)(uint32_t)(l + 1) << 32) | (uint32_t)(r + 1);
+}
+
+/* The id-pair form of the merges (see tok_internal.h); left empty when some merge is
+ * not between two tokens giving a token. */
+static bool build_id_merges(cera_tokenizer *t) {
+    const tok_merge_map *m = &t->merges;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = tok_lookup(t, t->byte_enc[b], t->byte_enc_len[b]);
+    for (size_t i = 0; i < m->n; i++) {
+        const tok_merge *e = &m->entries[i];
+        const char *s = m->arena + e->off;
+        if (tok_lookup(t, s, e->left_len) == TOK_NULL ||
+            tok_lookup(t, s + e->left_len, e->len - e->left_len) == TOK_NULL ||
+            tok_lookup(t, s, e->len) == TOK_NULL)
+            return true; /* irregular: the string path does everything */
+    }
+    uint64_t size = table_size(m->n);
+    tok_id_merge_map *im = &t->id_merges;
+    im->slots = calloc(size, sizeof(tok_id_merge));
+    if (!im->slots) return false;
+    im->mask = size - 1;
+    for (size_t i = 0; i < m->n; i++) {
+        const tok_merge *e = &m->entries[i];
+        const char *s = m->arena + e->off;
+        uint64_t key =
+            id_key(tok_lookup(t, s, e->left_len), tok_lookup(t, s + e->left_len, e->len - e->left_len));
+        uint64_t j = tok_id_hash(key) & im->mask;
+        while (im->slots[j].key && im->slots[j].key != key) j = (j + 1) & im->mask;
+        if (im->slots[j].key) continue; /* the first rank stays */
+        im->slots[j] = (tok_id_merge){key, e->rank, tok_lookup(t, s, e->len)};
+    }
+    return true;
+}
+
+/* SPM: the set of adjacent character pairs inside tokens (see tok_internal.h). */
+static bool build_spm_pairs(cera_tokenizer *t) {
+    tok_merge_map *m = &t->spm_pairs;
+    size_t n_pairs = 0, bytes = 0;
+    for (cera_token id = 0; id < t->n_vocab; id++) {
+        size_t len = t->text_len[id];
+        if (len) bytes += 2 * len, n_pairs += len;
+    }
+    uint64_t size = table_size(n_pairs);
+    m->arena = malloc(bytes + 1);
+    m->entries = malloc((n_pairs + 1) * sizeof(tok_merge));
+    m->slots = calloc(size, sizeof(uint32_t));
+    if (!m->arena || !m->entries || !m->slots) return false;
+    m->mask = size - 1;
+    size_t off = 0;
+    for (cera_token id = 0; id < t->n_vocab; id++) {
+        const char *s = tok_text(t, id);
+        size_t len = t->text_len[id], a = 0;
+        size_t la = tok_utf8_len((uint8_t)s[0]);
+        if (la > len) la = len;
+        while (a + la < len) {
+            size_t b = a + la, lb = tok_utf8_len((uint8_t)s[b]);
+            if (lb > len - b) lb = len - b;
+            uint64_t slot = tok_merge_slot(m, s + a, la, la + lb);
+            if (!m->slots[slot]) {
+                memcpy(m->arena + off, s + a, la + lb);
+                m->entries[m->n] = (tok_merge){(uint32_t)off, (uint32_t)la, (uint32_t)(la + lb), 0};
+                m->slots[slot] = (uint32_t)(m->n + 1);
+                m->n++;
+                off += la + lb;
+            }
+            a = b, la = lb;
+        }
+    }
+    return true;
+}
+
 /* ---- Special tokens ------------------------------------------------------------------- */
 
 static const char *const k_eot_texts[] = {"<|eot_id|>",
@@ -495,6 +567,10 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
         goto fail;
     }
+    if (t->type == CERA_VOCAB_SPM && !build_spm_pairs(t)) {
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
+        goto fail;
+    }
     if (t->type == CERA_VOCAB_BPE) {
         const gguf_array *merges;
         if (!gguf_get_arr(f, "tokenizer.ggml.merges", &merges)) {
@@ -503,6 +579,10 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
             goto fail;
         }
         if ((st = build_merges(t, merges, err)) != CERA_OK) goto fail;
+        if (!build_id_merges(t)) {
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
+            goto fail;
+        }
         if (!t->pre[0]) strcpy(t->pre, "default");
         if ((st = tok_pretok_init(t, t->pre, err)) != CERA_OK) goto fail;
     } else if (!t->pre[0]) {
@@ -573,6 +653,10 @@ void cera_tokenizer_free(cera_tokenizer *t) {
     free(t->merges.entries);
     free(t->merges.slots);
     free(t->merges.arena);
+    free(t->id_merges.slots);
+    free(t->spm_pairs.entries);
+    free(t->spm_pairs.slots);
+    free(t->spm_pairs.arena);
     free(t->specials);
     tok_pretok_free(&t->pretok);
     free(t);
