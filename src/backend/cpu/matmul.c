@@ -34,7 +34,10 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
     const cera_cpu_type_ops *ops = j->ops;
     const uint8_t *wd = j->w->data;
     const int64_t k = j->w->k;
-    if (ops->gemm_tile) {
+    /* A single token also goes through a register tile (so a decode step rounds exactly as
+     * the same token in a prompt); wide hardware tiles (AMX: 32 columns) would waste most of
+     * their work on it, so there it takes the row dot. */
+    if (ops->gemm_tile && (t1 - t0 > 1 || ops->tile_cols <= 8)) {
         for (int64_t r = r0; r < r1; r += ops->tile_rows) {
             const int nr = (int)(r1 - r < ops->tile_rows ? r1 - r : ops->tile_rows);
             for (int t = t0; t < t1; t += ops->tile_cols) {
