@@ -6,9 +6,9 @@
  * type's activation type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32 as is); then the output
  * is cut into tiles of weight rows × tokens spread over the threads, each tile using
  * the register-tile GEMM when the type has one (weights read once per tile), else
- * row·row dot products. A single token (decode) splits the weight rows. The tile kernel
- * serves single tokens too, so a decode step rounds exactly as the same token inside a
- * prompt batch (and as llama.cpp, whose x86 build runs both through one GEMM).
+ * row·row dot products. A single token (decode) splits the weight rows. A register-tile
+ * kernel serves single tokens too, so a decode step rounds exactly as the same token
+ * inside a prompt batch (and as llama.cpp, whose x86 build runs both through one GEMM).
  */
 #ifndef CERA_BACKEND_CPU_MATMUL_H
 #define CERA_BACKEND_CPU_MATMUL_H
