@@ -65,7 +65,8 @@ static void die(const cera_error *err) {
 }
 
 /* Prompt of n tokens as one eval, then n_gen single-token evals: tokens/s of each. */
-static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp, double *tg) {
+static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp,
+                   double *tg) {
     cera_error err;
     cera_token *t = malloc((size_t)n_prompt * sizeof *t);
     for (int i = 0; i < n_prompt; i++) t[i] = 1 + (i * 7919) % (cera_engine_n_vocab(e) - 1);
@@ -168,8 +169,9 @@ int main(int argc, char **argv) {
         else if (argv[i][0] != '-' && !model)
             model = argv[i];
         else {
-            fprintf(stderr, "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
-                            "[--reps R]\n");
+            fprintf(stderr,
+                    "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
+                    "[--reps R]\n");
             return 2;
         }
     }
@@ -200,8 +202,8 @@ int main(int argc, char **argv) {
     printf("| prefill pp%d | %.1f | %.1f | %+.1f %% |\n", n_prompt, pp0, pp1, 100 * (pp0 / pp1 - 1));
     printf("| decode tg%d | %.2f | %.2f | %+.1f %% |\n", n_gen, tg0, tg1, 100 * (tg0 / tg1 - 1));
     printf("| batch of %d, 1 shared adapter | %.1f | %.1f | %+.1f %% |\n", B, b0, b1, 100 * (b0 / b1 - 1));
-    printf("| batch of %d, %d different adapters | %.1f | %.1f | %+.1f %% (vs 1 shared: %+.1f %%) |\n", B, B, b0, bn,
-           100 * (b0 / bn - 1), 100 * (b1 / bn - 1));
+    printf("| batch of %d, %d different adapters | %.1f | %.1f | %+.1f %% (vs 1 shared: %+.1f %%) |\n", B, B,
+           b0, bn, 100 * (b0 / bn - 1), 100 * (b1 / bn - 1));
     for (int i = 0; i < B; i++) cera_adapter_free(ad[i]);
     free(ad);
     cera_engine_close(e);
