@@ -8,7 +8,8 @@
  *     M = sum |w_i * a_i| (dequantized): integer parts are exact in every tier, only the
  *     order of float additions differs, so the error is a few float ulps of M;
  *   - a gemm_tile, where the tier has one, agrees with its vec_dot the same way, at every
- *     tile size up to its maximum;
+ *     tile size up to its maximum, and gives each (row, column) the same bits at every tile
+ *     size (a token rounds the same in a prompt and in a decode step);
  * and the scalar reference itself agrees with a double-precision dot product of the
  * dequantized rows (through the tensor types' reference dequantizers) within the same kind
  * of bound. Run with a seed argument to reproduce a failure.
@@ -144,6 +145,8 @@ static void check_tile(const char *tier, const cera_cpu_type_ops *ops, cera_type
         ops->quantize_act(x, a + j * asz, n);
     }
     float *s = malloc(sizeof(float) * (size_t)(R * C + 1) * 2);
+    float *full = malloc(sizeof(float) * (size_t)(R * C));
+    ops->gemm_tile(n, full, (size_t)R, w, wsz, a, asz, R, C);
     for (int nr = 1; nr <= R; nr++)
         for (int nc = 1; nc <= C; nc++) {
             const size_t stride = (size_t)nr + 1; /* a stride unequal to nr catches index mix-ups */
@@ -161,8 +164,16 @@ static void check_tile(const char *tier, const cera_cpu_type_ops *ops, cera_type
                           "%s %s tile %dx%d (%d,%d) n=%lld: %.9g vs vec_dot %.9g (seed %llu)", tier,
                           cera_type_get(t)->name, nr, nc, i, j, (long long)n, got, want,
                           (unsigned long long)seed);
+                    /* The forward pass relies on this: a token's result has the same bits in a
+                     * full tile (prompt) and in a narrower one (decode step, matrix edge). */
+                    CHECK(
+                        got == full[(size_t)j * R + i],
+                        "%s %s tile %dx%d (%d,%d) n=%lld: %.9g differs from the full tile's %.9g (seed %llu)",
+                        tier, cera_type_get(t)->name, nr, nc, i, j, (long long)n, got,
+                        full[(size_t)j * R + i], (unsigned long long)seed);
                 }
         }
+    free(full);
     free(s);
     free(x);
     free(a);

@@ -74,22 +74,23 @@ static inline __attribute__((always_inline)) void tile_i8mm(int kind, int64_t n,
     float32x4_t acc[2][2]; /* [row pair][column pair]: lanes (r0c0, r0c1, r1c0, r1c1) */
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) acc[i][j] = vdupq_n_f32(0.0f);
+    /* Only the row and column pairs that hold a real row/column are computed (a decode step
+     * has one column); each result's operations are the same whatever the shape. */
+    const int nrp = (nr + 1) / 2, ncp = (nc + 1) / 2;
     for (int64_t b = 0; b < n / QK8_0; b++) {
         int8x16_t wv[TR][2], av[TC][2], wp[2][4], ap[2][4];
         float dx[TR], dy[TC];
-        for (int r = 0; r < TR; r++) dx[r] = unpack(kind, wrow[r], b, wv[r]);
-        for (int c = 0; c < TC; c++) {
+        for (int r = 0; r < 2 * nrp; r++) dx[r] = unpack(kind, wrow[r], b, wv[r]);
+        for (int c = 0; c < 2 * ncp; c++) {
             const block_q8_0 *y = (const block_q8_0 *)arow[c] + b;
             av[c][0] = vld1q_s8(y->qs);
             av[c][1] = vld1q_s8(y->qs + 16);
             dy[c] = f16(y->d);
         }
-        for (int i = 0; i < 2; i++) {
-            pair_chunks(wv[2 * i], wv[2 * i + 1], wp[i]);
-            pair_chunks(av[2 * i], av[2 * i + 1], ap[i]);
-        }
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 2; j++) {
+        for (int i = 0; i < nrp; i++) pair_chunks(wv[2 * i], wv[2 * i + 1], wp[i]);
+        for (int j = 0; j < ncp; j++) pair_chunks(av[2 * j], av[2 * j + 1], ap[j]);
+        for (int i = 0; i < nrp; i++)
+            for (int j = 0; j < ncp; j++) {
                 int32x4_t p = vdupq_n_s32(0);
                 for (int k = 0; k < 4; k++) p = vmmlaq_s32(p, wp[i][k], ap[j][k]);
                 const float32x4_t dxv = {dx[2 * i], dx[2 * i], dx[2 * i + 1], dx[2 * i + 1]};
@@ -97,8 +98,8 @@ static inline __attribute__((always_inline)) void tile_i8mm(int kind, int64_t n,
                 acc[i][j] = vfmaq_f32(acc[i][j], vcvtq_f32_s32(p), vmulq_f32(dxv, dyv));
             }
     }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
+    for (int i = 0; i < nrp; i++)
+        for (int j = 0; j < ncp; j++) {
             float out[4];
             vst1q_f32(out, acc[i][j]);
             for (int k = 0; k < 4; k++) {
@@ -110,15 +111,30 @@ static inline __attribute__((always_inline)) void tile_i8mm(int kind, int64_t n,
 
 static void tile_q8_0_i8mm(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
                            int nr, int nc) {
-    tile_i8mm(I8_Q8_0, n, s, ss, w, ws, a, as, nr, nc);
+    if (nr == TR && nc == TC)
+        tile_i8mm(I8_Q8_0, n, s, ss, w, ws, a, as, TR, TC);
+    else if (nr == TR && nc == 1)
+        tile_i8mm(I8_Q8_0, n, s, ss, w, ws, a, as, TR, 1);
+    else
+        tile_i8mm(I8_Q8_0, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void tile_q4_0_i8mm(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
                            int nr, int nc) {
-    tile_i8mm(I8_Q4_0, n, s, ss, w, ws, a, as, nr, nc);
+    if (nr == TR && nc == TC)
+        tile_i8mm(I8_Q4_0, n, s, ss, w, ws, a, as, TR, TC);
+    else if (nr == TR && nc == 1)
+        tile_i8mm(I8_Q4_0, n, s, ss, w, ws, a, as, TR, 1);
+    else
+        tile_i8mm(I8_Q4_0, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void tile_iq4_nl_i8mm(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
                              size_t as, int nr, int nc) {
-    tile_i8mm(I8_IQ4_NL, n, s, ss, w, ws, a, as, nr, nc);
+    if (nr == TR && nc == TC)
+        tile_i8mm(I8_IQ4_NL, n, s, ss, w, ws, a, as, TR, TC);
+    else if (nr == TR && nc == 1)
+        tile_i8mm(I8_IQ4_NL, n, s, ss, w, ws, a, as, TR, 1);
+    else
+        tile_i8mm(I8_IQ4_NL, n, s, ss, w, ws, a, as, nr, nc);
 }
 
 static void set_tile(cera_cpu_type_ops *ops, cera_gemm_tile_fn fn) {

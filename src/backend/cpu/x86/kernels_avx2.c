@@ -109,6 +109,8 @@ static void tile_f32_avx2(int64_t n, float *s, size_t ss, const void *w, size_t 
                           int nr, int nc) {
     if (nr == 4 && nc == 2)
         tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 2);
+    else if (nr == 4 && nc == 1)
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_float(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
 }
@@ -116,6 +118,8 @@ static void tile_f16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t 
                           int nr, int nc) {
     if (nr == 4 && nc == 2)
         tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 2);
+    else if (nr == 4 && nc == 1)
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
 }
@@ -123,6 +127,8 @@ static void tile_bf16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t
                            int nr, int nc) {
     if (nr == 4 && nc == 2)
         tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 2);
+    else if (nr == 4 && nc == 1)
+        tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_float(FT_BF16, n, s, ss, w, ws, a, as, nr, nc);
 }

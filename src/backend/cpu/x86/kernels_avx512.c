@@ -137,6 +137,8 @@ static void tile_f32_avx512(int64_t n, float *s, size_t ss, const void *w, size_
                             size_t as, int nr, int nc) {
     if (nr == 4 && nc == 4)
         tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 4);
+    else if (nr == 4 && nc == 1)
+        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_float(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
 }
@@ -144,6 +146,8 @@ static void tile_f16_avx512(int64_t n, float *s, size_t ss, const void *w, size_
                             size_t as, int nr, int nc) {
     if (nr == 4 && nc == 4)
         tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 4);
+    else if (nr == 4 && nc == 1)
+        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
 }
@@ -151,6 +155,8 @@ static void tile_bf16_avx512bf16(int64_t n, float *s, size_t ss, const void *w, 
                                  size_t as, int nr, int nc) {
     if (nr == 4 && nc == 4)
         tile_bf16dp(n, s, ss, w, ws, a, as, 4, 4);
+    else if (nr == 4 && nc == 1)
+        tile_bf16dp(n, s, ss, w, ws, a, as, 4, 1);
     else
         tile_bf16dp(n, s, ss, w, ws, a, as, nr, nc);
 }

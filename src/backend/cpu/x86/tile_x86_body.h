@@ -142,13 +142,18 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32)(int kind, int6
         for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = X86_FN(hsum_ps)(acc[r][c]) + summs[r][c];
 }
 
-/* The full tile with constant bounds (so the accumulators live in registers), else the edge. */
+/* The full tile and the one-column tile (a decode step) with constant bounds, so the
+ * accumulators live in registers; other edges take the general loop. Each (row, column)
+ * result is computed by the same operations whatever the tile shape, so a token gives the
+ * same bits in a prompt and in a decode step. */
 static inline __attribute__((always_inline)) void X86_FN(tile_32_any)(int kind, int64_t n, float *s,
                                                                       size_t ss, const void *w, size_t ws,
                                                                       const void *a, size_t as, int nr,
                                                                       int nc) {
     if (nr == TILE_R && nc == TILE_C)
         X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
+    else if (nr == TILE_R && nc == 1) /* a decode step: one activation row */
+        X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, TILE_R, 1);
     else
         X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, nr, nc);
 }
@@ -349,6 +354,8 @@ static inline __attribute__((always_inline)) void X86_FN(tile_kq_any)(int kind, 
                                                                       int nc) {
     if (nr == TILE_R && nc == TILE_C)
         X86_FN(tile_kq)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
+    else if (nr == TILE_R && nc == 1) /* a decode step: one activation row */
+        X86_FN(tile_kq)(kind, n, s, ss, w, ws, a, as, TILE_R, 1);
     else
         X86_FN(tile_kq)(kind, n, s, ss, w, ws, a, as, nr, nc);
 }
