@@ -67,6 +67,20 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s logits -m %s -p 'Once upon a time' -o %s -t 1 2>/dev/null", CERA_CLI, model,
              out_logits_p);
     CHECK(run_command(cmd) == 0, "cera logits -p failed: %s", cmd);
+    /* -f: the file's one trailing newline is dropped, as llama.cpp's -f does */
+    char prompt_file[512], out_logits_f[512];
+    snprintf(prompt_file, sizeof prompt_file, "%s/test_cli_run.prompt", CERA_BINARY_DIR);
+    snprintf(out_logits_f, sizeof out_logits_f, "%s/test_cli_run.logits_f", CERA_BINARY_DIR);
+    FILE *pf = fopen(prompt_file, "w");
+    if (pf) {
+        fputs("Once upon a time\n", pf);
+        fclose(pf);
+    }
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -f %s -o %s -t 1 2>/dev/null", CERA_CLI, model, prompt_file,
+             out_logits_f);
+    CHECK(run_command(cmd) == 0, "cera logits -f failed: %s", cmd);
+    size_t nf = 0;
+    float *got_f = read_file(out_logits_f, &nf);
     size_t nb = 0, nr = 0, np = 0;
     float *got = read_file(out_logits, &nb);
     float *got_p = read_file(out_logits_p, &np);
@@ -104,6 +118,7 @@ int main(void) {
     free(greedy);
     free(got);
     free(got_p);
+    free(got_f);
     free(ref);
     return test_finish();
 }

@@ -88,7 +88,7 @@ int cmd_logits(int argc, char **argv) {
     } else {
         size_t len = 0;
         if (file) {
-            buf = cli_read_file(file, &len, &err);
+            buf = cli_read_prompt(file, &len, &err);
             if (!buf) goto done;
             text = buf;
         } else {

@@ -47,6 +47,12 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
     return buf;
 }
 
+char *cli_read_prompt(const char *path, size_t *len, cera_error *err) {
+    char *text = cli_read_file(path, len, err);
+    if (text && *len > 0 && text[*len - 1] == '\n') text[--*len] = '\0';
+    return text;
+}
+
 cera_status cli_tokenize(const cera_engine *e, const char *text, size_t len, cera_token **out, size_t *n,
                          cera_error *err) {
     size_t need = 0;

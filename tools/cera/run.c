@@ -135,7 +135,7 @@ int cmd_run(int argc, char **argv) {
     if (cera_engine_open(model, &ep, &e, &err)) goto fail;
     size_t len = 0;
     if (file) {
-        if (!(buf = cli_read_file(file, &len, &err))) goto fail;
+        if (!(buf = cli_read_prompt(file, &len, &err))) goto fail;
         text = buf;
     } else {
         len = strlen(text);
