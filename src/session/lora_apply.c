@@ -311,7 +311,9 @@ void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj p
     }
 }
 
-/* Phase A: work item i of the batch's Σ n_rows·rank dots. */
+/* Phase A: the batch's Σ n_rows·rank dots, numbered rank-major within each group (all
+ * rows of A row 0, then of A row 1, ...), so a thread's contiguous share touches few A
+ * rows and each A row is read from memory about once in all. */
 void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                              size_t x_stride, int ith, int nth) {
     int64_t total = 0;
@@ -327,7 +329,7 @@ void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj proj
         if (!p) continue;
         const int64_t n = (int64_t)gr->n_rows * p->rank;
         for (int64_t i = i0 > base ? i0 - base : 0; i < n && base + i < i1; i++) {
-            const int r = (int)(i / p->rank), j = (int)(i % p->rank);
+            const int j = (int)(i / gr->n_rows), r = (int)(i % gr->n_rows);
             gr->t[(size_t)r * gr->adapter->max_rank + j] =
                 cera_lora_dot(p->a + (size_t)j * p->k, x + (size_t)gr->rows[r] * x_stride, p->k);
         }
@@ -335,7 +337,8 @@ void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj proj
     }
 }
 
-/* Phase B: output columns in chunks of 16 per thread, every group and row. */
+/* Phase B: output columns in chunks of 16 per thread; each B row is used for every row
+ * of the group while it is in cache. */
 void cera_lora_batch_phase_b(const cera_lora_batch *b, int layer, cera_proj proj, float *y, size_t y_stride,
                              int ith, int nth) {
     for (int g = 0; g < b->n_groups; g++) {
@@ -344,12 +347,13 @@ void cera_lora_batch_phase_b(const cera_lora_batch *b, int layer, cera_proj proj
         if (!p) continue;
         const int64_t chunks = (p->d + 15) / 16, per = (chunks + nth - 1) / nth;
         const int64_t d0 = per * ith * 16, d1 = d0 + per * 16 < p->d ? d0 + per * 16 : p->d;
-        for (int r = 0; r < gr->n_rows; r++) {
-            const float s = cera_lora_scale(gr->adapter, p, gr->scales[r]);
-            const float *t = gr->t + (size_t)r * gr->adapter->max_rank;
-            float *yr = y + (size_t)gr->rows[r] * y_stride;
-            for (int64_t i = d0; i < d1; i++)
-                yr[i] = yr[i] + s * cera_lora_dot(p->b + (size_t)i * p->rank, t, p->rank);
+        for (int64_t i = d0; i < d1; i++) {
+            const float *brow = p->b + (size_t)i * p->rank;
+            for (int r = 0; r < gr->n_rows; r++) {
+                const float s = cera_lora_scale(gr->adapter, p, gr->scales[r]);
+                float *yr = y + (size_t)gr->rows[r] * y_stride;
+                yr[i] = yr[i] + s * cera_lora_dot(brow, gr->t + (size_t)r * gr->adapter->max_rank, p->rank);
+            }
         }
     }
 }

@@ -1,18 +1,19 @@
 /*
- * lora_cpu.c — the CPU backend's LoRA hook: runs cera_lora_batch_apply_part over the
- * engine's thread pool right after a projection's matmul (forward.c, proj_matmul).
+ * lora_cpu.c — the CPU backend's LoRA hook: applies a batch plan over the engine's thread
+ * pool right after a projection's matmul (forward.c, proj_matmul).
  *
- * A batch of many rows is cut by rows (cera_lora_batch_apply_part); one of few rows, a
- * decode step, in two phases (the rank·rows dots of A·x, then the output columns of B·t),
- * so that every thread has work. Every output element is computed the same way in both
- * forms, so results depend neither on the thread count nor on the batch.
+ * The work is done in two phases over the pool (the rank·rows dots of A·x, then the
+ * output columns of B·t), so that every thread has work even for one row and every factor
+ * row is read from memory about once; tiny work (stories260K-sized) stays on the calling
+ * thread. Every output element is computed the same way in all forms, so results depend
+ * neither on the thread count nor on the batch.
  */
 #include "session/lora_cpu.h"
 
 #include <stdint.h>
 
 /* Multiply-adds below which one thread applies an adapter to a projection alone. */
-#define CERA_LORA_CPU_SERIAL_WORK (1 << 19)
+#define CERA_LORA_CPU_SERIAL_WORK (1 << 15)
 
 typedef struct lora_job {
     const cera_lora_batch *b;
@@ -42,8 +43,7 @@ static void phase_b_worker(void *arg, int ith, int nth) {
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride) {
     if (!b || !cera_lora_batch_targets(b, layer, proj)) return;
-    /* Small work (a decode step's rank·(k+d) multiply-adds) is done by the calling thread:
-     * waking the pool twice would cost more than the arithmetic. */
+    /* Tiny work is done by the calling thread: waking the pool twice would cost more. */
     int64_t work = 0;
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
@@ -54,11 +54,11 @@ void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, c
         return;
     }
     lora_job j = {b, layer, proj, x, x_stride, y, y_stride};
-    if (b->n_rows >= 2 * cera_pool_size(pool) || !cera_lora_batch_two_phase(b)) {
-        cera_pool_run(pool, lora_worker, &j); /* enough rows: each thread its own rows */
-    } else {
-        /* few rows (decode): spread the A·x dots, then the output columns */
+    if (cera_lora_batch_two_phase(b)) {
+        /* every factor row read about once overall: the A·x dots, then the B·t columns */
         cera_pool_run(pool, phase_a_worker, &j);
         cera_pool_run(pool, phase_b_worker, &j);
+    } else {
+        cera_pool_run(pool, lora_worker, &j); /* no scratch: each thread its own rows */
     }
 }

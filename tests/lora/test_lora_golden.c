@@ -313,6 +313,10 @@ static void synth_case(const char *type, float scale) {
               *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
         compare(name, l, &g, nv, 2 * d0.max_diff + 1e-3, 4 * d0.max_kl + 1e-7);
         CHECK(same_bits(l, lp, g.n_tokens * (size_t)nv), "%s: PEFT logits differ from GGUF's", name);
+        /* prefill (the adapter spread over the thread pool) vs decode (one row) */
+        float *ld = run(e, at, 1, g.tokens, g.n_tokens, true);
+        CHECK(same_bits(l, ld, g.n_tokens * (size_t)nv), "%s: decode logits differ from prefill logits", name);
+        free(ld);
         free(l0);
         free(l);
         free(lp);
