@@ -34,49 +34,112 @@ static bool frag_push(fragments *f, cera_token id, size_t off, size_t len) {
 /* isspace() in the C locale, which llama.cpp relies on. */
 static bool c_isspace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
-    if (m == 0 || m > n) return NULL;
-    return memmem(hay, n, needle, m);
+typedef struct occurrence {
+    int32_t order; /* index in t->specials: the processing order */
+    uint32_t pad;
+    size_t pos;
+} occurrence;
+
+static int occ_cmp(const void *a, const void *b) {
+    const occurrence *x = a, *y = b;
+    if (x->order != y->order) return x->order < y->order ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-/* Splits every raw fragment of *in at the occurrences of token id, into *out. */
-static bool partition_one(const cera_tokenizer *t, cera_token id, const char *text, const fragments *in,
-                          fragments *out) {
-    const char *tt = tok_text(t, id);
-    size_t tl = t->text_len[id];
-    uint32_t attr = t->attr[id];
-    out->n = 0;
-    for (size_t i = 0; i < in->n; i++) {
-        fragment f = in->v[i];
-        if (f.id != TOK_NULL) {
-            if (!frag_push(out, f.id, 0, 0)) return false;
-            continue;
-        }
-        size_t base = f.off, blen = f.len;
-        for (;;) {
-            const char *m = find_bytes(text + base, blen, tt, tl);
-            if (!m) {
-                if (blen > 0 && !frag_push(out, TOK_NULL, base, blen)) return false;
-                break;
+static int pos_cmp(const void *a, const void *b) {
+    const occurrence *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* llama.cpp's tokenizer_st_partition: for each special token, longest text first, every
+ * raw fragment is cut at the token's leftmost non-overlapping occurrences (LSTRIP /
+ * RSTRIP eat the whitespace beside it, within the fragment). Done here without
+ * rescanning the text per token: one trie pass finds every occurrence of every
+ * special text, then the tokens are replayed in llama.cpp's order over a map of the
+ * bytes already taken — an occurrence is cut iff it lies on free bytes and after the
+ * end of the previous cut of the same token (the fragments are the runs of free bytes,
+ * and within one the search resumes after each cut). */
+static bool partition(const cera_tokenizer *t, const char *text, size_t len, bool parse_special,
+                      fragments *out) {
+    const uint8_t *s = (const uint8_t *)text;
+    occurrence *occ = NULL;
+    size_t n_occ = 0, cap_occ = 0;
+    for (size_t p = 0; p < len; p++) {
+        uint32_t node = t->trie_root[s[p]];
+        for (size_t q = p; node;) {
+            int32_t k = t->trie_order[node] - 1;
+            if (k >= 0) {
+                uint32_t attr = t->attr[t->specials[k]];
+                if (parse_special || !(attr & (CERA_TOKEN_ATTR_CONTROL | CERA_TOKEN_ATTR_UNKNOWN))) {
+                    void *v = occ;
+                    if (!tok_reserve(&v, &cap_occ, n_occ + 1, sizeof(occurrence))) {
+                        free(occ);
+                        return false;
+                    }
+                    occ = v;
+                    occ[n_occ++] = (occurrence){k, 0, p};
+                }
             }
-            size_t match = (size_t)(m - text);
-            if (match > base) {
-                size_t llen = match - base;
-                if (attr & CERA_TOKEN_ATTR_LSTRIP)
-                    while (llen > 0 && c_isspace(text[base + llen - 1])) llen--;
-                if (llen > 0 && !frag_push(out, TOK_NULL, base, llen)) return false;
-            }
-            if (!frag_push(out, id, 0, 0)) return false;
-            size_t end = base + blen, roff = match + tl;
-            if (roff >= end) break;
-            size_t rlen = end - roff;
-            if (attr & CERA_TOKEN_ATTR_RSTRIP)
-                while (rlen > 0 && c_isspace(text[roff])) roff++, rlen--;
-            base = roff;
-            blen = rlen;
+            if (++q >= len) break;
+            uint64_t key = ((uint64_t)node << 8) | s[q], j = tok_id_hash(key) & t->trie_mask;
+            while (t->trie_vals[j] && t->trie_keys[j] != key) j = (j + 1) & t->trie_mask;
+            node = t->trie_vals[j];
         }
     }
-    return true;
+    out->n = 0;
+    if (n_occ == 0) {
+        free(occ);
+        return frag_push(out, TOK_NULL, 0, len);
+    }
+    qsort(occ, n_occ, sizeof(occurrence), occ_cmp);
+
+    uint8_t *used = calloc(len, 1); /* 0 free, 1 taken, 2 a cut token starts here */
+    if (!used) {
+        free(occ);
+        return false;
+    }
+    size_t n_cut = 0; /* the cuts are compacted to the front of occ */
+    for (size_t i = 0; i < n_occ;) {
+        int32_t k = occ[i].order;
+        cera_token id = t->specials[k];
+        size_t tl = t->text_len[id], cursor = 0;
+        uint32_t attr = t->attr[id];
+        for (; i < n_occ && occ[i].order == k; i++) {
+            size_t p = occ[i].pos;
+            if (p < cursor) continue;
+            bool free_run = true;
+            for (size_t j = p; j < p + tl && free_run; j++) free_run = !used[j];
+            if (!free_run) continue;
+            if (attr & CERA_TOKEN_ATTR_LSTRIP)
+                for (size_t q = p; q > cursor && !used[q - 1] && c_isspace(text[q - 1]); q--) used[q - 1] = 1;
+            memset(used + p, 1, tl);
+            used[p] = 2;
+            size_t end = p + tl;
+            if (attr & CERA_TOKEN_ATTR_RSTRIP)
+                for (; end < len && !used[end] && c_isspace(text[end]); end++) used[end] = 1;
+            cursor = end;
+            occ[n_cut++] = (occurrence){(int32_t)id, 0, p}; /* n_cut <= i: no clobbering */
+        }
+    }
+    qsort(occ, n_cut, sizeof(occurrence), pos_cmp);
+    bool ok = true;
+    size_t c = 0;
+    for (size_t p = 0; ok && p < len;) {
+        if (used[p] == 2) {
+            ok = frag_push(out, occ[c++].order, 0, 0);
+            p++;
+        } else if (used[p]) {
+            p++;
+        } else {
+            size_t q = p;
+            while (q < len && !used[q]) q++;
+            ok = frag_push(out, TOK_NULL, p, q - p);
+            p = q;
+        }
+    }
+    free(used);
+    free(occ);
+    return ok;
 }
 
 /* The raw-text part of encode for one fragment. */
@@ -127,37 +190,10 @@ cera_status cera_tokenizer_encode(const cera_tokenizer *t, const char *text, siz
 
     tok_out out = {ids, cap, 0};
     tok_scratch sc = {0};
-    fragments a = {0}, b = {0};
+    fragments a = {0};
     bool ok = true;
 
-    if (len > 0) {
-        ok = frag_push(&a, TOK_NULL, 0, len);
-        /* Skip the special tokens whose first two bytes never occur side by side in the
-         * text: most of them, most of the time (a 64 Kibit map, one pass). */
-        uint64_t *seen2 = calloc(1024, sizeof(uint64_t));
-        bool seen1[256] = {false};
-        ok = ok && seen2;
-        for (size_t i = 0; ok && i < len; i++) {
-            seen1[(uint8_t)text[i]] = true;
-            if (i + 1 < len) {
-                unsigned k = ((unsigned)(uint8_t)text[i] << 8) | (uint8_t)text[i + 1];
-                seen2[k >> 6] |= 1ull << (k & 63);
-            }
-        }
-        for (int32_t k = 0; ok && k < t->n_specials; k++) {
-            cera_token id = t->specials[k];
-            if (!parse_special && (t->attr[id] & (CERA_TOKEN_ATTR_CONTROL | CERA_TOKEN_ATTR_UNKNOWN)))
-                continue;
-            const uint8_t *tt = (const uint8_t *)tok_text(t, id);
-            unsigned k2 = ((unsigned)tt[0] << 8) | tt[1]; /* tt[1] is the NUL of a 1-byte text */
-            if (t->text_len[id] == 1 ? !seen1[tt[0]] : !((seen2[k2 >> 6] >> (k2 & 63)) & 1)) continue;
-            ok = partition_one(t, id, text, &a, &b);
-            fragments tmp = a;
-            a = b;
-            b = tmp;
-        }
-        free(seen2);
-    }
+    if (len > 0) ok = partition(t, text, len, parse_special, &a);
 
     if (ok) {
         switch (t->type) {
@@ -201,7 +237,6 @@ cera_status cera_tokenizer_encode(const cera_tokenizer *t, const char *text, siz
     }
 
     free(a.v);
-    free(b.v);
     tok_scratch_free(&sc);
     if (!ok) return cera_fail(err, CERA_ERR_NO_MEMORY, "tokenize: out of memory (%zu bytes of text)", len);
     if (n_tokens) *n_tokens = out.n;

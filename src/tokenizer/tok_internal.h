@@ -123,6 +123,14 @@ struct cera_tokenizer {
      * UNKNOWN), longest text first. */
     cera_token *specials;
     int32_t n_specials;
+    /* A byte trie of the special texts, to find all their occurrences in one pass.
+     * Node 0 is the root; other edges (node << 8 | byte) -> child in an open-addressing
+     * table (0: empty); trie_order[node] = the special's index in `specials` + 1 (0: none). */
+    uint64_t *trie_keys;
+    uint32_t *trie_vals;
+    uint64_t trie_mask;
+    int32_t *trie_order;
+    uint32_t trie_root[256]; /* the root's children (0: none), directly */
 
     uint8_t *eog; /* per token: 1 when it ends generation */
 

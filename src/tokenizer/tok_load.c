@@ -386,6 +386,39 @@ static bool build_specials(cera_tokenizer *t) {
     return true;
 }
 
+/* The trie of special texts (see tok_internal.h). */
+static bool build_trie(cera_tokenizer *t) {
+    size_t n_nodes = 1;
+    for (int32_t k = 0; k < t->n_specials; k++) n_nodes += t->text_len[t->specials[k]];
+    uint64_t size = table_size(n_nodes);
+    t->trie_keys = calloc(size, sizeof(uint64_t));
+    t->trie_vals = calloc(size, sizeof(uint32_t));
+    t->trie_order = calloc(n_nodes, sizeof(int32_t));
+    if (!t->trie_keys || !t->trie_vals || !t->trie_order) return false;
+    t->trie_mask = size - 1;
+    uint32_t next = 1; /* node ids: 0 is the root */
+    for (int32_t k = 0; k < t->n_specials; k++) {
+        const uint8_t *s = (const uint8_t *)tok_text(t, t->specials[k]);
+        uint32_t len = t->text_len[t->specials[k]], node = 0;
+        for (uint32_t i = 0; i < len; i++) {
+            if (node == 0) {
+                if (!t->trie_root[s[i]]) t->trie_root[s[i]] = next++;
+                node = t->trie_root[s[i]];
+                continue;
+            }
+            uint64_t key = ((uint64_t)node << 8) | s[i], j = tok_id_hash(key) & t->trie_mask;
+            while (t->trie_vals[j] && t->trie_keys[j] != key) j = (j + 1) & t->trie_mask;
+            if (!t->trie_vals[j]) {
+                t->trie_keys[j] = key;
+                t->trie_vals[j] = next++;
+            }
+            node = t->trie_vals[j];
+        }
+        if (!t->trie_order[node]) t->trie_order[node] = k + 1;
+    }
+    return true;
+}
+
 /* llama.cpp's per-model attributes (by name, tokenizer and architecture). */
 static void model_attributes(const gguf_file *f, cera_tokenizer *t) {
     char name[256] = "", pre[64] = "", arch[64] = "";
@@ -624,7 +657,7 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
     if (gguf_get_bool(f, "tokenizer.ggml.normalizer.strip_accents", &b)) t->wpm_strip_accents = b;
 
     detect_specials(t);
-    if (!build_specials(t)) {
+    if (!build_specials(t) || !build_trie(t)) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
         goto fail;
     }
@@ -658,6 +691,9 @@ void cera_tokenizer_free(cera_tokenizer *t) {
     free(t->spm_pairs.slots);
     free(t->spm_pairs.arena);
     free(t->specials);
+    free(t->trie_keys);
+    free(t->trie_vals);
+    free(t->trie_order);
     tok_pretok_free(&t->pretok);
     free(t);
 }
