@@ -21,16 +21,23 @@
  *   bf16        2e-2  the same on BF16 activations (8-bit mantissa), measured <= 4.6e-3;
  *   quantized   6e-2  one activation element quantized one step the other way moves a logit
  *                     by about one quantum; measured <= 2.3e-2 (q2_k).
+ * On the AVX-512 tier (llama.cpp's build that made the goldens) the cases marked exact
+ * must agree bit for bit: that locks in the mirrored roundings.
  * Top tokens: equal at every position for f32/f16/bf16, at >= 95 % of positions for the
  * quantized types (near-ties can fall either way). Greedy continuations must be equal
  * for f32, f16, bf16, q8_0 and every stories260K prompt; for the other quantized types
  * at least the first 4 tokens (one argmax flipped at a near-tie changes all that follows).
+ * The goldens are x86 outputs: the x86 tiers (avx2, avx512) sum the dot products in
+ * llama.cpp's x86 order; other tiers (scalar = ggml's generic order, neon, i8mm) round
+ * differently, so there the quantized top-token bar is 90 % and Q8_0 greedy is held to the
+ * first 4 tokens like the other quantized types.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "cera.h"
 #include "compare.h"
 #include "testutil.h"
@@ -41,35 +48,36 @@ typedef struct golden_case {
     const char *model; /* relative to the shared folder */
     const char *name;  /* golden/<name>.{tokens,logits.f32,greedy} */
     kind kind;
-    bool q8_0; /* Q8_0: the greedy continuation must be equal, as for the float types */
+    bool q8_0;  /* Q8_0: the greedy continuation must be equal, as for the float types */
+    bool exact; /* bit-exact with the golden on the AVX-512 tier (the goldens' build) */
 } golden_case;
 
 static const golden_case cases[] = {
-    {"models/stories260K.gguf", "stories260K.p1", K_F32, false},
-    {"models/stories260K.gguf", "stories260K.p2", K_F32, false},
-    {"models/stories260K.gguf", "stories260K.p3", K_F32, false},
-    {"golden/synth-llama-f32.gguf", "synth-llama-f32", K_F32, false},
-    {"golden/synth-llama-f16.gguf", "synth-llama-f16", K_F16, false},
-    {"golden/synth-llama-bf16.gguf", "synth-llama-bf16", K_BF16, false},
-    {"golden/synth-llama-q8_0.gguf", "synth-llama-q8_0", K_QUANT, true},
-    {"golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", K_QUANT, false},
-    {"golden/synth-llama-q4_1.gguf", "synth-llama-q4_1", K_QUANT, false},
-    {"golden/synth-llama-q5_0.gguf", "synth-llama-q5_0", K_QUANT, false},
-    {"golden/synth-llama-q5_1.gguf", "synth-llama-q5_1", K_QUANT, false},
-    {"golden/synth-llama-q2_k.gguf", "synth-llama-q2_k", K_QUANT, false},
-    {"golden/synth-llama-q3_k_s.gguf", "synth-llama-q3_k_s", K_QUANT, false},
-    {"golden/synth-llama-q4_k_s.gguf", "synth-llama-q4_k_s", K_QUANT, false},
-    {"golden/synth-llama-q5_k_s.gguf", "synth-llama-q5_k_s", K_QUANT, false},
-    {"golden/synth-llama-q6_k.gguf", "synth-llama-q6_k", K_QUANT, false},
-    {"golden/synth-llama-iq4_nl.gguf", "synth-llama-iq4_nl", K_QUANT, false},
-    {"golden/synth-llama-iq4_xs.gguf", "synth-llama-iq4_xs", K_QUANT, false},
-    {"golden/synth-llama-q4_k_m.gguf", "synth-llama-q4_k_m", K_QUANT, false},
-    {"golden/synth-qwen2-f32.gguf", "synth-qwen2-f32", K_F32, false},
-    {"golden/synth-qwen2-q8_0.gguf", "synth-qwen2-q8_0", K_QUANT, true},
-    {"golden/synth-qwen3-f32.gguf", "synth-qwen3-f32", K_F32, false},
-    {"golden/synth-qwen3-q8_0.gguf", "synth-qwen3-q8_0", K_QUANT, true},
-    {"golden/synth-granite-f32.gguf", "synth-granite-f32", K_F32, false},
-    {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", K_QUANT, true},
+    {"models/stories260K.gguf", "stories260K.p1", K_F32, false, false},
+    {"models/stories260K.gguf", "stories260K.p2", K_F32, false, false},
+    {"models/stories260K.gguf", "stories260K.p3", K_F32, false, false},
+    {"golden/synth-llama-f32.gguf", "synth-llama-f32", K_F32, false, true},
+    {"golden/synth-llama-f16.gguf", "synth-llama-f16", K_F16, false, true},
+    {"golden/synth-llama-bf16.gguf", "synth-llama-bf16", K_BF16, false, true},
+    {"golden/synth-llama-q8_0.gguf", "synth-llama-q8_0", K_QUANT, true, true},
+    {"golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", K_QUANT, false, false},
+    {"golden/synth-llama-q4_1.gguf", "synth-llama-q4_1", K_QUANT, false, true},
+    {"golden/synth-llama-q5_0.gguf", "synth-llama-q5_0", K_QUANT, false, true},
+    {"golden/synth-llama-q5_1.gguf", "synth-llama-q5_1", K_QUANT, false, true},
+    {"golden/synth-llama-q2_k.gguf", "synth-llama-q2_k", K_QUANT, false, false},
+    {"golden/synth-llama-q3_k_s.gguf", "synth-llama-q3_k_s", K_QUANT, false, false},
+    {"golden/synth-llama-q4_k_s.gguf", "synth-llama-q4_k_s", K_QUANT, false, false},
+    {"golden/synth-llama-q5_k_s.gguf", "synth-llama-q5_k_s", K_QUANT, false, false},
+    {"golden/synth-llama-q6_k.gguf", "synth-llama-q6_k", K_QUANT, false, true},
+    {"golden/synth-llama-iq4_nl.gguf", "synth-llama-iq4_nl", K_QUANT, false, false},
+    {"golden/synth-llama-iq4_xs.gguf", "synth-llama-iq4_xs", K_QUANT, false, true},
+    {"golden/synth-llama-q4_k_m.gguf", "synth-llama-q4_k_m", K_QUANT, false, false},
+    {"golden/synth-qwen2-f32.gguf", "synth-qwen2-f32", K_F32, false, true},
+    {"golden/synth-qwen2-q8_0.gguf", "synth-qwen2-q8_0", K_QUANT, true, true},
+    {"golden/synth-qwen3-f32.gguf", "synth-qwen3-f32", K_F32, false, true},
+    {"golden/synth-qwen3-q8_0.gguf", "synth-qwen3-q8_0", K_QUANT, true, true},
+    {"golden/synth-granite-f32.gguf", "synth-granite-f32", K_F32, false, true},
+    {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", K_QUANT, true, true},
 };
 
 static double tol_rel(kind k) {
@@ -127,8 +135,15 @@ static void run_case(const golden_case *c) {
           tol_rel(c->kind));
     CHECK(sum_kl / (double)n_tok <= tol_kl(c->kind), "%s: mean KL %.3g > %.3g", c->name,
           sum_kl / (double)n_tok, tol_kl(c->kind));
+    /* the tiers that mirror the goldens' build must reproduce it exactly where it was measured so */
+    const char *tier = cera_cpu_tier_name();
+    const bool x86_mirror = !strcmp(tier, "avx512") || !strcmp(tier, "avx2");
+    if (c->exact && !strcmp(tier, "avx512"))
+        CHECK(worst == 0, "%s: not bit-exact on the AVX-512 tier (max relative difference %.3g)", c->name,
+              worst);
     if (c->kind == K_QUANT)
-        CHECK(top_frac >= 0.95, "%s: top token equal at %d/%zu positions (< 95%%)", c->name, top_ok, n_tok);
+        CHECK(top_frac >= (x86_mirror ? 0.95 : 0.9), "%s: top token equal at %d/%zu positions", c->name,
+              top_ok, n_tok);
     else
         CHECK(top_ok == (int)n_tok, "%s: top token equal at %d/%zu positions", c->name, top_ok, n_tok);
 
@@ -143,7 +158,7 @@ static void run_case(const golden_case *c) {
         if (cera_session_eval(s, &t, 1, false, &err) != CERA_OK) break;
         l = cera_session_logits(s, -1);
     }
-    if (c->kind == K_QUANT && !c->q8_0)
+    if (c->kind == K_QUANT && (!c->q8_0 || !x86_mirror))
         CHECK(same >= (n_greedy < 4 ? n_greedy : 4), "%s: greedy continuation equal for only %zu/%zu tokens",
               c->name, same, n_greedy);
     else

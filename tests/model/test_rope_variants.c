@@ -11,14 +11,16 @@
  * llama.cpp's top token and its logit for the same file (llama.cpp 34af94cd, CPU, one
  * thread, F16 KV cache, flash attention; made by running this test once with
  * --write-only and llama.cpp on the written files).
- * Checks: the top token at every position, and its logit within 1e-6 relative (cera
- * mirrors llama.cpp's rope arithmetic: measured equal to the 9 printed digits).
+ * Checks: the top token at every position, and its logit equal to the 9 printed digits
+ * (1e-6 relative) on the AVX-512 tier, which mirrors the reference build bit for bit; on
+ * other tiers the F32 matmuls sum in another order (measured 1e-4), so 1e-3 there.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "cera.h"
 #include "compare.h"
 #include "gguf/gguf.h"
@@ -98,7 +100,8 @@ static void check_variant(variant v, const int32_t *tok, size_t n) {
     }
     printf("%-7s top %d/%zu, worst top-logit difference %.2e\n", names[v], top_ok, n, worst);
     CHECK(top_ok == (int)n, "%s: top token equal at %d/%zu positions", names[v], top_ok, n);
-    CHECK(worst <= 1e-6, "%s: top logits differ by %.3g relative", names[v], worst);
+    CHECK(worst <= (strcmp(cera_cpu_tier_name(), "avx512") ? 1e-3 : 1e-6),
+          "%s: top logits differ by %.3g relative", names[v], worst);
 done:
     cera_session_free(s);
     cera_engine_close(e);
