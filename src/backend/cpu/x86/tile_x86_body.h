@@ -142,6 +142,84 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32)(int kind, int6
         for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = X86_FN(hsum_ps)(acc[r][c]) + summs[r][c];
 }
 
+/* q4_0 and iq4_nl, in llama.cpp's order. For these two its x86 build repacks the weights and
+ * its GEMMs compute, per output, the block's exact integer dot and then one float multiply-add
+ * acc = fma(isum, d_w * d_a, acc), block after block. Doing the same gives its logits to the
+ * bit. The 8-lane partial sums of 8 (row, column) pairs are reduced to their exact totals
+ * together (horizontal adds), so one vector FMA then serves 8 outputs, each in its own lane:
+ * lane l of group g is pair k = 8g + l, row k % 4, column k / 4 (TILE_R is 4). */
+static inline __m256i X86_FN(reduce8)(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i lo4 = _mm256_hadd_epi32(h01, h23), hi4 = _mm256_hadd_epi32(h45, h67);
+    /* lo4 = [p0..p3 low halves | p0..p3 high halves], hi4 likewise for p4..p7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo4, hi4, 0x20),
+                            _mm256_permute2x128_si256(lo4, hi4, 0x31));
+}
+
+#define TILE_GROUPS ((TILE_R * TILE_C + 7) / 8)
+
+static inline __attribute__((always_inline)) void X86_FN(tile_32x)(int kind, int64_t n, float *s,
+                                                                   size_t s_stride, const void *w,
+                                                                   size_t w_stride, const void *a,
+                                                                   size_t a_stride, int nr, int nc) {
+    const bool sgn = X86_FN(kind_signed)(kind);
+    const int off = X86_FN(kind_offset)(kind);
+    const __m256i offv = _mm256_set1_epi8((char)off);
+    const int ngroups = (nc * TILE_R + 7) / 8;
+    const uint8_t *wr = w;
+    const uint8_t *ar = a;
+    __m256 acc[TILE_GROUPS];
+    for (int g = 0; g < TILE_GROUPS; g++) acc[g] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i y[TILE_C], start[TILE_C], u[TILE_R];
+        float dxa[8] = {0}, dyrep[8 * TILE_GROUPS] = {0};
+        for (int r = nr; r < TILE_R; r++) u[r] = _mm256_setzero_si256(); /* absent: never read */
+        for (int c = nc; c < TILE_C; c++) y[c] = start[c] = _mm256_setzero_si256();
+        for (int c = 0; c < nc; c++) {
+            const block_q8_0 *yb = (const block_q8_0 *)(ar + (size_t)c * a_stride) + b;
+            y[c] = X86_FN(load32)(yb->qs);
+            start[c] = off ? _mm256_sub_epi32(_mm256_setzero_si256(), X86_FN(dot_u8s8)(offv, y[c]))
+                           : _mm256_setzero_si256();
+            const float dy = F16(yb->d);
+            for (int l = 0; l < TILE_R; l++) dyrep[TILE_R * c + l] = dy;
+        }
+        for (int r = 0; r < nr; r++) {
+            float m;
+            u[r] = X86_FN(unpack32)(kind, wr + (size_t)r * w_stride, b, &dxa[r], &m);
+            dxa[r + 4] = dxa[r];
+        }
+        const __m256 dxv = _mm256_loadu_ps(dxa);
+        for (int g = 0; g < ngroups; g++) {
+            __m256i p[8];
+            for (int l = 0; l < 8; l++) {
+                const int k = 8 * g + l, r = k % TILE_R, c = k / TILE_R;
+                p[l] = r < nr && c < nc
+                           ? (sgn ? X86_FN(dot_s8s8)(u[r], y[c]) : X86_FN(dpbusd)(start[c], u[r], y[c]))
+                           : _mm256_setzero_si256();
+            }
+            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(X86_FN(reduce8)(p)),
+                                     _mm256_mul_ps(dxv, _mm256_loadu_ps(dyrep + 8 * g)), acc[g]);
+        }
+    }
+    float out[8 * TILE_GROUPS];
+    for (int g = 0; g < ngroups; g++) _mm256_storeu_ps(out + 8 * g, acc[g]);
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < nr; r++) s[(size_t)c * s_stride + r] = out[TILE_R * c + r];
+}
+
+static inline __attribute__((always_inline)) void X86_FN(tile_32x_any)(int kind, int64_t n, float *s,
+                                                                       size_t ss, const void *w, size_t ws,
+                                                                       const void *a, size_t as, int nr,
+                                                                       int nc) {
+    if (nr == TILE_R && nc == TILE_C)
+        X86_FN(tile_32x)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
+    else if (nr == TILE_R && nc == 1)
+        X86_FN(tile_32x)(kind, n, s, ss, w, ws, a, as, TILE_R, 1);
+    else
+        X86_FN(tile_32x)(kind, n, s, ss, w, ws, a, as, nr, nc);
+}
+
 /* The full tile and the one-column tile (a decode step) with constant bounds, so the
  * accumulators live in registers; other edges take the general loop. Each (row, column)
  * result is computed by the same operations whatever the tile shape, so a token gives the
@@ -160,7 +238,7 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32_any)(int kind, 
 
 static void X86_FN(tile_q4_0)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
                               size_t as, int nr, int nc) {
-    X86_FN(tile_32_any)(KIND_Q4_0, n, s, ss, w, ws, a, as, nr, nc);
+    X86_FN(tile_32x_any)(KIND_Q4_0, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void X86_FN(tile_q5_0)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
                               size_t as, int nr, int nc) {
@@ -172,7 +250,7 @@ static void X86_FN(tile_q8_0)(int64_t n, float *s, size_t ss, const void *w, siz
 }
 static void X86_FN(tile_iq4_nl)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
                                 size_t as, int nr, int nc) {
-    X86_FN(tile_32_any)(KIND_IQ4_NL, n, s, ss, w, ws, a, as, nr, nc);
+    X86_FN(tile_32x_any)(KIND_IQ4_NL, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void X86_FN(tile_q4_1)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
                               size_t as, int nr, int nc) {
