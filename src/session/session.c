@@ -108,10 +108,14 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
     cera_status st = cera_kv_seq_reserve(&s->seq, n_past + (int)n_tokens, err);
     if (st) return st;
 
-    const int nb = e->params.n_batch;
+    /* Longer than a batch: equal chunks rather than full ones and a short rest, so that no
+     * chunk falls under the size where attention switches to its short-batch rounding
+     * (attention.h): the logits then match a single batch's. */
+    const size_t n_chunks = (n_tokens + (size_t)e->params.n_batch - 1) / (size_t)e->params.n_batch;
+    const size_t chunk = (n_tokens + n_chunks - 1) / n_chunks;
     float *out = s->logits;
     for (size_t done = 0; done < n_tokens;) {
-        const int n = n_tokens - done < (size_t)nb ? (int)(n_tokens - done) : nb;
+        const int n = (int)(n_tokens - done < chunk ? n_tokens - done : chunk);
         for (int i = 0; i < n; i++) {
             s->pos[i] = n_past + (int)done + i;
             s->seq_idx[i] = 0;
