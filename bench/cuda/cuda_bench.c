@@ -15,7 +15,7 @@
  * types, not on the values. Prints one markdown row per test (and --md-header).
  *
  * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3]
- *                   [--bw-gib 4] [--matvec] [--md-header]
+ *                   [--bw-gib 4] [--matvec] [--md-header] [--no-pdl]
  */
 #include <math.h>
 #include <stdio.h>
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     const char *synth = NULL, *model = NULL;
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
-    bool matvec = false, header = false;
+    bool matvec = false, header = false, no_pdl = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool more = i + 1 < argc;
@@ -202,6 +202,7 @@ int main(int argc, char **argv) {
     cera_cuda_params prm = cera_cuda_default_params();
     prm.n_ctx = d + n + 64 > p ? d + n + 64 : p;
     prm.n_batch = p;
+    prm.no_pdl = no_pdl;
     const char *label = model;
     if (synth) {
         cera_type t;
@@ -214,7 +215,7 @@ int main(int argc, char **argv) {
         synth_model(&m, t, kmix, out_t);
         prm.synthetic_weights = true;
         static char lb[64];
-        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)", synth);
+        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s", synth, no_pdl ? " no PDL" : "");
         label = lb;
     } else {
         if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) die(model, &err);

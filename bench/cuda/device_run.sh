@@ -8,7 +8,7 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench (default: all); BENCH_TYPES overrides the
+#   steps: any of tests sanitize matvec bench profile (default: all but profile); BENCH_TYPES overrides the
 #   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,5 +54,13 @@ if has bench; then
             tee -a "$OUT/bench.log"
         hdr=
     done
+fi
+if has profile; then
+    log "prefill phases (CERA_CUDA_PROFILE)"
+    for t in q4_0 f16; do
+        CERA_CUDA_PROFILE=1 timeout 60 "$C/bin/cuda_bench" --synth $t -p 512 -n 16 -d 0 -r 1 --bw-gib 1 2>&1 |
+            grep -E "prefill 512|pp512" | tail -2
+    done
+    timeout 60 "$C/bin/cuda_bench" --synth q4_0 -p 512 -n 128 -d 0 -r 2 --bw-gib 1 --no-pdl 2>&1 | grep tg128
 fi
 log "done"

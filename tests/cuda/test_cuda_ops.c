@@ -3,7 +3,7 @@
  * fresh random inputs (seed printed):
  *   - embedding lookup (cu_get_rows): the reference dequantizer's floats, to 1e-6 of the
  *     row's scale (nvcc contracts a*b+c into one FMA where ggml's C rounds twice);
- *   - decode matvec: for Q4_0/Q8_0 the activation goes through llama.cpp's Q8_0
+ *   - decode matvec: for Q4_0/Q8_0/Q4_K/Q6_K the activation goes through llama.cpp's Q8_0
  *     quantizer first (as the kernel does), so both sides see the same int8 values and
  *     agree to float rounding (1e-5 of sum |w x|); other types against f32 x, same bound;
  *   - prefill GEMM (dequantize to F16 + cuBLAS): F32 weights to 1e-5 of sum |w x|;
@@ -27,7 +27,10 @@ static const cera_type types[] = {CERA_TYPE_F32,  CERA_TYPE_F16,    CERA_TYPE_BF
                                   CERA_TYPE_Q2_K, CERA_TYPE_Q3_K,   CERA_TYPE_Q4_K,  CERA_TYPE_Q5_K,
                                   CERA_TYPE_Q6_K, CERA_TYPE_IQ4_NL, CERA_TYPE_IQ4_XS};
 
-static bool q8_act(cera_type t) { return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0; }
+/* The types whose decode kernels read int8 activations (as cu_type_uses_q8_act). */
+static bool q8_act(cera_type t) {
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_Q4_K || t == CERA_TYPE_Q6_K;
+}
 
 static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
     const cera_type_traits *tt = cera_type_get(t);

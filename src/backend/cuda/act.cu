@@ -15,6 +15,7 @@
 template <int T>
 __global__ void k_get_rows(cu_wview w, const int32_t *rows, int n_rows, float *out, int64_t out_stride,
                            float scale) {
+    cu_pdl_enter();
     const int64_t units = w.k_pad / 32;
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_rows * units) return;
@@ -36,7 +37,7 @@ extern "C" cudaError_t cu_get_rows(cudaStream_t st, const cu_weight *w, const in
     const cu_wview v = cu_view(w);
     switch (w->type) {
 #define CU_CASE(T)                                                                                           \
-    case T: k_get_rows<T><<<grid, 128, 0, st>>>(v, rows, n_rows, out, out_stride, scale); break;
+    case T: return cu_launch(k_get_rows<T>, grid, 128, 0, st, v, rows, n_rows, out, out_stride, scale);
         CU_TYPE_LIST(CU_CASE)
 #undef CU_CASE
     default: return cudaErrorInvalidValue;
@@ -44,46 +45,80 @@ extern "C" cudaError_t cu_get_rows(cudaStream_t st, const cu_weight *w, const in
     return cudaGetLastError();
 }
 
-/* One block per row: sum of squares in double (as ggml), then y = (x * scale) * weight. */
-__global__ void __launch_bounds__(256)
+/* One block of 1024 threads per row; a thread owns 4 consecutive elements per 4096, so the
+ * row comes in with one round of independent 16-byte loads (a single block is otherwise
+ * a chain of dependent load latencies). The sum of squares is kept in double, as ggml's;
+ * then y = (x * scale) * weight, and the 8 threads owning a 32-element block quantize it. */
+__global__ void __launch_bounds__(1024)
     k_rmsnorm_act(const float *x, int64_t x_stride, const float *weight, float eps, cu_act out) {
-    const int row = blockIdx.x;
+    cu_pdl_enter();
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const float *xr = x + row * x_stride;
-    __shared__ double red[8];
+    __shared__ double red[32];
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < out.k; i += blockDim.x) sum += (double)(xr[i] * xr[i]);
+#pragma unroll 4
+    for (int64_t i = 4 * tid; i < out.k; i += 4096) {
+        if (i + 4 <= out.k && ((x_stride | (int64_t)(uintptr_t)xr) & 3) == 0 && ((uintptr_t)xr & 15) == 0) {
+            const float4 v = *reinterpret_cast<const float4 *>(xr + i);
+            sum += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) + (double)(v.w * v.w);
+        } else {
+            for (int64_t j = i; j < i + 4 && j < out.k; j++) sum += (double)(xr[j] * xr[j]);
+        }
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) red[warp] = sum;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int i = 0; i < (int)(blockDim.x / 32); i++) t += red[i];
-        red[0] = t;
+    if (warp == 0) {
+        double t = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) red[0] = t;
     }
     __syncthreads();
     const float mean = (float)(red[0] / (double)out.k);
     const float scale = 1.0f / sqrtf(mean + eps);
     float *of = out.f + row * out.k_pad;
     const int64_t nblk = out.k_pad / 32;
-    // each warp takes whole 32-element blocks so it can quantize them
-    for (int64_t b = warp; b < nblk; b += blockDim.x / 32) {
-        const int64_t i = b * 32 + lane;
-        const float v = i < out.k ? (xr[i] * scale) * weight[i] : 0.0f;
-        of[i] = v;
-        if (out.q)
-            cu_quant_block32(v, out.q + row * out.k_pad, out.d + row * nblk, out.s + row * nblk, b, lane);
+    for (int64_t i0 = 0; i0 < out.k_pad; i0 += 4096) { // the same trip count for every thread
+        const int64_t i = i0 + 4 * tid;
+        const bool on = i < out.k_pad; // whole 8-thread groups (k_pad is a multiple of 32)
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = on && i + j < out.k ? (xr[i + j] * scale) * weight[i + j] : 0.0f;
+        if (on) *reinterpret_cast<float4 *>(of + i) = make_float4(v[0], v[1], v[2], v[3]);
+        if (out.q) {
+            // the 8 lanes of a 32-element block: amax, quantize, sum of the quants
+            float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float dd = amax / 127.0f;
+            const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+            int qi[4], qs = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) qi[j] = (int)roundf(v[j] * id), qs += qi[j];
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
+            if (on) {
+                const char4 c = make_char4((signed char)qi[0], (signed char)qi[1], (signed char)qi[2],
+                                           (signed char)qi[3]);
+                *reinterpret_cast<char4 *>(out.q + row * out.k_pad + i) = c;
+                if ((tid & 7) == 0) {
+                    out.d[row * nblk + i / 32] = __half2float(__float2half(dd));
+                    out.s[row * nblk + i / 32] = qs;
+                }
+            }
+        }
     }
 }
 
 extern "C" cudaError_t cu_rmsnorm_act(cudaStream_t st, const float *x, int64_t x_stride, int n_rows,
                                       const float *weight, float eps, const cu_act *out) {
-    k_rmsnorm_act<<<n_rows, 256, 0, st>>>(x, x_stride, weight, eps, *out);
-    return cudaGetLastError();
+    return cu_launch(k_rmsnorm_act, n_rows, 1024, 0, st, x, x_stride, weight, eps, *out);
 }
 
 __global__ void k_quantize_act(cu_act a, int n_rows) {
+    cu_pdl_enter();
     const int64_t nblk = a.k_pad / 32;
     const int64_t b = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
@@ -96,8 +131,7 @@ __global__ void k_quantize_act(cu_act a, int n_rows) {
 
 extern "C" cudaError_t cu_quantize_act(cudaStream_t st, const cu_act *act, int n_rows) {
     const int64_t warps = n_rows * (act->k_pad / 32);
-    k_quantize_act<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(*act, n_rows);
-    return cudaGetLastError();
+    return cu_launch(k_quantize_act, (unsigned)((warps + 7) / 8), 256, 0, st, *act, n_rows);
 }
 
 __global__ void k_convert_rows(const float *src, int64_t src_stride, int n_rows, int64_t k, int64_t k_pad,
@@ -142,6 +176,7 @@ static __device__ __forceinline__ float cu_silu(float g) { return g / (1.0f + ex
 
 __global__ void k_swiglu(const float *g, const float *u, int64_t gu_stride, const float *bg, const float *bu,
                          int n_rows, cu_act h) {
+    cu_pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_rows * h.k_pad) return;
     const int64_t r = i / h.k_pad, c = i % h.k_pad;
@@ -157,8 +192,8 @@ __global__ void k_swiglu(const float *g, const float *u, int64_t gu_stride, cons
 extern "C" cudaError_t cu_swiglu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride,
                                  const float *bg, const float *bu, int n_rows, const cu_act *h) {
     const int64_t total = n_rows * h->k_pad;
-    k_swiglu<<<(unsigned)((total + 255) / 256), 256, 0, st>>>(g, u, gu_stride, bg, bu, n_rows, *h);
-    return cudaGetLastError();
+    return cu_launch(k_swiglu, (unsigned)((total + 255) / 256), 256, 0, st, g, u, gu_stride, bg, bu, n_rows,
+                     *h);
 }
 
 __global__ void k_bias_scale(float *y, int64_t stride, const float *bias, int n_rows, int64_t k,
@@ -177,8 +212,11 @@ extern "C" cudaError_t cu_bias_scale(cudaStream_t st, float *y, int64_t stride, 
 }
 
 __global__ void __launch_bounds__(1024) k_argmax(const float *x, int n, int32_t *out) {
+    cu_pdl_enter();
     float best = -FLT_MAX;
     int bi = 0x7fffffff;
+    // independent loads (unrolled), lowest index kept on ties
+#pragma unroll 8
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = x[i];
         if (v > best || (v == best && i < bi)) best = v, bi = i;
@@ -202,19 +240,34 @@ __global__ void __launch_bounds__(1024) k_argmax(const float *x, int n, int32_t 
 }
 
 extern "C" cudaError_t cu_argmax(cudaStream_t st, const float *x, int n, int32_t *out) {
-    k_argmax<<<1, 1024, 0, st>>>(x, n, out);
-    return cudaGetLastError();
+    return cu_launch(k_argmax, 1, 1024, 0, st, x, n, out);
 }
 
-template <int T> __global__ void k_dequant_f16(cu_wview w, __half *dst) {
-    const int64_t units = w.k_pad / 32;
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= w.n * units) return;
-    float v[32];
-    cu_deq<T>::unit(w, i / units, i % units, v);
-    __half2 *o = reinterpret_cast<__half2 *>(dst + i * 32);
+/* A thread decodes one 32-element unit; the block's 128 consecutive units (contiguous in
+ * dst) meet in shared memory and leave as coalesced 16-byte stores: per-thread 64-byte
+ * stores would touch every sector of a warp's span once per 4 bytes. */
+template <int T> __global__ void __launch_bounds__(128) k_dequant_f16(cu_wview w, __half *dst) {
+    constexpr int RS =
+        40; // unit stride in halves: 80 bytes keep 8 consecutive 16-byte stores on distinct banks
+    __shared__ __align__(16) __half buf[128 * RS];
+    const int64_t units = w.k_pad / 32, total = w.n * units;
+    const int64_t u0 = blockIdx.x * (int64_t)128, i = u0 + threadIdx.x;
+    if (i < total) {
+        float v[32];
+        cu_deq<T>::unit(w, i / units, i % units, v);
 #pragma unroll
-    for (int j = 0; j < 16; j++) o[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+        for (int c = 0; c < 4; c++) {
+            __half2 h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) h[j] = __floats2half2_rn(v[c * 8 + 2 * j], v[c * 8 + 2 * j + 1]);
+            *reinterpret_cast<int4 *>(buf + threadIdx.x * RS + c * 8) = *reinterpret_cast<const int4 *>(h);
+        }
+    }
+    __syncthreads();
+    const int64_t n_units = total - u0 < 128 ? total - u0 : 128;
+    int4 *out = reinterpret_cast<int4 *>(dst + u0 * 32);
+    for (int c = threadIdx.x; c < n_units * 4; c += 128)
+        out[c] = *reinterpret_cast<const int4 *>(buf + (c >> 2) * RS + (c & 3) * 8);
 }
 
 extern "C" cudaError_t cu_dequant_f16(cudaStream_t st, const cu_weight *w, void *dst) {

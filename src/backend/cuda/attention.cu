@@ -7,12 +7,13 @@
  *
  * cu_attention (flash-decoding): one block per (KV head, split, token) takes a contiguous
  * chunk of the KV slots 0..pos and serves every query head of its group, so each K/V row
- * is read once per group. Tiles of 128 slots: a thread per slot computes the scores
- * against all the group's heads, the online softmax runs per head, then threads over
- * head dims accumulate p·V. Splits write (max, sum, unnormalized output) partials; the
- * last block of a head to finish (an atomic counter, reset for the next launch) merges
- * them, writes the output and quantizes it for the O projection. Q is rounded to F16
- * first, as llama.cpp's CPU flash attention does before its F16 dot products.
+ * is read once per group. Tiles of 64 slots: the block stages the tile's K and V rows in
+ * shared memory (all loads independent and coalesced: the cache is read at bandwidth, not
+ * at latency), a thread per (slot, head) computes a score, the online softmax runs per
+ * head, then threads over head dims accumulate p·V. Splits write (max, sum, unnormalized output) partials;
+ * the last block of a head to finish (an atomic counter, reset for the next launch) merges them, writes the
+ * output and quantizes it for the O projection. Q is rounded to F16 first, as llama.cpp's CPU flash attention
+ * does before its F16 dot products.
  */
 #include <float.h>
 
@@ -20,8 +21,7 @@
 #include "backend/cuda/quant.cuh"
 
 #define ATT_THREADS 128
-#define ATT_TILE    128
-#define ATT_GMAX    16 /* query heads per KV head */
+#define ATT_TILE    64
 
 /* Row `pos` of K (which = 0) or V (1) of token tok's sequence, in the kv's layer. */
 static __device__ __forceinline__ __half *kv_row(const cu_kv &kv, int tok, int64_t pos, int which) {
@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(64)
     k_rope_store(const float *q_in, const float *k_in, const float *v_in, int64_t in_stride,
                  const int32_t *pos, int n_head, int n_head_kv, int hd, const float *q_norm,
                  const float *k_norm, float eps, cu_rope rope, float *q_out, cu_kv kv) {
+    cu_pdl_enter();
     const int tok = blockIdx.x, slot = blockIdx.y;
     const int kind = slot < n_head ? 0 : slot < n_head + n_head_kv ? 1 : 2;
     const int h = kind == 0 ? slot : kind == 1 ? slot - n_head : slot - n_head - n_head_kv;
@@ -92,15 +93,14 @@ extern "C" cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const f
                                      float eps, const cu_rope *rope, float *q_out, const cu_kv *kv) {
     if (hd > 512) return cudaErrorInvalidValue;
     const dim3 grid(n_tok, n_head + 2 * n_head_kv);
-    k_rope_store<<<grid, 64, 0, st>>>(q_in, k_in, v_in, in_stride, pos, n_head, n_head_kv, hd, q_norm, k_norm,
-                                      eps, *rope, q_out, *kv);
-    return cudaGetLastError();
+    return cu_launch(k_rope_store, grid, 64, 0, st, q_in, k_in, v_in, in_stride, pos, n_head, n_head_kv, hd,
+                     q_norm, k_norm, eps, *rope, q_out, *kv);
 }
 
 struct att_params {
     const float *q;
     const int32_t *pos;
-    int n_head, n_head_kv, hd, G;
+    int n_tok, n_head, n_head_kv, hd, G, QT;
     cu_kv kv;
     float scale;
     int n_splits;
@@ -108,116 +108,136 @@ struct att_params {
     cu_act out;
 };
 
-/* Shared memory: q [G][hd] | scores [G][ATT_TILE] | m, l, corr [G] | out/combine [max(G*hd, 128*G)]. */
+/* Rows: QT query tokens x G heads (R <= ATT_RMAX). Shared memory: K tile [ATT_TILE][hd + 8]
+ * f16 | V tile (same) | q [R][hd] f32 | scores [R][ATT_TILE] | m, l, corr [ATT_RMAX] |
+ * out [R * hd] | row offsets [ATT_TILE]. */
+#define ATT_RMAX 16
+static size_t att_smem(int R, int hd) {
+    return sizeof(float) * ((size_t)R * hd * 2 + (size_t)R * ATT_TILE + 3 * ATT_RMAX) +
+           2 * sizeof(__half) * ATT_TILE * (size_t)(hd + 8) + sizeof(int64_t) * ATT_TILE;
+}
+
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
-    extern __shared__ float sm[];
-    const int kvh = blockIdx.x, split = blockIdx.y, tok = blockIdx.z;
-    const int G = p.G, hd = p.hd, tid = threadIdx.x;
-    float *qs = sm;
-    float *sc = qs + G * hd;
-    float *mrow = sc + G * ATT_TILE;
-    float *lrow = mrow + ATT_GMAX;
-    float *crow = lrow + ATT_GMAX;
-    float *obuf = crow + ATT_GMAX;
+    cu_pdl_enter();
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int kvh = blockIdx.x, split = blockIdx.y, tok0 = blockIdx.z * p.QT;
+    const int G = p.G, hd = p.hd, tid = threadIdx.x, hs = hd + 8; // K/V rows padded: no bank conflicts
+    const int QT = min(p.QT, p.n_tok - tok0), R = QT * G;
+    __half *ks = reinterpret_cast<__half *>(smem);
+    __half *vs = ks + ATT_TILE * hs;
+    float *qs = reinterpret_cast<float *>(vs + ATT_TILE * hs);
+    float *sc = qs + p.QT * G * hd;
+    float *mrow = sc + p.QT * G * ATT_TILE;
+    float *lrow = mrow + ATT_RMAX;
+    float *crow = lrow + ATT_RMAX;
+    float *obuf = crow + ATT_RMAX;
+    int64_t *rowoff = reinterpret_cast<int64_t *>(obuf + p.QT * G * hd);
     __shared__ bool is_last;
 
-    const int n_kv = p.pos[tok] + 1;
+    // the block's slots: up to the furthest of its tokens; each row masks past its own
+    int n_kv = 0;
+    for (int qi = 0; qi < QT; qi++) n_kv = max(n_kv, p.pos[tok0 + qi] + 1);
     const int chunk = (n_kv + p.n_splits - 1) / p.n_splits;
     const int start = split * chunk, end = min(n_kv, start + chunk);
-    const int h0 = kvh * G;
+    const int h0 = kvh * G, CH = hd / 8;
+    const int64_t vskip = (int64_t)CU_KV_BLOCK * p.kv.kv_dim; // V follows K in a block's layer
+    const __half *kvbase = static_cast<const __half *>(p.kv.base);
+    const int32_t *table = p.kv.tables + p.kv.tok_table[tok0]; // the host groups one sequence's tokens
 
-    for (int i = tid; i < G * hd; i += ATT_THREADS)
-        qs[i] = __half2float(__float2half(p.q[((int64_t)tok * p.n_head + h0) * hd + i]));
-    if (tid < G) mrow[tid] = -FLT_MAX, lrow[tid] = 0.0f;
+    for (int i = tid; i < R * hd; i += ATT_THREADS) {
+        const int r = i / hd, d = i % hd;
+        qs[i] = __half2float(__float2half(p.q[((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * hd + d]));
+    }
+    if (tid < R) mrow[tid] = -FLT_MAX, lrow[tid] = 0.0f;
 
     // V accumulation mapping: groups of hd threads over slots (hd <= 128), or 2 dims a thread
     const int groups = hd <= ATT_THREADS ? ATT_THREADS / hd : 1;
     const int grp = hd <= ATT_THREADS ? tid / hd : 0;
     const int dim = hd <= ATT_THREADS ? tid % hd : tid;
     const bool vact = grp < groups;
-    float acc[ATT_GMAX][2];
+    float acc[ATT_RMAX][2];
 #pragma unroll
-    for (int g = 0; g < ATT_GMAX; g++) acc[g][0] = acc[g][1] = 0.0f;
-    __syncthreads();
+    for (int r = 0; r < ATT_RMAX; r++) acc[r][0] = acc[r][1] = 0.0f;
 
     for (int t0 = start; t0 < end; t0 += ATT_TILE) {
         const int nt = min(ATT_TILE, end - t0);
-        // scores: a thread per slot
         if (tid < nt) {
-            const __half *kr = kv_row(p.kv, tok, t0 + tid, 0) + (int64_t)kvh * hd;
-            float s[ATT_GMAX];
-#pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++) s[g] = 0.0f;
-            if ((hd & 7) == 0) {
+            const int64_t pos = t0 + tid, b = table[pos / CU_KV_BLOCK];
+            rowoff[tid] =
+                (((b * p.kv.n_layer + p.kv.layer) * 2) * CU_KV_BLOCK + pos % CU_KV_BLOCK) * p.kv.kv_dim +
+                (int64_t)kvh * hd;
+        }
+        __syncthreads();
+        // stage the tile's K and V rows: every 16-byte load independent, coalesced per row
+#pragma unroll 4
+        for (int i = tid; i < nt * CH; i += ATT_THREADS) {
+            const int t = i / CH, c = i % CH;
+            const __half *src = kvbase + rowoff[t] + c * 8;
+            *reinterpret_cast<int4 *>(ks + t * hs + c * 8) = __ldg(reinterpret_cast<const int4 *>(src));
+            *reinterpret_cast<int4 *>(vs + t * hs + c * 8) =
+                __ldg(reinterpret_cast<const int4 *>(src + vskip));
+        }
+        __syncthreads();
+        // scores: consecutive threads take consecutive slots of one row; causal mask per token
+        for (int i = tid; i < nt * R; i += ATT_THREADS) {
+            const int r = i / nt, t = i % nt;
+            float s = -INFINITY;
+            if (t0 + t <= p.pos[tok0 + r / G]) {
+                const float *qg = qs + r * hd;
+                const __half *kr = ks + t * hs;
+                s = 0.0f;
                 for (int d = 0; d < hd; d += 8) {
-                    const int4 raw = __ldg(reinterpret_cast<const int4 *>(kr + d));
+                    const int4 raw = *reinterpret_cast<const int4 *>(kr + d);
                     const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw);
-                    float kv[8];
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
                         const float2 f = __half22float2(h2[j]);
-                        kv[2 * j] = f.x, kv[2 * j + 1] = f.y;
-                    }
-#pragma unroll
-                    for (int g = 0; g < ATT_GMAX; g++) {
-                        if (g < G) {
-                            const float *qg = qs + g * hd + d;
-#pragma unroll
-                            for (int j = 0; j < 8; j++) s[g] += qg[j] * kv[j];
-                        }
+                        s += qg[d + 2 * j] * f.x + qg[d + 2 * j + 1] * f.y;
                     }
                 }
-            } else {
-                for (int d = 0; d < hd; d++) {
-                    const float kv = __half2float(kr[d]);
-#pragma unroll
-                    for (int g = 0; g < ATT_GMAX; g++)
-                        if (g < G) s[g] += qs[g * hd + d] * kv;
-                }
+                s *= p.scale;
             }
-#pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++)
-                if (g < G) sc[g * ATT_TILE + tid] = s[g] * p.scale;
+            sc[r * ATT_TILE + t] = s;
         }
         __syncthreads();
-        // online softmax per head: warp w takes heads w, w + 4, ...
+        // online softmax per row: warp w takes rows w, w + 4, ...
         const int warp = tid / 32, lane = tid % 32;
-        for (int g = warp; g < G; g += ATT_THREADS / 32) {
+        for (int r = warp; r < R; r += ATT_THREADS / 32) {
             float mx = -FLT_MAX;
-            for (int t = lane; t < nt; t += 32) mx = fmaxf(mx, sc[g * ATT_TILE + t]);
+            for (int t = lane; t < nt; t += 32) mx = fmaxf(mx, sc[r * ATT_TILE + t]);
             mx = cu_warp_max(mx);
-            const float m_old = mrow[g], m_new = fmaxf(m_old, mx);
+            const float m_old = mrow[r], m_new = fmaxf(m_old, mx);
             float sum = 0.0f;
             for (int t = lane; t < nt; t += 32) {
-                const float e = expf(sc[g * ATT_TILE + t] - m_new);
-                sc[g * ATT_TILE + t] = e;
+                const float e = expf(sc[r * ATT_TILE + t] - m_new);
+                sc[r * ATT_TILE + t] = e;
                 sum += e;
             }
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            __syncwarp();
             if (lane == 0) {
                 const float corr = expf(m_old - m_new);
-                crow[g] = corr;
-                lrow[g] = lrow[g] * corr + sum;
-                mrow[g] = m_new;
+                crow[r] = corr;
+                lrow[r] = lrow[r] * corr + sum;
+                mrow[r] = m_new;
             }
         }
         __syncthreads();
         if (vact) {
 #pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++)
-                if (g < G) acc[g][0] *= crow[g], acc[g][1] *= crow[g];
+            for (int r = 0; r < ATT_RMAX; r++)
+                if (r < R) acc[r][0] *= crow[r], acc[r][1] *= crow[r];
+            const bool two = hd > ATT_THREADS && dim + ATT_THREADS < hd;
             for (int t = grp; t < nt; t += groups) {
-                const __half *vr = kv_row(p.kv, tok, t0 + t, 1) + (int64_t)kvh * hd;
-                const float v0 = __half2float(vr[dim]);
-                const float v1 =
-                    (hd > ATT_THREADS && dim + ATT_THREADS < hd) ? __half2float(vr[dim + ATT_THREADS]) : 0.0f;
+                const float v0 = __half2float(vs[t * hs + dim]);
+                const float v1 = two ? __half2float(vs[t * hs + dim + ATT_THREADS]) : 0.0f;
 #pragma unroll
-                for (int g = 0; g < ATT_GMAX; g++) {
-                    if (g < G) {
-                        const float pg = sc[g * ATT_TILE + t];
-                        acc[g][0] += pg * v0;
-                        acc[g][1] += pg * v1;
+                for (int r = 0; r < ATT_RMAX; r++) {
+                    if (r < R) {
+                        const float pr = sc[r * ATT_TILE + t];
+                        acc[r][0] += pr * v0;
+                        acc[r][1] += pr * v1;
                     }
                 }
             }
@@ -225,40 +245,39 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         __syncthreads();
     }
 
-    // fold the slot groups: obuf[g * hd + d] = unnormalized output of this chunk
-    for (int i = tid; i < G * hd; i += ATT_THREADS) obuf[i] = 0.0f;
+    // fold the slot groups: obuf[r * hd + d] = unnormalized output of this chunk
+    for (int i = tid; i < R * hd; i += ATT_THREADS) obuf[i] = 0.0f;
     __syncthreads();
     for (int gi = 0; gi < groups; gi++) {
         if (vact && grp == gi) {
 #pragma unroll
-            for (int g = 0; g < ATT_GMAX; g++) {
-                if (g < G) {
-                    obuf[g * hd + dim] += acc[g][0];
+            for (int r = 0; r < ATT_RMAX; r++) {
+                if (r < R) {
+                    obuf[r * hd + dim] += acc[r][0];
                     if (hd > ATT_THREADS && dim + ATT_THREADS < hd)
-                        obuf[g * hd + dim + ATT_THREADS] += acc[g][1];
+                        obuf[r * hd + dim + ATT_THREADS] += acc[r][1];
                 }
             }
         }
         __syncthreads();
     }
 
-    float *out_row = p.out.f + (int64_t)tok * p.out.k_pad + (int64_t)h0 * hd;
     if (p.n_splits > 1) {
-        const int64_t base = ((int64_t)tok * p.n_head + h0) * p.n_splits;
-        for (int i = tid; i < G * hd; i += ATT_THREADS) {
-            const int g = i / hd, d = i % hd;
-            p.scr.part_acc[(base + (int64_t)g * p.n_splits + split) * hd + d] = obuf[i];
+        // partial of row r: token tok0 + r / G, head h0 + r % G
+        for (int i = tid; i < R * hd; i += ATT_THREADS) {
+            const int r = i / hd, d = i % hd;
+            const int64_t row = ((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * p.n_splits + split;
+            p.scr.part_acc[row * hd + d] = obuf[i];
         }
-        if (tid < G) {
-            p.scr.part_ml[(base + (int64_t)tid * p.n_splits + split) * 2 + 0] =
-                start < end ? mrow[tid] : -FLT_MAX;
-            p.scr.part_ml[(base + (int64_t)tid * p.n_splits + split) * 2 + 1] =
-                start < end ? lrow[tid] : 0.0f;
+        if (tid < R) {
+            const int64_t row = ((int64_t)(tok0 + tid / G) * p.n_head + h0 + tid % G) * p.n_splits + split;
+            p.scr.part_ml[row * 2 + 0] = lrow[tid] > 0.0f ? mrow[tid] : -FLT_MAX;
+            p.scr.part_ml[row * 2 + 1] = lrow[tid];
         }
         __threadfence();
         __syncthreads();
         if (tid == 0) {
-            int32_t *cnt = p.scr.counters + (int64_t)tok * p.n_head_kv + kvh;
+            int32_t *cnt = p.scr.counters + (int64_t)blockIdx.z * p.n_head_kv + kvh;
             const int done = atomicAdd(cnt, 1);
             is_last = done == p.n_splits - 1;
             if (is_last) *cnt = 0; // ready for the next launch (graph replays)
@@ -266,10 +285,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         __syncthreads();
         if (!is_last) return;
         __threadfence();
-        // merge the splits of every head of the group
-        for (int i = tid; i < G * hd; i += ATT_THREADS) {
-            const int g = i / hd, d = i % hd;
-            const float *ml = p.scr.part_ml + (base + (int64_t)g * p.n_splits) * 2;
+        // merge the splits of every row (each thread its own elements)
+        for (int i = tid; i < R * hd; i += ATT_THREADS) {
+            const int r = i / hd, d = i % hd;
+            const int64_t row0 = ((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * p.n_splits;
+            const float *ml = p.scr.part_ml + row0 * 2;
             float M = -FLT_MAX;
             for (int s = 0; s < p.n_splits; s++)
                 if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
@@ -279,47 +299,60 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
                 if (l <= 0.0f) continue;
                 const float w = expf(__ldcg(ml + 2 * s) - M);
                 L += l * w;
-                o += __ldcg(p.scr.part_acc + (base + (int64_t)g * p.n_splits + s) * hd + d) * w;
+                o += __ldcg(p.scr.part_acc + (row0 + s) * hd + d) * w;
             }
             obuf[i] = o / L;
         }
     } else {
-        for (int i = tid; i < G * hd; i += ATT_THREADS) obuf[i] = obuf[i] / lrow[i / hd];
+        for (int i = tid; i < R * hd; i += ATT_THREADS) obuf[i] = obuf[i] / lrow[i / hd];
     }
     __syncthreads();
-    for (int i = tid; i < G * hd; i += ATT_THREADS) out_row[i] = obuf[i];
+    for (int i = tid; i < R * hd; i += ATT_THREADS) {
+        const int qi = i / (G * hd), j = i % (G * hd);
+        p.out.f[(int64_t)(tok0 + qi) * p.out.k_pad + (int64_t)h0 * hd + j] = obuf[i];
+    }
     if (p.out.q && (hd % 32) == 0) {
-        // the group's outputs are whole quant blocks of the O projection's input
+        // each token's group outputs are whole quant blocks of the O projection's input
         const int warp = tid / 32, lane = tid % 32;
         const int64_t nblk = p.out.k_pad / 32, blk0 = (int64_t)h0 * hd / 32;
-        for (int b = warp; b < G * hd / 32; b += ATT_THREADS / 32)
-            cu_quant_block32(obuf[b * 32 + lane], p.out.q + (int64_t)tok * p.out.k_pad, p.out.d + tok * nblk,
-                             p.out.s + tok * nblk, blk0 + b, lane);
+        const int bpt = G * hd / 32; // blocks per token
+        for (int b = warp; b < QT * bpt; b += ATT_THREADS / 32) {
+            const int64_t tok = tok0 + b / bpt;
+            cu_quant_block32(obuf[b * 32 + lane], p.out.q + tok * p.out.k_pad, p.out.d + tok * nblk,
+                             p.out.s + tok * nblk, blk0 + b % bpt, lane);
+        }
     }
 }
 
 extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos,
                                     int n_head, int n_head_kv, int hd, const cu_kv *kv, float scale,
-                                    int n_splits, const cu_attn_scratch *scr, const cu_act *out) {
+                                    int n_splits, int qt, const cu_attn_scratch *scr, const cu_act *out) {
     const int G = n_head / n_head_kv;
-    if (G > ATT_GMAX || G * n_head_kv != n_head || hd > 2 * ATT_THREADS || n_splits < 1 ||
-        n_splits > scr->max_splits)
+    if (G > ATT_RMAX || G * n_head_kv != n_head || hd > 2 * ATT_THREADS || hd % 8 || n_splits < 1 ||
+        n_splits > scr->max_splits || qt < 1)
         return cudaErrorInvalidValue;
+    if (qt * G > ATT_RMAX) qt = ATT_RMAX / G;
+    if (qt > n_tok) qt = n_tok;
     att_params p;
     p.q = q;
     p.pos = pos;
+    p.n_tok = n_tok;
     p.n_head = n_head;
     p.n_head_kv = n_head_kv;
     p.hd = hd;
     p.G = G;
+    p.QT = qt;
     p.kv = *kv;
     p.scale = scale;
     p.n_splits = n_splits;
     p.scr = *scr;
     p.out = *out;
-    const size_t smem = sizeof(float) * ((size_t)G * hd * 2 + (size_t)G * ATT_TILE + 3 * ATT_GMAX);
-    if (smem > 48 * 1024) return cudaErrorInvalidValue;
-    const dim3 grid(n_head_kv, n_splits, n_tok);
-    k_attention<<<grid, ATT_THREADS, smem, st>>>(p);
-    return cudaGetLastError();
+    const size_t smem = att_smem(qt * G, hd);
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    const dim3 grid(n_head_kv, n_splits, (n_tok + qt - 1) / qt);
+    return cu_launch(k_attention, grid, ATT_THREADS, smem, st, p);
 }

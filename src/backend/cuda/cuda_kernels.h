@@ -6,8 +6,9 @@
  *   - weights (cu_weight): every type stays in its GGUF block layout, except Q4_0 and Q8_0,
  *     which are split at upload into a quant array (16 or 32 bytes per block, rows of
  *     k/32 blocks) and an F16 scale array [n, k/32], so a warp reads 512 contiguous bytes
- *     per load instruction. Float rows (F32/F16/BF16) are padded with zeros to k_pad, a
- *     multiple of 32, so every kernel works in units of 32 elements.
+ *     per load instruction, and Q6_K, split into its 192 quant bytes per super-block
+ *     (aligned for 16-byte loads) and an 18-byte scales+d record [n, k/256]. Float rows (F32/F16/BF16) are
+ * padded with zeros to k_pad, a multiple of 32, so every kernel works in units of 32 elements.
  *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
  *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
  *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
@@ -38,8 +39,8 @@ typedef struct cu_weight {
     int64_t k_pad;     /* k rounded up to 32 for float types; k otherwise */
     int64_t row_bytes; /* bytes per row in data (GGUF layout or padded float row) */
     void *data;        /* the rows, or the split quants */
-    void *scales;      /* split types: F16 scales [n, k/32]; NULL otherwise */
-    bool split;        /* Q4_0 / Q8_0 repacked */
+    void *scales;      /* split types: F16 scales [n, k/32] (Q6_K: 18-byte records [n, k/256]) */
+    bool split;        /* Q4_0 / Q8_0 / Q6_K repacked */
 } cu_weight;
 
 /* An activation: rows of k_pad values, as f32 and (when q is set) as per-32 int8 quants. */
@@ -54,6 +55,8 @@ typedef struct cu_act {
 
 /* True when the decode kernels for this weight type read int8-quantized activations. */
 bool cu_type_uses_q8_act(cera_type t);
+/* True for the types stored split on the device (Q4_0, Q8_0, Q6_K). */
+bool cu_type_split(cera_type t);
 /* True when the CUDA backend has kernels for this weight type. */
 bool cu_type_supported(cera_type t);
 
@@ -164,11 +167,17 @@ typedef struct cu_attn_scratch {
 
 /* out (f32 [n_tok, n_head * hd] in act->f, quantized when act->q is set and hd % 32 == 0,
  * else by a cu_quantize_act the caller runs) = softmax(q K^T * scale) V over the KV slots
- * 0..pos[i], split over n_splits chunks per KV head (flash-decoding) and combined by the
- * last block of each head. */
+ * 0..pos[i] (causal), split over n_splits chunks per KV head (flash-decoding) and combined
+ * by the last block of each head. A block serves qt consecutive tokens (which must share
+ * one block table: one sequence) so they share each staged K/V tile (prefill); qt is
+ * capped at 16 / (query heads per KV head). */
 cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos, int n_head,
-                         int n_head_kv, int hd, const cu_kv *kv, float scale, int n_splits,
+                         int n_head_kv, int hd, const cu_kv *kv, float scale, int n_splits, int qt,
                          const cu_attn_scratch *scr, const cu_act *out);
+
+/* Launches decode kernels with programmatic dependent launch while on (forward.c turns it
+ * on around the decode step, off for everything else). */
+void cu_set_pdl(bool on);
 
 /* Measurement helpers (bench). */
 cudaError_t cu_read_kernel(cudaStream_t st, const void *src, int64_t bytes, float *sink);

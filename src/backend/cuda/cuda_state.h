@@ -36,6 +36,9 @@
         if (st_ != CERA_OK) return st_;                                                                      \
     } while (0)
 
+/* Room for attention partials: (token, split) pairs per query head in one launch. */
+#define ATT_TOK_SPLITS 1024
+
 typedef struct cu_layer {
     cu_weight wq, wk, wv, wo, wgate, wup, wdown;
     float *attn_norm, *ffn_norm;                    /* [n_embd] */
@@ -46,7 +49,7 @@ typedef struct cu_layer {
 struct cera_cuda_state {
     cera_hparams hp;
     cera_cuda_params prm;
-    int n_sm;
+    int n_sm, cc_major;
     cudaStream_t st;
     cublasHandle_t blas;
 

@@ -16,6 +16,8 @@
  * Prefill (several tokens) runs the same sequence with cuBLAS GEMMs (gemm.c) and separate
  * element-wise kernels; only the rows whose logits are asked for reach the output layer.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_state.h"
@@ -77,7 +79,7 @@ static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
                              hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
                              &kv));
         CU_TRY(cu_attention(s->st, s->qr, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
-                            s->dec_splits, &s->att, &s->a_attn));
+                            s->dec_splits, 1, &s->att, &s->a_attn));
         if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, 1));
         cu_mv_seg o = {&L->wo, s->x, L->bo};
         CU_TRY(cu_matvec(s->st, &o, 1, &s->a_attn, CU_MV_ADD, hp->residual_scale, NULL));
@@ -101,7 +103,9 @@ static cera_status run_decode(cera_cuda_state *s, cera_error *err) {
     }
     if (!s->graph_ready) {
         CU_TRY(cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
+        cu_set_pdl(!s->prm.no_pdl && s->cc_major >= 9); // griddepcontrol is Hopper's
         cera_status st = decode_launches(s, err);
+        cu_set_pdl(false);
         cudaGraph_t g = NULL;
         cudaError_t e = cudaStreamEndCapture(s->st, &g);
         if (st != CERA_OK) {
@@ -151,15 +155,58 @@ static cera_status prefill_logits(cera_cuda_state *s, int n, const int32_t *out_
     return CERA_OK;
 }
 
-static cera_status prefill(cera_cuda_state *s, int n, const int32_t *out_rows, int n_out, cera_error *err) {
+/* CERA_CUDA_PROFILE=1 times the prefill's phases (each launch synchronized: for diagnosis
+ * only) and prints them to stderr after each prefill. */
+typedef struct prof {
+    bool on;
+    cudaEvent_t a, b;
+    double ms[4]; /* gemm, attention, other, total */
+} prof;
+
+static void prof_begin(prof *p, cudaStream_t st) {
+    if (p->on) cudaEventRecord(p->a, st);
+}
+
+static void prof_end(prof *p, cudaStream_t st, int slot) {
+    if (!p->on) return;
+    float ms = 0;
+    cudaEventRecord(p->b, st);
+    cudaEventSynchronize(p->b);
+    cudaEventElapsedTime(&ms, p->a, p->b);
+    p->ms[slot] += ms;
+    p->ms[3] += ms;
+}
+
+#define PROF(slot, call)                                                                                     \
+    do {                                                                                                     \
+        prof_begin(&pf, s->st);                                                                              \
+        call;                                                                                                \
+        prof_end(&pf, s->st, slot);                                                                          \
+    } while (0)
+
+static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_t *out_rows, int n_out,
+                           cera_error *err) {
+    prof pf;
+    memset(&pf, 0, sizeof pf);
+    pf.on = getenv("CERA_CUDA_PROFILE") != NULL;
+    if (pf.on) {
+        cudaEventCreate(&pf.a);
+        cudaEventCreate(&pf.b);
+    }
     const cera_hparams *hp = &s->hp;
     const float eps = hp->rms_eps;
     const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
     CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
+    // query tokens per attention block (they share each staged K/V tile), then enough
+    // splits to fill the GPU, within the partials' room (n * splits <= ATT_TOK_SPLITS)
+    const int G = hp->n_head / hp->n_head_kv;
+    const int qt = one_seq ? (16 / G > 0 ? 16 / G : 1) : 1;
+    const int blocks = hp->n_head_kv * ((n + qt - 1) / qt);
     int splits = 1;
-    if (n * hp->n_head_kv < 2 * s->n_sm) {
-        splits = (2 * s->n_sm + n * hp->n_head_kv - 1) / (n * hp->n_head_kv);
-        if (splits * n > s->att.max_splits) splits = s->att.max_splits / n;
+    if (blocks < 2 * s->n_sm) {
+        splits = (2 * s->n_sm + blocks - 1) / blocks;
+        if (splits > s->att.max_splits) splits = s->att.max_splits;
+        if (splits * n > ATT_TOK_SPLITS) splits = ATT_TOK_SPLITS / n;
         if (splits < 1) splits = 1;
     }
     cu_act attn_f = s->a_attn;
@@ -167,28 +214,34 @@ static cera_status prefill(cera_cuda_state *s, int n, const int32_t *out_rows, i
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *L = &s->layers[l];
         const cu_kv kv = layer_kv(s, l);
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
-        CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err));
-        CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err));
-        CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err));
+        PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err)));
         if (L->bq) CU_TRY(cu_bias_scale(s->st, s->qkv, qkv_ld, L->bq, n, s->n_q, 1.0f));
         if (L->bk) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q, qkv_ld, L->bk, n, s->n_kv, 1.0f));
         if (L->bv) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q + s->n_kv, qkv_ld, L->bv, n, s->n_kv, 1.0f));
-        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n, s->d_pos,
-                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
-                             &kv));
-        CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
-                            splits, &s->att, &attn_f));
-        CERA_TRY(cu_gemm(s, &L->wo, &s->a_attn, n, s->tmp, s->n_embd, err));
-        CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
-                             hp->residual_scale));
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
-        CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err));
-        CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err));
-        CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff));
-        CERA_TRY(cu_gemm(s, &L->wdown, &s->a_ff, n, s->tmp, s->n_embd, err));
-        CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bdown, n, s->n_embd,
-                             hp->residual_scale));
+        PROF(2, CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n,
+                                     s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps,
+                                     &s->rope, s->qr, &kv)));
+        PROF(1, CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
+                                    hp->attn_scale, splits, qt, &s->att, &attn_f)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wo, &s->a_attn, n, s->tmp, s->n_embd, err)));
+        PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
+                                     hp->residual_scale)));
+        PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err)));
+        PROF(2, CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff)));
+        PROF(0, CERA_TRY(cu_gemm(s, &L->wdown, &s->a_ff, n, s->tmp, s->n_embd, err)));
+        PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bdown, n, s->n_embd,
+                                     hp->residual_scale)));
+    }
+    if (pf.on) {
+        fprintf(stderr, "cuda prefill %d tokens: gemm %.2f ms, attention %.2f ms, other %.2f ms (sum %.2f)\n",
+                n, pf.ms[0], pf.ms[1], pf.ms[2], pf.ms[3]);
+        cudaEventDestroy(pf.a);
+        cudaEventDestroy(pf.b);
     }
     if (n_out > 0) CERA_TRY(prefill_logits(s, n, out_rows, n_out, err));
     return CERA_OK;
@@ -220,10 +273,13 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
                            s->st));
     s->kv_base = kv_base;
-    if (n == 1)
+    if (n == 1) {
         CERA_TRY(run_decode(s, err));
-    else
-        CERA_TRY(prefill(s, n, out_rows, n_out, err));
+    } else {
+        bool one_seq = true;
+        for (int i = 1; i < n; i++) one_seq = one_seq && tok_tbl[i] == tok_tbl[0];
+        CERA_TRY(prefill(s, n, one_seq, out_rows, n_out, err));
+    }
     if (argmax && n_out > 0)
         CU_TRY(cudaMemcpyAsync(h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
     if (logits && n_out > 0)

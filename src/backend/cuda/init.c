@@ -72,7 +72,7 @@ cera_status cu_upload_weight(cera_cuda_state *s, const cera_weight *mw, const ch
     out->type = mw->type;
     out->k = mw->k;
     out->n = mw->n;
-    out->split = mw->type == CERA_TYPE_Q4_0 || mw->type == CERA_TYPE_Q8_0;
+    out->split = cu_type_split(mw->type);
     int64_t data_bytes, scale_bytes;
     cu_weight_bytes(mw->type, mw->k, mw->n, &data_bytes, &scale_bytes, &out->k_pad, &out->row_bytes);
     CERA_TRY(dev_alloc(&out->data, (size_t)data_bytes, what, err));
@@ -192,8 +192,9 @@ static cera_status check_model(const cera_model *m, cera_error *err) {
                          hp->n_head_kv);
     if (hp->n_head / hp->n_head_kv > 16)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: more than 16 query heads per KV head");
-    if (hp->head_dim <= 0 || hp->head_dim > 256 || hp->head_dim % 2)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: head size %d (1..256, even)", hp->head_dim);
+    if (hp->head_dim <= 0 || hp->head_dim > 256 || hp->head_dim % 8)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: head size %d (8..256, a multiple of 8)",
+                         hp->head_dim);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d rotated dims of %d", hp->n_rot, hp->head_dim);
     if ((hp->n_head / hp->n_head_kv) * hp->head_dim > 2048)
@@ -209,6 +210,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     const int B = s->prm.n_batch;
     CU_TRY(cudaSetDevice(s->prm.device));
     CU_TRY(cudaDeviceGetAttribute(&s->n_sm, cudaDevAttrMultiProcessorCount, s->prm.device));
+    CU_TRY(cudaDeviceGetAttribute(&s->cc_major, cudaDevAttrComputeCapabilityMajor, s->prm.device));
     CU_TRY(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
     CUBLAS_TRY(cublasCreate(&s->blas));
     CUBLAS_TRY(cublasSetStream(s->blas, s->st));
@@ -257,8 +259,9 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     if (hp->tied_output) {
         s->output = s->tok_embd;
         s->output_tied = true;
-        s->weight_bytes += (size_t)(s->tok_embd.row_bytes * s->tok_embd.n);
-        if (s->tok_embd.scales) s->weight_bytes += (size_t)(s->tok_embd.n * (s->tok_embd.k / 32) * 2);
+        int64_t db, sb, kp, rb;
+        cu_weight_bytes(s->tok_embd.type, s->tok_embd.k, s->tok_embd.n, &db, &sb, &kp, &rb);
+        s->weight_bytes += (size_t)(db + sb);
     } else {
         UPLOAD(&m->output, "output.weight", &s->output);
     }
@@ -350,9 +353,9 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if ((st = dev_alloc(bufs[i].p, bufs[i].bytes, "scratch", err)) != CERA_OK) goto done;
-        // flash-decoding partials: up to 64 (token, split) pairs per query head
+        // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
         s->att.max_splits = 64;
-        const size_t parts = (size_t)s->att.max_splits * (size_t)hp->n_head;
+        const size_t parts = (size_t)ATT_TOK_SPLITS * (size_t)hp->n_head;
         if ((st = dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err)) !=
                 CERA_OK ||
             (st = dev_alloc((void **)&s->att.part_ml, parts * 2 * f, "attention partials", err)) != CERA_OK ||

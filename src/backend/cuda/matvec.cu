@@ -2,13 +2,15 @@
  * matvec.cu — the decode matrix-vector products, the part of a decode step that streams
  * the weights and so sets its speed.
  *
- * One block of 8 warps computes 32 consecutive output rows (4 per warp; for the SwiGLU
- * epilogue 4 gate and 4 up rows per warp). Within a warp the lanes walk the row in
+ * One block of 16 warps computes 32 consecutive output rows (2 per warp; for the SwiGLU
+ * epilogue 2 gate and 2 up rows per warp). Within a warp the lanes walk the row in
  * 16-byte units, so each load instruction reads 512 contiguous bytes of a row; weights are
  * loaded with the streaming cache hint (read once, must not evict the activation), the
  * activation through the read-only path (every warp reads it).
  *   Q4_0 / Q8_0: split layout, int8 activations, dp4a (one instruction per 4 weights);
  *                the Q4_0 offset of 8 is applied through the activation block's quant sum.
+ *   Q4_K / Q6_K: int8 activations and dp4a too (Q6_K split at upload into aligned quants
+ *                and a scale array), the per-block mins/offsets through the quant sums.
  *   F16 / BF16 / F32: 8 (4) weights per lane-step against the f32 activation.
  *   other types: each lane decodes whole 32-element units (quant.cuh) against f32.
  * The 32 results meet in shared memory and one warp runs the epilogue: store, residual
@@ -18,8 +20,8 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/quant.cuh"
 
-#define MV_WARPS 8
-#define MV_ROWS  4 /* rows per warp (per segment) */
+#define MV_WARPS 16
+#define MV_ROWS  2 /* rows per warp (per segment) */
 #define MV_TILE  (MV_WARPS * MV_ROWS)
 
 struct mv_params {
@@ -68,44 +70,61 @@ template <int T> struct mv_dot {
     }
 };
 
+/* The fast paths below issue the loads of MV_U steps before using any of them, so each
+ * lane keeps MV_U * NR 16-byte weight loads in flight (the decode matvec is latency-bound
+ * otherwise: a 4096-row matrix gives only ~16 warps per SM). Out-of-range steps load the
+ * last valid unit again (an L1 hit) and are masked out of the sums. */
+#define MV_U 4
+
+#define MV_ROW_PTRS(W)                                                                                       \
+    const uint8_t *q[NR];                                                                                    \
+    _Pragma("unroll") for (int r = 0; r < NR; r++) {                                                         \
+        const cu_wview &w = r < NA ? wa : wb;                                                                \
+        q[r] = w.data + rows[r] * (W);                                                                       \
+    }
+
 template <> struct mv_dot<CERA_TYPE_Q4_0> {
     template <int NR, int NA>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t nb = p.k_pad / 32;
-        const uint8_t *q[NR];
+        MV_ROW_PTRS(nb * 16)
         const __half *d[NR];
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const cu_wview &w = r < NA ? wa : wb;
-            q[r] = w.data + rows[r] * nb * 16;
-            d[r] = w.scales + rows[r] * nb;
-        }
-#pragma unroll 2
-        for (int64_t b = lane; b < nb; b += 32) {
-            const int4 xa = __ldg(reinterpret_cast<const int4 *>(p.xq + b * 32));
-            const int4 xb = __ldg(reinterpret_cast<const int4 *>(p.xq + b * 32 + 16));
-            const float xd = __ldg(p.xd + b);
-            const int xs8 = 8 * __ldg(p.xs + b);
-            int4 wq[NR];
-            float wd[NR];
+        for (int r = 0; r < NR; r++) d[r] = (r < NA ? wa : wb).scales + rows[r] * nb;
+        for (int64_t b0 = lane; b0 < nb; b0 += 32 * MV_U) {
+            int4 wq[MV_U][NR], xa[MV_U], xb[MV_U];
+            float wd[MV_U][NR], xd[MV_U];
+            int xs[MV_U];
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                wq[r] = ld_stream(q[r] + b * 16);
-                wd[r] = __half2float(__ldcs(d[r] + b));
+            for (int u = 0; u < MV_U; u++) {
+                const int64_t b = min(b0 + 32 * u, nb - 1);
+                xa[u] = __ldg(reinterpret_cast<const int4 *>(p.xq + b * 32));
+                xb[u] = __ldg(reinterpret_cast<const int4 *>(p.xq + b * 32 + 16));
+                xd[u] = __ldg(p.xd + b);
+                xs[u] = 8 * __ldg(p.xs + b);
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    wq[u][r] = ld_stream(q[r] + b * 16);
+                    wd[u][r] = __half2float(__ldcs(d[r] + b));
+                }
             }
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const int4 w = wq[r];
-                int s = __dp4a(w.x & 0x0F0F0F0F, xa.x, 0);
-                s = __dp4a(w.y & 0x0F0F0F0F, xa.y, s);
-                s = __dp4a(w.z & 0x0F0F0F0F, xa.z, s);
-                s = __dp4a(w.w & 0x0F0F0F0F, xa.w, s);
-                s = __dp4a((w.x >> 4) & 0x0F0F0F0F, xb.x, s);
-                s = __dp4a((w.y >> 4) & 0x0F0F0F0F, xb.y, s);
-                s = __dp4a((w.z >> 4) & 0x0F0F0F0F, xb.z, s);
-                s = __dp4a((w.w >> 4) & 0x0F0F0F0F, xb.w, s);
-                acc[r] += (float)(s - xs8) * wd[r] * xd;
+            for (int u = 0; u < MV_U; u++) {
+                if (b0 + 32 * u >= nb) break;
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int4 w = wq[u][r];
+                    int s = __dp4a(w.x & 0x0F0F0F0F, xa[u].x, 0);
+                    s = __dp4a(w.y & 0x0F0F0F0F, xa[u].y, s);
+                    s = __dp4a(w.z & 0x0F0F0F0F, xa[u].z, s);
+                    s = __dp4a(w.w & 0x0F0F0F0F, xa[u].w, s);
+                    s = __dp4a((w.x >> 4) & 0x0F0F0F0F, xb[u].x, s);
+                    s = __dp4a((w.y >> 4) & 0x0F0F0F0F, xb[u].y, s);
+                    s = __dp4a((w.z >> 4) & 0x0F0F0F0F, xb[u].z, s);
+                    s = __dp4a((w.w >> 4) & 0x0F0F0F0F, xb[u].w, s);
+                    acc[r] += (float)(s - xs[u]) * wd[u][r] * xd[u];
+                }
             }
         }
     }
@@ -116,113 +135,244 @@ template <> struct mv_dot<CERA_TYPE_Q8_0> {
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t nb = p.k_pad / 32, nh = 2 * nb;
-        const uint8_t *q[NR];
+        MV_ROW_PTRS(nb * 32)
         const __half *d[NR];
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const cu_wview &w = r < NA ? wa : wb;
-            q[r] = w.data + rows[r] * nb * 32;
-            d[r] = w.scales + rows[r] * nb;
-        }
+        for (int r = 0; r < NR; r++) d[r] = (r < NA ? wa : wb).scales + rows[r] * nb;
         // a lane takes half a block (16 quants) per step: 16-byte loads, consecutive across lanes
-#pragma unroll 2
-        for (int64_t hb = lane; hb < nh; hb += 32) {
-            const int4 xa = __ldg(reinterpret_cast<const int4 *>(p.xq + hb * 16));
-            const float xd = __ldg(p.xd + (hb >> 1));
-            int4 wq[NR];
-            float wd[NR];
+        for (int64_t h0 = lane; h0 < nh; h0 += 32 * MV_U) {
+            int4 wq[MV_U][NR], xa[MV_U];
+            float wd[MV_U][NR], xd[MV_U];
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                wq[r] = ld_stream(q[r] + hb * 16);
-                wd[r] = __half2float(__ldg(d[r] + (hb >> 1)));
+            for (int u = 0; u < MV_U; u++) {
+                const int64_t hb = min(h0 + 32 * u, nh - 1);
+                xa[u] = __ldg(reinterpret_cast<const int4 *>(p.xq + hb * 16));
+                xd[u] = __ldg(p.xd + (hb >> 1));
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    wq[u][r] = ld_stream(q[r] + hb * 16);
+                    wd[u][r] = __half2float(__ldg(d[r] + (hb >> 1)));
+                }
             }
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                int s = __dp4a(wq[r].x, xa.x, 0);
-                s = __dp4a(wq[r].y, xa.y, s);
-                s = __dp4a(wq[r].z, xa.z, s);
-                s = __dp4a(wq[r].w, xa.w, s);
-                acc[r] += (float)s * (wd[r] * xd);
-            }
-        }
-    }
-};
-
-template <> struct mv_dot<CERA_TYPE_F16> {
-    template <int NR, int NA>
-    static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
-                                               const mv_params &p, int lane, float *acc) {
-        const uint8_t *q[NR];
+            for (int u = 0; u < MV_U; u++) {
+                if (h0 + 32 * u >= nh) break;
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const cu_wview &w = r < NA ? wa : wb;
-            q[r] = w.data + rows[r] * w.row_bytes;
-        }
-#pragma unroll 2
-        for (int64_t i = lane * 8; i < p.k_pad; i += 256) {
-            const float4 x0 = __ldg(reinterpret_cast<const float4 *>(p.xf + i));
-            const float4 x1 = __ldg(reinterpret_cast<const float4 *>(p.xf + i + 4));
-            int4 wq[NR];
-#pragma unroll
-            for (int r = 0; r < NR; r++) wq[r] = ld_stream(q[r] + i * 2);
-#pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const __half2 *h = reinterpret_cast<const __half2 *>(&wq[r]);
-                const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
-                const float2 c = __half22float2(h[2]), e = __half22float2(h[3]);
-                acc[r] += a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y +
-                          e.x * x1.z + e.y * x1.w;
+                for (int r = 0; r < NR; r++) {
+                    int s = __dp4a(wq[u][r].x, xa[u].x, 0);
+                    s = __dp4a(wq[u][r].y, xa[u].y, s);
+                    s = __dp4a(wq[u][r].z, xa[u].z, s);
+                    s = __dp4a(wq[u][r].w, xa[u].w, s);
+                    acc[r] += (float)s * (wd[u][r] * xd[u]);
+                }
             }
         }
     }
 };
 
-template <> struct mv_dot<CERA_TYPE_BF16> {
+/* F16 / BF16: 8 weights (16 bytes) per lane-step against 8 f32 activations. */
+template <bool BF> struct mv_dot_half {
+    static __device__ __forceinline__ float dot8(const int4 w, const float4 x0, const float4 x1) {
+        if (BF) {
+            const uint32_t u0 = w.x, u1 = w.y, u2 = w.z, u3 = w.w;
+            return __uint_as_float(u0 << 16) * x0.x + __uint_as_float(u0 & 0xffff0000u) * x0.y +
+                   __uint_as_float(u1 << 16) * x0.z + __uint_as_float(u1 & 0xffff0000u) * x0.w +
+                   __uint_as_float(u2 << 16) * x1.x + __uint_as_float(u2 & 0xffff0000u) * x1.y +
+                   __uint_as_float(u3 << 16) * x1.z + __uint_as_float(u3 & 0xffff0000u) * x1.w;
+        }
+        const __half2 *h = reinterpret_cast<const __half2 *>(&w);
+        const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+        const float2 c = __half22float2(h[2]), e = __half22float2(h[3]);
+        return a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + e.x * x1.z +
+               e.y * x1.w;
+    }
     template <int NR, int NA>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
-        const uint8_t *q[NR];
+        MV_ROW_PTRS(wa.row_bytes)
+        const int64_t n8 = p.k_pad / 8;
+        for (int64_t i0 = lane; i0 < n8; i0 += 32 * MV_U) {
+            int4 wq[MV_U][NR];
+            float4 x0[MV_U], x1[MV_U];
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const cu_wview &w = r < NA ? wa : wb;
-            q[r] = w.data + rows[r] * w.row_bytes;
-        }
-#pragma unroll 2
-        for (int64_t i = lane * 8; i < p.k_pad; i += 256) {
-            const float4 x0 = __ldg(reinterpret_cast<const float4 *>(p.xf + i));
-            const float4 x1 = __ldg(reinterpret_cast<const float4 *>(p.xf + i + 4));
-            int4 wq[NR];
+            for (int u = 0; u < MV_U; u++) {
+                const int64_t i = min(i0 + 32 * u, n8 - 1);
+                x0[u] = __ldg(reinterpret_cast<const float4 *>(p.xf + i * 8));
+                x1[u] = __ldg(reinterpret_cast<const float4 *>(p.xf + i * 8 + 4));
 #pragma unroll
-            for (int r = 0; r < NR; r++) wq[r] = ld_stream(q[r] + i * 2);
+                for (int r = 0; r < NR; r++) wq[u][r] = ld_stream(q[r] + i * 16);
+            }
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const uint32_t u0 = wq[r].x, u1 = wq[r].y, u2 = wq[r].z, u3 = wq[r].w;
-                acc[r] += __uint_as_float(u0 << 16) * x0.x + __uint_as_float(u0 & 0xffff0000u) * x0.y +
-                          __uint_as_float(u1 << 16) * x0.z + __uint_as_float(u1 & 0xffff0000u) * x0.w +
-                          __uint_as_float(u2 << 16) * x1.x + __uint_as_float(u2 & 0xffff0000u) * x1.y +
-                          __uint_as_float(u3 << 16) * x1.z + __uint_as_float(u3 & 0xffff0000u) * x1.w;
+            for (int u = 0; u < MV_U; u++) {
+                if (i0 + 32 * u >= n8) break;
+#pragma unroll
+                for (int r = 0; r < NR; r++) acc[r] += dot8(wq[u][r], x0[u], x1[u]);
             }
         }
     }
 };
+template <> struct mv_dot<CERA_TYPE_F16> : mv_dot_half<false> {};
+template <> struct mv_dot<CERA_TYPE_BF16> : mv_dot_half<true> {};
 
 template <> struct mv_dot<CERA_TYPE_F32> {
     template <int NR, int NA>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
-        const uint8_t *q[NR];
+        MV_ROW_PTRS(wa.row_bytes)
+        const int64_t n4 = p.k_pad / 4;
+        for (int64_t i0 = lane; i0 < n4; i0 += 32 * MV_U) {
+            float4 wv[MV_U][NR], xv[MV_U];
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const cu_wview &w = r < NA ? wa : wb;
-            q[r] = w.data + rows[r] * w.row_bytes;
+            for (int u = 0; u < MV_U; u++) {
+                const int64_t i = min(i0 + 32 * u, n4 - 1);
+                xv[u] = __ldg(reinterpret_cast<const float4 *>(p.xf + i * 4));
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+                    wv[u][r] = __ldcs(reinterpret_cast<const float4 *>(q[r] + i * 16));
+            }
+#pragma unroll
+            for (int u = 0; u < MV_U; u++) {
+                if (i0 + 32 * u >= n4) break;
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+                    acc[r] += wv[u][r].x * xv[u].x + wv[u][r].y * xv[u].y + wv[u][r].z * xv[u].z +
+                              wv[u][r].w * xv[u].w;
+            }
         }
-#pragma unroll 2
-        for (int64_t i = lane * 4; i < p.k_pad; i += 128) {
-            const float4 x = __ldg(reinterpret_cast<const float4 *>(p.xf + i));
+    }
+};
+
+/* Q4_K with int8 activations: per 32-element unit, d*sc * sum(q * xq) - dmin*m * sum(xq),
+ * times the activation block's scale. A unit's quants are 32 aligned bytes of its
+ * 144-byte super-block, whose 16-byte header (d, dmin, packed scales) the 8 lanes of a
+ * super-block read together. */
+template <> struct mv_dot<CERA_TYPE_Q4_K> {
+    template <int NR, int NA>
+    static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
+                                               const mv_params &p, int lane, float *acc) {
+        MV_ROW_PTRS(wa.row_bytes)
+        const int64_t nu = p.k_pad / 32;
+        for (int64_t u0 = lane; u0 < nu; u0 += 32 * 2) {
+            int4 hd[2][NR], qa[2][NR], qb[2][NR], xa[2], xb[2];
+            float xd[2];
+            int xs[2];
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const float4 w = __ldcs(reinterpret_cast<const float4 *>(q[r] + i * 4));
-                acc[r] += w.x * x.x + w.y * x.y + w.z * x.z + w.w * x.w;
+            for (int v = 0; v < 2; v++) {
+                const int64_t u = min(u0 + 32 * v, nu - 1);
+                xa[v] = __ldg(reinterpret_cast<const int4 *>(p.xq + u * 32));
+                xb[v] = __ldg(reinterpret_cast<const int4 *>(p.xq + u * 32 + 16));
+                xd[v] = __ldg(p.xd + u);
+                xs[v] = __ldg(p.xs + u);
+                const int64_t blk = u >> 3, s = u & 7;
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const uint8_t *b = q[r] + blk * 144;
+                    hd[v][r] = __ldg(reinterpret_cast<const int4 *>(b));
+                    qa[v][r] = ld_stream(b + 16 + (s >> 1) * 32);
+                    qb[v][r] = ld_stream(b + 32 + (s >> 1) * 32);
+                }
+            }
+#pragma unroll
+            for (int v = 0; v < 2; v++) {
+                if (u0 + 32 * v >= nu) break;
+                const int s = (int)((u0 + 32 * v) & 7), sh = (s & 1) * 4;
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    // get_scale_min_k4 on the header's words (no byte array: it would go to local memory)
+                    const uint32_t w0 = hd[v][r].y, w1 = hd[v][r].z, w2 = hd[v][r].w;
+                    const int i = s & 3, sb = 8 * i;
+                    int sc, m;
+                    if (s < 4) {
+                        sc = (w0 >> sb) & 63;
+                        m = (w1 >> sb) & 63;
+                    } else {
+                        sc = ((w2 >> sb) & 0xF) | (((w0 >> sb) & 0xFF) >> 6 << 4);
+                        m = ((w2 >> sb) & 0xFF) >> 4 | (((w1 >> sb) & 0xFF) >> 6 << 4);
+                    }
+                    const float d = __half2float(__ushort_as_half((unsigned short)(hd[v][r].x & 0xffff)));
+                    const float dmin =
+                        __half2float(__ushort_as_half((unsigned short)((uint32_t)hd[v][r].x >> 16)));
+                    const int4 a = qa[v][r], c = qb[v][r];
+                    int t = __dp4a((a.x >> sh) & 0x0F0F0F0F, xa[v].x, 0);
+                    t = __dp4a((a.y >> sh) & 0x0F0F0F0F, xa[v].y, t);
+                    t = __dp4a((a.z >> sh) & 0x0F0F0F0F, xa[v].z, t);
+                    t = __dp4a((a.w >> sh) & 0x0F0F0F0F, xa[v].w, t);
+                    t = __dp4a((c.x >> sh) & 0x0F0F0F0F, xb[v].x, t);
+                    t = __dp4a((c.y >> sh) & 0x0F0F0F0F, xb[v].y, t);
+                    t = __dp4a((c.z >> sh) & 0x0F0F0F0F, xb[v].z, t);
+                    t = __dp4a((c.w >> sh) & 0x0F0F0F0F, xb[v].w, t);
+                    acc[r] += xd[v] * (d * sc * (float)t - dmin * m * (float)xs[v]);
+                }
+            }
+        }
+    }
+};
+
+/* Q6_K in the split layout (ql | qh: 192 aligned bytes per super-block; scales and d
+ * apart) with int8 activations; the unit's two 16-element halves have their own scales. */
+template <> struct mv_dot<CERA_TYPE_Q6_K> {
+    template <int NR, int NA>
+    static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
+                                               const mv_params &p, int lane, float *acc) {
+        const int64_t nu = p.k_pad / 32, nsb = p.k_pad / 256;
+        MV_ROW_PTRS(nsb * 192)
+        const uint8_t *aux[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            aux[r] = reinterpret_cast<const uint8_t *>((r < NA ? wa : wb).scales) + rows[r] * nsb * 18;
+        for (int64_t u0 = lane; u0 < nu; u0 += 32 * 2) {
+            int4 l0[2][NR], l1[2][NR], h0[2][NR], h1[2][NR], xa[2], xb[2];
+            float xd[2], dd[2][NR];
+            int sc0[2][NR], sc1[2][NR];
+#pragma unroll
+            for (int v = 0; v < 2; v++) {
+                const int64_t u = min(u0 + 32 * v, nu - 1);
+                xa[v] = __ldg(reinterpret_cast<const int4 *>(p.xq + u * 32));
+                xb[v] = __ldg(reinterpret_cast<const int4 *>(p.xq + u * 32 + 16));
+                xd[v] = __ldg(p.xd + u);
+                const int64_t blk = u >> 3;
+                const int s = (int)(u & 7), half = s >> 2, qq = s & 3;
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const uint8_t *b = q[r] + blk * 192;
+                    l0[v][r] = ld_stream(b + half * 64 + (qq & 1) * 32);
+                    l1[v][r] = ld_stream(b + half * 64 + (qq & 1) * 32 + 16);
+                    h0[v][r] = ld_stream(b + 128 + half * 32);
+                    h1[v][r] = ld_stream(b + 128 + half * 32 + 16);
+                    const uint8_t *a = aux[r] + blk * 18;
+                    sc0[v][r] = (int8_t)__ldg(a + half * 8 + 2 * qq);
+                    sc1[v][r] = (int8_t)__ldg(a + half * 8 + 2 * qq + 1);
+                    dd[v][r] = __half2float(__ldg(reinterpret_cast<const __half *>(a + 16)));
+                }
+            }
+#pragma unroll
+            for (int v = 0; v < 2; v++) {
+                if (u0 + 32 * v >= nu) break;
+                const int qq = (int)((u0 + 32 * v) & 3), ns = (qq >> 1) * 4, hs = 2 * qq;
+                int xs0 = __dp4a(0x01010101, xa[v].x, 0);
+                xs0 = __dp4a(0x01010101, xa[v].y, xs0);
+                xs0 = __dp4a(0x01010101, xa[v].z, xs0);
+                xs0 = __dp4a(0x01010101, xa[v].w, xs0);
+                int xs1 = __dp4a(0x01010101, xb[v].x, 0);
+                xs1 = __dp4a(0x01010101, xb[v].y, xs1);
+                xs1 = __dp4a(0x01010101, xb[v].z, xs1);
+                xs1 = __dp4a(0x01010101, xb[v].w, xs1);
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+#define Q6(L, H) ((((L) >> ns) & 0x0F0F0F0F) | ((((H) >> hs) & 0x03030303) << 4))
+                    const int4 a = l0[v][r], b = l1[v][r], c = h0[v][r], e = h1[v][r];
+                    int t0 = __dp4a(Q6(a.x, c.x), xa[v].x, 0);
+                    t0 = __dp4a(Q6(a.y, c.y), xa[v].y, t0);
+                    t0 = __dp4a(Q6(a.z, c.z), xa[v].z, t0);
+                    t0 = __dp4a(Q6(a.w, c.w), xa[v].w, t0);
+                    int t1 = __dp4a(Q6(b.x, e.x), xb[v].x, 0);
+                    t1 = __dp4a(Q6(b.y, e.y), xb[v].y, t1);
+                    t1 = __dp4a(Q6(b.z, e.z), xb[v].z, t1);
+                    t1 = __dp4a(Q6(b.w, e.w), xb[v].w, t1);
+#undef Q6
+                    acc[r] +=
+                        dd[v][r] * xd[v] * (float)(sc0[v][r] * (t0 - 32 * xs0) + sc1[v][r] * (t1 - 32 * xs1));
+                }
             }
         }
     }
@@ -235,6 +385,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 }
 
 template <int T, int EPI> __global__ void __launch_bounds__(MV_WARPS * 32) k_matvec(const mv_params p) {
+    cu_pdl_enter();
     constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
     constexpr int NA = MV_ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -284,12 +435,14 @@ template <int T, int EPI> __global__ void __launch_bounds__(MV_WARPS * 32) k_mat
         p.y[seg][row] = p.scale * v;
 }
 
-template <int T> static void launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
+template <int T>
+static cudaError_t launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
     switch (epi) {
-    case CU_MV_STORE: k_matvec<T, CU_MV_STORE><<<grid, MV_WARPS * 32, 0, st>>>(p); break;
-    case CU_MV_ADD: k_matvec<T, CU_MV_ADD><<<grid, MV_WARPS * 32, 0, st>>>(p); break;
-    case CU_MV_SWIGLU: k_matvec<T, CU_MV_SWIGLU><<<grid, MV_WARPS * 32, 0, st>>>(p); break;
+    case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE>, grid, MV_WARPS * 32, 0, st, p);
+    case CU_MV_ADD: return cu_launch(k_matvec<T, CU_MV_ADD>, grid, MV_WARPS * 32, 0, st, p);
+    case CU_MV_SWIGLU: return cu_launch(k_matvec<T, CU_MV_SWIGLU>, grid, MV_WARPS * 32, 0, st, p);
     }
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x,
@@ -319,7 +472,7 @@ extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_s
     if (cu_type_uses_q8_act(t) && !x->q) return cudaErrorInvalidValue;
     switch (t) {
 #define CU_CASE(T)                                                                                           \
-    case T: launch_mv<T>(st, p, epi, tiles); break;
+    case T: return launch_mv<T>(st, p, epi, tiles);
         CU_TYPE_LIST(CU_CASE)
 #undef CU_CASE
     default: return cudaErrorInvalidValue;

@@ -7,8 +7,8 @@
  * kernels (matvec.cu) have their own int8 paths for Q4_0 and Q8_0 and vector paths for the
  * float types; every other type goes through these functions.
  *
- * Block layouts are GGUF's (ggml-common.h), except the split Q4_0/Q8_0 layout described
- * in cuda_kernels.h.
+ * Block layouts are GGUF's (ggml-common.h), except the split Q4_0/Q8_0/Q6_K layouts
+ * described in cuda_kernels.h.
  */
 #ifndef CERA_BACKEND_CUDA_QUANT_CUH
 #define CERA_BACKEND_CUDA_QUANT_CUH
@@ -19,8 +19,13 @@
 
 #include "backend/cuda/cuda_kernels.h"
 
-__device__ __constant__ static const int8_t cu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                                    1,    13,   25,  38,  53,  69,  89,  113};
+/* IQ4_NL's 16 levels, looked up from immediates (a __constant__ table serializes when
+ * the lanes of a warp ask for different entries). */
+static __device__ __forceinline__ int cu_iq4nl(int n) {
+    // bytes of -127 -104 -83 -65 | -49 -35 -22 -10 | 1 13 25 38 | 53 69 89 113, little-endian
+    const uint32_t w = n < 8 ? (n < 4 ? 0xBFAD9881u : 0xF6EADDCFu) : (n < 12 ? 0x26190D01u : 0x71594535u);
+    return (int)(int8_t)(w >> (8 * (n & 3)));
+}
 
 static __device__ __forceinline__ float cu_h2f(const uint8_t *p) {
     // F16 fields in GGUF blocks are only 2-byte aligned
@@ -177,8 +182,8 @@ template <> struct cu_deq<CERA_TYPE_IQ4_NL> {
         const float d = cu_h2f(b);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            v[j] = d * cu_kvalues_iq4nl[b[2 + j] & 0xF];
-            v[j + 16] = d * cu_kvalues_iq4nl[b[2 + j] >> 4];
+            v[j] = d * cu_iq4nl(b[2 + j] & 0xF);
+            v[j + 16] = d * cu_iq4nl(b[2 + j] >> 4);
         }
     }
 };
@@ -254,14 +259,17 @@ template <> struct cu_deq<CERA_TYPE_Q5_K> {
     }
 };
 
-/* Q6_K: ql[128] | qh[64] | scales[16] (int8) | d (210 bytes per 256). */
+/* Q6_K, split at upload: ql[128] | qh[64] per super-block in data (192 aligned bytes),
+ * scales[16] (int8) | d in the aux array (18 bytes) — the GGUF block's two parts. */
 template <> struct cu_deq<CERA_TYPE_Q6_K> {
     static __device__ __forceinline__ void unit(const cu_wview &w, int64_t row, int64_t u, float *v) {
-        const uint8_t *b = w.data + row * w.row_bytes + (u >> 3) * 210;
+        const int64_t nsb = w.k_pad / 256, blk = row * nsb + (u >> 3);
+        const uint8_t *b = w.data + blk * 192;
+        const uint8_t *aux = reinterpret_cast<const uint8_t *>(w.scales) + blk * 18;
         const int s = (int)(u & 7), half = s >> 2, qq = s & 3;
-        const float d = cu_h2f(b + 208);
+        const float d = cu_h2f(aux + 16);
         const uint8_t *ql = b + half * 64 + (qq & 1) * 32, *qh = b + 128 + half * 32;
-        const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192) + half * 8 + 2 * qq;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(aux) + half * 8 + 2 * qq;
         const int nshift = (qq >> 1) * 4, hshift = 2 * qq;
 #pragma unroll
         for (int l = 0; l < 32; l++) {
@@ -283,11 +291,47 @@ template <> struct cu_deq<CERA_TYPE_IQ4_XS> {
         const uint8_t *q = b + 8 + ib * 16;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            v[j] = dl * cu_kvalues_iq4nl[q[j] & 0xf];
-            v[j + 16] = dl * cu_kvalues_iq4nl[q[j] >> 4];
+            v[j] = dl * cu_iq4nl(q[j] & 0xf);
+            v[j + 16] = dl * cu_iq4nl(q[j] >> 4);
         }
     }
 };
+
+/* ---- Programmatic dependent launch (decode) ------------------------------------------
+ * Decode kernels start with cu_pdl_enter(): wait until the previous kernel in the stream
+ * has finished and its writes are visible (a no-op when launched without the attribute),
+ * then let the next kernel be launched right away, so its launch and block scheduling
+ * overlap this kernel's run instead of following it. Every access to global memory comes
+ * after the wait, so the stream order of reads and writes is unchanged. */
+static __device__ __forceinline__ void cu_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+extern "C" bool cu_pdl_on(void);
+
+/* kernel<<<grid, block, smem, st>>>(args...), with the programmatic-serialization attribute
+ * while cu_set_pdl(true) is in force. Returns the launch's error. */
+template <typename... KArgs, typename... Args>
+static cudaError_t cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                             Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    if (cu_pdl_on()) {
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+    }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
 
 /* ---- Warp helpers: one 32-value block of llama.cpp's Q8_0, one value per lane. ---- */
 

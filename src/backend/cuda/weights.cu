@@ -6,7 +6,17 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/quant.cuh"
 
-extern "C" bool cu_type_uses_q8_act(cera_type t) { return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0; }
+static bool pdl_on = false;
+extern "C" void cu_set_pdl(bool on) { pdl_on = on; }
+extern "C" bool cu_pdl_on(void) { return pdl_on; }
+
+extern "C" bool cu_type_uses_q8_act(cera_type t) {
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_Q4_K || t == CERA_TYPE_Q6_K;
+}
+
+extern "C" bool cu_type_split(cera_type t) {
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_Q6_K;
+}
 
 extern "C" bool cu_type_supported(cera_type t) {
     switch (t) {
@@ -33,11 +43,24 @@ extern "C" void cu_weight_bytes(cera_type t, int64_t k, int64_t n, int64_t *data
         *k_pad = k;
         *row_bytes = k / 32 * (t == CERA_TYPE_Q4_0 ? 16 : 32);
         *scale_bytes = n * (k / 32) * 2;
+    } else if (t == CERA_TYPE_Q6_K) {
+        *k_pad = k;
+        *row_bytes = k / 256 * 192;
+        *scale_bytes = n * (k / 256) * 18;
     } else {
         *k_pad = k;
         *row_bytes = k / tt->block_size * (int64_t)tt->type_size;
     }
     *data_bytes = *row_bytes * n;
+}
+
+/* One thread per Q6_K block: its first 192 bytes (ql | qh) to a, the last 18 (scales | d) to b. */
+__global__ void k_split_blocks(const uint8_t *src, uint8_t *a, uint8_t *b, int64_t blocks) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= blocks) return;
+    const uint8_t *s = src + i * 210;
+    for (int j = 0; j < 192; j++) a[i * 192 + j] = s[j];
+    for (int j = 0; j < 18; j++) b[i * 18 + j] = s[192 + j];
 }
 
 /* One thread per 32-element unit: GGUF block -> split quants + scale. */
@@ -60,7 +83,11 @@ __global__ void k_pad_rows(const uint8_t *src, uint8_t *dst, int64_t n, int64_t 
 
 extern "C" cudaError_t cu_weight_import(cudaStream_t st, const cu_weight *w, const void *src) {
     const uint8_t *s = static_cast<const uint8_t *>(src);
-    if (w->split) {
+    if (w->split && w->type == CERA_TYPE_Q6_K) {
+        const int64_t blocks = w->n * (w->k / 256);
+        k_split_blocks<<<(unsigned)((blocks + 255) / 256), 256, 0, st>>>(
+            s, static_cast<uint8_t *>(w->data), static_cast<uint8_t *>(w->scales), blocks);
+    } else if (w->split) {
         const int64_t units = w->n * (w->k / 32);
         const int bb = w->type == CERA_TYPE_Q4_0 ? 18 : 34;
         k_split_q<<<(unsigned)((units + 255) / 256), 256, 0, st>>>(
@@ -140,6 +167,14 @@ extern "C" cudaError_t cu_weight_fill_random(cudaStream_t st, const cu_weight *w
         return cudaGetLastError();
     }
     k_fill_random<<<2048, 256, 0, st>>>(p, bytes / 4, seed);
+    if (w->split && w->type == CERA_TYPE_Q6_K) {
+        // aux records: 16 int8 scales (random is fine) then d
+        k_fill_random<<<2048, 256, 0, st>>>(static_cast<uint8_t *>(w->scales), w->n * (w->k / 256) * 18 / 4,
+                                            seed + 2);
+        k_fix_scales<<<2048, 256, 0, st>>>(static_cast<uint8_t *>(w->scales), w->n * (w->k / 256), 18, 16, -1,
+                                           seed + 1);
+        return cudaGetLastError();
+    }
     if (w->split) {
         // scales live in their own array: treat it as 2-byte "blocks"
         k_fix_scales<<<2048, 256, 0, st>>>(static_cast<uint8_t *>(w->scales), w->n * (w->k / 32), 2, 0, -1,
