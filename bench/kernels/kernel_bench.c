@@ -8,10 +8,11 @@
  * vectorised sum over a buffer of the same size, so each kernel's GB/s can be read as a
  * fraction of what the memory can give. Not a test: numbers only.
  *
- * Then, for prefill, a [512 x 4096] weight matrix times 64 activation rows on one thread, in
- * chunks of 32 rows x 32 activation rows as the matmul driver does, once through vec_dot per
- * (row, column) and once through the tier's gemm_tile where it has one: GOP/s (2 per
- * multiply-add).
+ * The same through gemm_tile with one activation column (how the forward pass runs a decode
+ * step where the tier has a register tile) follows on the same line. Then, for prefill, a [512 x 4096] weight
+ * matrix times 64 activation rows on one thread, in chunks of 32 rows x 32 activation rows as the matmul
+ * driver does, once through vec_dot per (row, column) and once through the tier's gemm_tile where it has one:
+ * GOP/s (2 per multiply-add).
  *
  *   kernel_bench [--mib N] [--types q4_0,q8_0,...] [--tiers scalar,avx2,...] [--reps R] [--no-matvec]
  */
@@ -84,24 +85,44 @@ typedef struct mv_job {
     int64_t n, row0, row1;
     const void *act;
     float *out;
+    bool tile; /* through gemm_tile with one column, as the forward pass's decode step */
 } mv_job;
 
 static void *matvec_rows(void *arg) {
     mv_job *j = arg;
+    if (j->tile) {
+        const int R = j->ops->tile_rows;
+        for (int64_t r = j->row0; r < j->row1; r += R) {
+            const int nr = (int)(j->row1 - r < R ? j->row1 - r : R);
+            j->ops->gemm_tile(j->n, &j->out[r], 0, j->w + (size_t)r * j->row_bytes, j->row_bytes, j->act, 0,
+                              nr, 1);
+        }
+        return NULL;
+    }
     for (int64_t r = j->row0; r < j->row1; r++)
         j->ops->vec_dot(j->n, &j->out[r], j->w + (size_t)r * j->row_bytes, j->act);
     return NULL;
 }
 
 static double matvec_gbs(const cera_cpu_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t rows,
-                         int64_t n, const void *act, float *out, int threads, int reps) {
+                         int64_t n, const void *act, float *out, int threads, int reps, bool tile) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         mv_job jobs[2];
         pthread_t th[2];
         const double t0 = now();
         for (int t = 0; t < threads; t++) {
-            jobs[t] = (mv_job){ops, w, row_bytes, n, rows * t / threads, rows * (t + 1) / threads, act, out};
+            /* split on tile boundaries so both threads run full tiles */
+            const int64_t q = tile ? ops->tile_rows : 1;
+            jobs[t] = (mv_job){ops,
+                               w,
+                               row_bytes,
+                               n,
+                               rows / q * t / threads * q,
+                               t + 1 == threads ? rows : rows / q * (t + 1) / threads * q,
+                               act,
+                               out,
+                               tile};
             if (t) pthread_create(&th[t], NULL, matvec_rows, &jobs[t]);
         }
         matvec_rows(&jobs[0]);
@@ -193,7 +214,8 @@ int main(int argc, char **argv) {
             mib, read_bandwidth(buf, bytes, 1, reps), read_bandwidth(buf, bytes, 2, reps));
         printf("# matrix x vector, rows of %lld, weight GB/s; selected tier %s\n", (long long)n,
                cera_cpu_tier_name());
-        printf("%-8s %-8s %10s %10s\n", "type", "tier", "1 thread", "2 threads");
+        printf("%-8s %-8s %10s %10s %10s %10s\n", "type", "tier", "dot 1 thr", "dot 2 thr", "tile 1 thr",
+               "tile 2 thr");
     }
     for (int t = 0; t < CERA_TYPE_COUNT && matvec; t++) {
         const cera_type_traits *tt = cera_type_get((uint32_t)t);
@@ -215,9 +237,15 @@ int main(int argc, char **argv) {
             ops->quantize_act(x, act, n);
             /* The scalar tier is slow: fewer reps over a quarter of the rows. */
             const int64_t use_rows = strcmp(tiers[k], "scalar") ? rows : rows / 4;
-            const double g1 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 1, reps);
-            const double g2 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 2, reps);
-            printf("%-8s %-8s %10.2f %10.2f\n", tt->name, tiers[k], g1, g2);
+            const double g1 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 1, reps, false);
+            const double g2 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 2, reps, false);
+            printf("%-8s %-8s %10.2f %10.2f", tt->name, tiers[k], g1, g2);
+            if (ops->gemm_tile) {
+                const double t1 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 1, reps, true);
+                const double t2 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 2, reps, true);
+                printf(" %10.2f %10.2f", t1, t2);
+            }
+            printf("\n");
             fflush(stdout);
         }
     }
