@@ -310,6 +310,8 @@ static cera_status check_weight(const cera_weight *w, const char *what, int il, 
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "tensor '%s': type %s has no CPU kernels", what,
                          tt ? tt->name : "?");
     }
+    cera_status st = cera_matmul_prepare(w, err);
+    if (st) return st;
     const size_t s = cera_matmul_scratch_size(w->type, w->k, n_batch);
     if (s > *act_max) *act_max = s;
     return CERA_OK;

@@ -1,7 +1,12 @@
 /* matmul.c — the CPU matmul driver (see matmul.h). */
 #include "backend/cpu/matmul.h"
 
+#include "core/error.h"
+
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define ROW_CHUNK   32 /* weight rows per work item */
 #define TOKEN_CHUNK 32 /* activation rows per work item */
@@ -23,6 +28,7 @@ typedef struct mm_job {
     uint8_t *act_out;   /* where the quantize step writes them */
     size_t act_stride, w_stride;
     int64_t n_row_chunks, n_tok_chunks;
+    bool rowdot_one; /* a single token takes vec_dot */
 } mm_job;
 
 static void quantize_row(void *arg, int64_t t, int ith) {
@@ -30,14 +36,59 @@ static void quantize_row(void *arg, int64_t t, int ith) {
     j->ops->quantize_act(j->x + (size_t)t * j->w->k, j->act_out + (size_t)t * j->act_stride, j->w->k);
 }
 
+/* Per weight type: does a single token take the row dot rather than a one-column tile?
+ * A decode step must round exactly as the same token inside a prompt batch, and the row
+ * dot is the fast kernel for one token; so it is used where it agrees bit for bit with
+ * the tile, as cera_matmul_prepare checks on a weight's own rows (0 = unchecked or no:
+ * the tile, which is always consistent). Wide hardware tiles (AMX: 32 columns) would
+ * waste most of their work on one token, so there the row dot is always used. */
+static _Atomic int rowdot_ok[CERA_TYPE_COUNT]; /* 0 unknown/no, 1 yes */
+
+static bool use_rowdot_for_one(cera_type t, const cera_cpu_type_ops *ops) {
+    if (!ops->gemm_tile || ops->tile_cols > 8) return true;
+    return atomic_load_explicit(&rowdot_ok[t], memory_order_relaxed) == 1;
+}
+
+cera_status cera_matmul_prepare(const cera_weight *w, cera_error *err) {
+    const cera_cpu_type_ops *ops = cera_cpu_ops(w->type);
+    if (!ops || !ops->gemm_tile || ops->tile_cols > 8 || atomic_load(&rowdot_ok[w->type]) == 1)
+        return CERA_OK;
+    const size_t w_stride = cera_row_size(w->type, w->k), a_stride = cera_row_size(ops->act_type, w->k);
+    float *x = malloc((size_t)w->k * sizeof(float));
+    void *a = malloc(a_stride);
+    if (!x || !a) {
+        free(x);
+        free(a);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "matmul check");
+    }
+    /* pseudo-random activations in [-1, 1) against up to 32 weight rows, three times */
+    uint32_t state = 12345;
+    int ok = 1;
+    for (int trial = 0; trial < 3 && ok; trial++) {
+        for (int64_t i = 0; i < w->k; i++) {
+            state = state * 1664525u + 1013904223u;
+            x[i] = (float)((int32_t)state >> 8) * 0x1p-23f;
+        }
+        ops->quantize_act(x, a, w->k);
+        for (int64_t r = 0; r < w->n && r < 32 && ok; r++) {
+            const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w_stride;
+            float d = 0, t = 0;
+            ops->vec_dot(w->k, &d, wr, a);
+            ops->gemm_tile(w->k, &t, 1, wr, w_stride, a, a_stride, 1, 1);
+            ok = memcmp(&d, &t, sizeof d) == 0;
+        }
+    }
+    free(x);
+    free(a);
+    if (ok) atomic_store(&rowdot_ok[w->type], 1);
+    return CERA_OK;
+}
+
 static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t1) {
     const cera_cpu_type_ops *ops = j->ops;
     const uint8_t *wd = j->w->data;
     const int64_t k = j->w->k;
-    /* A single token also goes through a register tile (so a decode step rounds exactly as
-     * the same token in a prompt); wide hardware tiles (AMX: 32 columns) would waste most of
-     * their work on it, so there it takes the row dot. */
-    if (ops->gemm_tile && (t1 - t0 > 1 || ops->tile_cols <= 8)) {
+    if (ops->gemm_tile && (t1 - t0 > 1 || !j->rowdot_one)) {
         for (int64_t r = r0; r < r1; r += ops->tile_rows) {
             const int nr = (int)(r1 - r < ops->tile_rows ? r1 - r : ops->tile_rows);
             for (int t = t0; t < t1; t += ops->tile_cols) {
@@ -84,6 +135,7 @@ void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops 
         j.act = act;
         cera_pool_for(pool, n_tokens, quantize_row, &j);
     }
+    j.rowdot_one = use_rowdot_for_one(w->type, ops);
     j.n_row_chunks = (w->n + ROW_CHUNK - 1) / ROW_CHUNK;
     j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
     cera_pool_for(pool, j.n_row_chunks * j.n_tok_chunks, compute, &j);

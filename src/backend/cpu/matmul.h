@@ -6,9 +6,10 @@
  * type's activation type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32 as is); then the output
  * is cut into tiles of weight rows × tokens spread over the threads, each tile using
  * the register-tile GEMM when the type has one (weights read once per tile), else
- * row·row dot products. A single token (decode) splits the weight rows. A register-tile
- * kernel serves single tokens too, so a decode step rounds exactly as the same token
- * inside a prompt batch (and as llama.cpp, whose x86 build runs both through one GEMM).
+ * row·row dot products. A single token (decode) splits the weight rows; it takes the
+ * (faster) row dot only where that rounds exactly as the tile (cera_matmul_prepare), so a
+ * decode step always equals the same token inside a prompt batch (and llama.cpp, whose x86
+ * build runs both through one GEMM for the tinyBLAS types).
  */
 #ifndef CERA_BACKEND_CPU_MATMUL_H
 #define CERA_BACKEND_CPU_MATMUL_H
@@ -21,6 +22,11 @@
 
 /* Bytes of activation scratch a matmul of n_tokens rows of k inputs needs for weight type t. */
 size_t cera_matmul_scratch_size(cera_type t, int64_t k, int n_tokens);
+
+/* Checks, once per weight type and process, whether a single token may take the row
+ * dot (it must round exactly as the tile does for the same token in a batch); called
+ * for every weight when a backend opens. Without it single tokens use the tile. */
+cera_status cera_matmul_prepare(const cera_weight *w, cera_error *err);
 
 /* y[t * ldy + o] = dot(W row o, x row t) for t < n_tokens, o < w->n; x is [n_tokens, w->k]
  * (dense). act is scratch of cera_matmul_scratch_size bytes. ops = cera_cpu_ops(w->type). */
