@@ -298,6 +298,7 @@ typedef struct X86_FN(kq_row) {
     __m256i scale[8]; /* int16 scale per byte pair of u[j] */
     __m256i corr;     /* int16 per group of 16: offset * scale (subtracted with weight d) */
     __m256i mins;     /* int16 per group of 16: the min (subtracted with weight dmin) */
+    __m256i neg[8];   /* q3_k: 4 where the high bit is clear, taken off per element */
     float d, dmin;
 } X86_FN(kq_row);
 
@@ -327,21 +328,19 @@ static inline __attribute__((always_inline)) void X86_FN(kq_unpack)(int kind, co
         const block_q3_k *x = (const block_q3_k *)row + b;
         int8_t sc[16];
         q3_k_scales(x->scales, sc);
-        for (int g = 0; g < 16; g++) g16[g] = (int16_t)(4 * sc[g]);
         const __m256i hm = X86_FN(load32)(x->hmask);
         for (int h = 0; h < 2; h++) {
             const __m256i q = X86_FN(load32)(x->qs + 32 * h);
             for (int sh = 0; sh < 4; sh++) {
                 const int j = 4 * h + sh;
                 const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-                const __m256i hi =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
-                o->u[j] =
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * sh), _mm256_set1_epi8(3)), hi);
+                o->neg[j] = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit),
+                                                _mm256_set1_epi8(4));
+                o->u[j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * sh), _mm256_set1_epi8(3));
                 o->scale[j] = X86_FN(scales2)(sc[2 * j], sc[2 * j + 1]);
             }
         }
-        o->corr = X86_FN(load32)(g16);
+        o->corr = _mm256_setzero_si256();
         o->mins = _mm256_setzero_si256();
         o->d = F16(x->d);
         o->dmin = 0.0f;
@@ -410,6 +409,23 @@ static inline __attribute__((always_inline)) void X86_FN(kq_unpack)(int kind, co
     }
 }
 
+/* Sub-block j's scaled byte dot of an unpacked row with 32 activation quants. q3_k takes its
+ * offset off per element pair in int16 (u * y - 4 * y where the high bit is clear), as
+ * llama.cpp's q3_K dot does, so each int32 lane holds the same integer as there. */
+static inline __attribute__((always_inline)) __m256i X86_FN(kq_dot)(int kind, const X86_FN(kq_row) * o, int j,
+                                                                    __m256i y) {
+    if (kind == KIND_Q3_K)
+        return _mm256_madd_epi16(
+            _mm256_sub_epi16(_mm256_maddubs_epi16(o->u[j], y), _mm256_maddubs_epi16(o->neg[j], y)),
+            o->scale[j]);
+    return X86_FN(dot_u8s8_scaled)(o->u[j], y, o->scale[j]);
+}
+
+/* How each k-quant's minimums come off, following llama.cpp's x86 dot for that type: q5_k
+ * sums dmin * (integer total) in a float of its own, taken off at the end; q2_k and q4_k
+ * (whose llama.cpp GEMMs we cannot mirror anyway) fold them into the lanes. */
+static inline bool X86_FN(kq_lane_mins)(int kind) { return kind == KIND_Q2_K || kind == KIND_Q4_K; }
+
 static inline __attribute__((always_inline)) void X86_FN(tile_kq)(int kind, int64_t n, float *s,
                                                                   size_t s_stride, const void *w,
                                                                   size_t w_stride, const void *a,
@@ -417,8 +433,12 @@ static inline __attribute__((always_inline)) void X86_FN(tile_kq)(int kind, int6
     const uint8_t *wr = w;
     const uint8_t *ar = a;
     __m256 acc[TILE_R][TILE_C];
+    float summ[TILE_R][TILE_C];
     for (int r = 0; r < TILE_R; r++)
-        for (int c = 0; c < TILE_C; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < TILE_C; c++) {
+            acc[r][c] = _mm256_setzero_ps();
+            summ[r][c] = 0.0f;
+        }
     X86_FN(kq_row) rows[TILE_R];
     for (int64_t b = 0; b < n / QK_K; b++) {
         for (int r = 0; r < nr; r++) X86_FN(kq_unpack)(kind, wr + (size_t)r * w_stride, b, &rows[r]);
@@ -436,22 +456,24 @@ static inline __attribute__((always_inline)) void X86_FN(tile_kq)(int kind, int6
             for (int c = 0; c < nc; c++) y[c] = X86_FN(load32)(yb[c]->qs + 32 * j);
             for (int r = 0; r < nr; r++)
                 for (int c = 0; c < nc; c++)
-                    isum[r][c] = _mm256_add_epi32(
-                        isum[r][c], X86_FN(dot_u8s8_scaled)(rows[r].u[j], y[c], rows[r].scale[j]));
+                    isum[r][c] = _mm256_add_epi32(isum[r][c], X86_FN(kq_dot)(kind, &rows[r], j, y[c]));
         }
         for (int r = 0; r < nr; r++)
             for (int c = 0; c < nc; c++) {
                 acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]),
                                             _mm256_set1_ps(rows[r].d * yb[c]->d), acc[r][c]);
-                if (kind == KIND_Q2_K || kind == KIND_Q4_K || kind == KIND_Q5_K) {
+                if (X86_FN(kq_lane_mins)(kind)) {
                     const __m256i m = _mm256_madd_epi16(rows[r].mins, X86_FN(load32)(yb[c]->bsums));
                     acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m),
                                                  _mm256_set1_ps(rows[r].dmin * yb[c]->d), acc[r][c]);
+                } else if (kind == KIND_Q5_K) {
+                    const __m256i m = _mm256_madd_epi16(rows[r].mins, X86_FN(load32)(yb[c]->bsums));
+                    summ[r][c] += rows[r].dmin * yb[c]->d * (float)X86_FN(hsum_epi32)(m);
                 }
             }
     }
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = X86_FN(hsum_ps)(acc[r][c]);
+        for (int c = 0; c < nc; c++) s[(size_t)c * s_stride + r] = X86_FN(hsum_ps)(acc[r][c]) - summ[r][c];
 }
 
 /* The one-column case (a decode step): row by row, the super-block unpacked straight into
@@ -463,20 +485,22 @@ static inline void X86_FN(tile_kq_col)(int kind, int64_t n, float *s, int nr, co
     for (int r = 0; r < nr; r++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)r * w_stride;
         __m256 acc = _mm256_setzero_ps();
+        float summ = 0.0f;
         for (int64_t b = 0; b < n / QK_K; b++) {
             X86_FN(kq_row) u;
             X86_FN(kq_unpack)(kind, row, b, &u);
             const __m256i bs = X86_FN(load32)(y[b].bsums);
             __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(u.corr, bs));
             for (int j = 0; j < 8; j++)
-                isum = _mm256_add_epi32(
-                    isum, X86_FN(dot_u8s8_scaled)(u.u[j], X86_FN(load32)(y[b].qs + 32 * j), u.scale[j]));
+                isum = _mm256_add_epi32(isum, X86_FN(kq_dot)(kind, &u, j, X86_FN(load32)(y[b].qs + 32 * j)));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(u.d * y[b].d), acc);
-            if (kind == KIND_Q2_K || kind == KIND_Q4_K || kind == KIND_Q5_K)
+            if (X86_FN(kq_lane_mins)(kind))
                 acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(u.mins, bs)),
                                        _mm256_set1_ps(u.dmin * y[b].d), acc);
+            else if (kind == KIND_Q5_K)
+                summ += u.dmin * y[b].d * (float)X86_FN(hsum_epi32)(_mm256_madd_epi16(u.mins, bs));
         }
-        s[r] = X86_FN(hsum_ps)(acc);
+        s[r] = X86_FN(hsum_ps)(acc) - summ;
     }
 }
 
