@@ -12,9 +12,10 @@
  *               x += (silu(h·Wgate) ⊙ h·Wup)·Wdown · residual_scale
  *   logits = (rms_norm(x) · output_norm)·Wout (+b) / logit_scale, for the tokens that want them
  *
- * Every buffer is sized at open from n_batch; forward allocates nothing. The seven
- * projections all go through proj_matmul, the one place a per-sequence adapter (LoRA)
- * hooks in.
+ * Matmuls, attention rows and the per-token work between them (norms, biases, rope, KV
+ * stores, SwiGLU, residuals) all run on the engine's thread pool. Every buffer is sized
+ * at open from n_batch; forward allocates nothing. The seven projections all go through
+ * proj_matmul, the one place a per-sequence adapter (LoRA) hooks in.
  */
 #include <math.h>
 #include <stdint.h>
