@@ -91,6 +91,55 @@ static void dot_iq4_nl_q8_0_neon(int64_t n, float *s, const void *w, const void 
     *s = vaddvq_f32(acc);
 }
 
+/* 32 bits -> 32 bytes (lo: elements 0..15, hi: 16..31), 0x10 where the bit is set. */
+static inline void bits32_to_0x10(const uint8_t *p, uint8x16_t *lo, uint8x16_t *hi) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(bits));
+    const uint8x16_t idx_lo = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    const uint8x16_t idx_hi = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    const uint8x16_t bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    *lo = vandq_u8(vtstq_u8(vqtbl1q_u8(v, idx_lo), bit), vdupq_n_u8(0x10));
+    *hi = vandq_u8(vtstq_u8(vqtbl1q_u8(v, idx_hi), bit), vdupq_n_u8(0x10));
+}
+
+static void dot_q5_0_q8_0_neon(int64_t n, float *s, const void *w, const void *a) {
+    const block_q5_0 *x = w;
+    const block_q8_0 *y = a;
+    const int8x16_t k16 = vdupq_n_s8(16);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        int8x16_t lo, hi;
+        uint8x16_t hlo, hhi;
+        nibbles(x[b].qs, &lo, &hi);
+        bits32_to_0x10(x[b].qh, &hlo, &hhi);
+        lo = vsubq_s8(vorrq_s8(lo, vreinterpretq_s8_u8(hlo)), k16);
+        hi = vsubq_s8(vorrq_s8(hi, vreinterpretq_s8_u8(hhi)), k16);
+        const int32x4_t p = dot32(vdupq_n_s32(0), lo, hi, y[b].qs);
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), f16(x[b].d) * f16(y[b].d));
+    }
+    *s = vaddvq_f32(acc);
+}
+
+static void dot_q5_1_q8_1_neon(int64_t n, float *s, const void *w, const void *a) {
+    const block_q5_1 *x = w;
+    const block_q8_1 *y = a;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    float summs = 0.0f;
+    for (int64_t b = 0; b < n / QK8_1; b++) {
+        int8x16_t lo, hi;
+        uint8x16_t hlo, hhi;
+        nibbles(x[b].qs, &lo, &hi);
+        bits32_to_0x10(x[b].qh, &hlo, &hhi);
+        lo = vorrq_s8(lo, vreinterpretq_s8_u8(hlo));
+        hi = vorrq_s8(hi, vreinterpretq_s8_u8(hhi));
+        const int32x4_t p = dot32(vdupq_n_s32(0), lo, hi, y[b].qs);
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), f16(x[b].d) * f16(y[b].d));
+        summs += f16(x[b].m) * f16(y[b].s);
+    }
+    *s = vaddvq_f32(acc) + summs;
+}
+
 /* ---- k-quants ---- */
 
 static void dot_q4_k_q8_k_neon(int64_t n, float *s, const void *w, const void *a) {
@@ -159,6 +208,63 @@ static void dot_q5_k_q8_k_neon(int64_t n, float *s, const void *w, const void *a
         summ += f16(x[b].dmin) * y[b].d * (float)mins;
     }
     *s = vaddvq_f32(acc) - summ;
+}
+
+/* q2_k: u in 0..3, 16 scales and mins of 16 elements (4 bits each). */
+static void dot_q2_k_q8_k_neon(int64_t n, float *s, const void *w, const void *a) {
+    const block_q2_k *x = w;
+    const block_q8_k *y = a;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    float summ = 0.0f;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int32x4_t isum = vdupq_n_s32(0);
+        int mins = 0;
+        for (int g = 0; g < 16; g++) mins += y[b].bsums[g] * (x[b].scales[g] >> 4);
+        for (int h = 0; h < 2; h++)
+            for (int half = 0; half < 2; half++) {
+                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * h + 16 * half);
+                for (int sh = 0; sh < 4; sh++) {
+                    const int e = 128 * h + 32 * sh + 16 * half; /* one group of 16 */
+                    const int8x16_t u =
+                        vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q, vdupq_n_s8((int8_t)(-2 * sh))), m3));
+                    isum = vmlaq_n_s32(isum, vdotq_s32(vdupq_n_s32(0), u, vld1q_s8(y[b].qs + e)),
+                                       x[b].scales[e / 16] & 0xF);
+                }
+            }
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), y[b].d * f16(x[b].d));
+        summ += y[b].d * f16(x[b].dmin) * (float)mins;
+    }
+    *s = vaddvq_f32(acc) - summ;
+}
+
+/* q3_k: x = low 2 bits - 4 where the high bit is clear, 16 signed 6-bit scales. */
+static void dot_q3_k_q8_k_neon(int64_t n, float *s, const void *w, const void *a) {
+    const block_q3_k *x = w;
+    const block_q8_k *y = a;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int8_t sc[16];
+        q3_k_scales(x[b].scales, sc);
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int half = 0; half < 2; half++) {
+            const uint8x16_t hm = vld1q_u8(x[b].hmask + 16 * half);
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * h + 16 * half);
+                for (int sh = 0; sh < 4; sh++) {
+                    const int e = 128 * h + 32 * sh + 16 * half;
+                    const uint8x16_t low = vandq_u8(vshlq_u8(q, vdupq_n_s8((int8_t)(-2 * sh))), m3);
+                    const uint8x16_t set = vtstq_u8(hm, vdupq_n_u8((uint8_t)(1 << (4 * h + sh))));
+                    const int8x16_t v =
+                        vsubq_s8(vreinterpretq_s8_u8(low), vreinterpretq_s8_u8(vbicq_u8(vdupq_n_u8(4), set)));
+                    isum = vmlaq_n_s32(isum, vdotq_s32(vdupq_n_s32(0), v, vld1q_s8(y[b].qs + e)), sc[e / 16]);
+                }
+            }
+        }
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), f16(x[b].d) * y[b].d);
+    }
+    *s = vaddvq_f32(acc);
 }
 
 /* q6_k: u in 0..63 from 4 + 2 bits, x = u - 32, 16 scales of 16 elements. */
@@ -338,6 +444,10 @@ void cera_cpu_register_neon(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_Q4_0].vec_dot = dot_q4_0_q8_0_neon;
     ops[CERA_TYPE_Q4_1].vec_dot = dot_q4_1_q8_1_neon;
     ops[CERA_TYPE_IQ4_NL].vec_dot = dot_iq4_nl_q8_0_neon;
+    ops[CERA_TYPE_Q5_0].vec_dot = dot_q5_0_q8_0_neon;
+    ops[CERA_TYPE_Q5_1].vec_dot = dot_q5_1_q8_1_neon;
+    ops[CERA_TYPE_Q2_K].vec_dot = dot_q2_k_q8_k_neon;
+    ops[CERA_TYPE_Q3_K].vec_dot = dot_q3_k_q8_k_neon;
     ops[CERA_TYPE_Q4_K].vec_dot = dot_q4_k_q8_k_neon;
     ops[CERA_TYPE_Q5_K].vec_dot = dot_q5_k_q8_k_neon;
     ops[CERA_TYPE_Q6_K].vec_dot = dot_q6_k_q8_k_neon;
