@@ -134,7 +134,9 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
      * PCRE2 cannot hold, stand as U+E000 (both are "other" to every pattern). */
     if (!tok_reserve((void **)&sc->buf2, &sc->buf2_cap, 3 * len + 4, 1)) return false;
     if (!tok_reserve((void **)&sc->buf3, &sc->buf3_cap, 3 * len + 4, 1)) return false;
-    char *real = sc->buf2, *subj = sc->buf3;
+    bool collapse = t->pretok.any_collapsed;
+    if (collapse && !tok_reserve((void **)&sc->buf4, &sc->buf4_cap, 3 * len + 4, 1)) return false;
+    char *real = sc->buf2, *subj = sc->buf3, *coll = collapse ? sc->buf4 : NULL;
     size_t n = 0;
     bool surrogates = false;
     for (size_t pos = 0; pos < len;) {
@@ -151,12 +153,18 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
         } else {
             memcpy(subj + n, real + n, (size_t)k);
         }
+        if (collapse) {
+            if (c < 0x80)
+                coll[n] = (char)c;
+            else
+                tok_utf8_encode(tok_cpt_collapse(c), coll + n);
+        }
         n += (size_t)k;
     }
     (void)surrogates;
 
     size_t *pieces, np;
-    if (!tok_pretok_split(t, sc, subj, n, &pieces, &np)) return false;
+    if (!tok_pretok_split(t, sc, subj, coll, n, &pieces, &np)) return false;
 
     /* The word buffer (byte-encoded) reuses buf3: the subject is no longer needed, but
      * the pieces must be read before it is overwritten, one word at a time, so encode

@@ -85,7 +85,9 @@ typedef enum tok_step_kind {
 typedef struct tok_pretok {
     int n_steps;
     tok_step_kind kind[TOK_MAX_STEPS];
-    void *code[TOK_MAX_STEPS]; /* pcre2_code_8 * */
+    void *code[TOK_MAX_STEPS];     /* pcre2_code_8 * */
+    bool collapsed[TOK_MAX_STEPS]; /* the step matches the category-collapsed subject */
+    bool any_collapsed;
 } tok_pretok;
 
 /* ---- The tokenizer ------------------------------------------------------------ */
@@ -199,6 +201,10 @@ enum {
 unsigned tok_cpt_flags(uint32_t cpt);
 bool tok_cpt_is_whitespace(uint32_t cpt);
 uint32_t tok_cpt_tolower(uint32_t cpt);
+/* For the category-collapsed regex subject: a stand-in with cpt's class (letter, number,
+ * punctuation, symbol, mark, other) as utf8proc sees it and the same UTF-8 length;
+ * ASCII and whitespace stay themselves. */
+uint32_t tok_cpt_collapse(uint32_t cpt);
 /* The first code point of cpt's canonical decomposition (llama.cpp's "NFD" table). */
 uint32_t tok_cpt_nfd_first(uint32_t cpt);
 
@@ -223,6 +229,8 @@ typedef struct tok_scratch {
     size_t buf2_cap;
     char *buf3; /* regex subject / byte-encoded word */
     size_t buf3_cap;
+    char *buf4; /* category-collapsed regex subject */
+    size_t buf4_cap;
     uint32_t *cpts;
     size_t cpts_cap;
     size_t *pieces; /* piece boundaries (byte offsets, pairs) */
@@ -271,10 +279,12 @@ bool tok_wpm_encode(const cera_tokenizer *t, tok_scratch *s, const char *text, s
  * compiles its patterns. */
 cera_status tok_pretok_init(cera_tokenizer *t, const char *pre, cera_error *err);
 void tok_pretok_free(tok_pretok *p);
-/* Splits s[0, n) (valid UTF-8) into pieces: fills *pieces with (start, end) byte pairs
- * and *n_pieces with their count. False when out of memory. */
-bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, size_t n, size_t **pieces,
-                      size_t *n_pieces);
+/* Splits a text into pieces: s[0, n) is the text as valid UTF-8, coll[0, n) the same
+ * with every character replaced by tok_cpt_collapse (NULL when no step needs it). Fills
+ * *pieces with (start, end) byte pairs and *n_pieces with their count. False when out of
+ * memory. */
+bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, const char *coll, size_t n,
+                      size_t **pieces, size_t *n_pieces);
 
 /* The raw-text part of encode (no special-token partitioning) — used at load for the
  * newline token. */

@@ -372,6 +372,10 @@ cera_status tok_pretok_init(cera_tokenizer *t, const char *pre, cera_error *err)
             continue;
         }
         p->kind[i] = TOK_STEP_REGEX;
+        /* llama.cpp matches the patterns with Unicode categories on a category-collapsed
+         * text (its own tables); the others see the characters themselves */
+        p->collapsed[i] = strstr(st->re[i], "\\p{") != NULL;
+        p->any_collapsed |= p->collapsed[i];
         char *re = expand_ws(st->re[i]);
         if (!re) return cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory compiling '%s'", pre);
         int ec = 0;
@@ -492,8 +496,8 @@ static bool split_digits3(const char *s, size_t a, size_t b, size_t **v, size_t 
     return push_piece(sc, v, cap, n, prev, b);
 }
 
-bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, size_t n, size_t **pieces,
-                      size_t *n_pieces) {
+bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, const char *coll, size_t n,
+                      size_t **pieces, size_t *n_pieces) {
     const tok_pretok *p = &t->pretok;
     if (!sc->match_data) {
         sc->match_data = pcre2_match_data_create(16, NULL);
@@ -518,7 +522,7 @@ bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, s
             if (p->kind[st] == TOK_STEP_DIGITS3)
                 ok = split_digits3(s, a, b, &nxt, &nxt_cap, &nnxt, sc);
             else
-                ok = split_regex(p->code[st], sc, s, a, b, &nxt, &nxt_cap, &nnxt);
+                ok = split_regex(p->code[st], sc, p->collapsed[st] ? coll : s, a, b, &nxt, &nxt_cap, &nnxt);
         }
         size_t *tmp = cur, tcap = cur_cap;
         cur = nxt, cur_cap = nxt_cap, ncur = nnxt;

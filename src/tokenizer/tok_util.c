@@ -205,6 +205,28 @@ uint32_t tok_cpt_tolower(uint32_t cpt) {
     return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cpt);
 }
 
+uint32_t tok_cpt_collapse(uint32_t cpt) {
+    if (cpt < 0x80) return cpt;
+    unsigned f = tok_cpt_flags(cpt);
+    if (f & TOK_CPT_WHITESPACE) return cpt;
+    /* [class][UTF-8 length - 2]: code points whose class no Unicode version changes */
+    static const uint32_t rep[6][3] = {
+        {0x00e0, 0x4e00, 0x20000},  /* letter: a-grave, CJK one, CJK Ext B */
+        {0x00b2, 0x2460, 0x10107},  /* number: superscript two, circled one, Aegean one */
+        {0x00a1, 0x2010, 0x10100},  /* punctuation: inverted !, hyphen, Aegean word separator */
+        {0x00a2, 0x2190, 0x1d100},  /* symbol: cent, left arrow, musical single barline */
+        {0x0300, 0x20d0, 0x1d165},  /* mark: grave, combining harpoon, musical stem */
+        {0x0080, 0xe000, 0xf0000}}; /* other: a C1 control, private use */
+    int cls = f & TOK_CPT_LETTER   ? 0
+              : f & TOK_CPT_NUMBER ? 1
+              : f & TOK_CPT_PUNCT  ? 2
+              : f & TOK_CPT_SYMBOL ? 3
+              : f & TOK_CPT_MARK   ? 4
+                                   : 5;
+    int len = cpt < 0x800 ? 0 : cpt < 0x10000 ? 1 : 2;
+    return rep[cls][len];
+}
+
 uint32_t tok_cpt_nfd_first(uint32_t cpt) {
     if (cpt > 0x10ffff || (cpt >= 0xd800 && cpt <= 0xdfff) || cpt < 0xc0) return cpt;
     utf8proc_int32_t buf[32];
