@@ -188,6 +188,8 @@ cera_status cera_tokenizer_encode(const cera_tokenizer *t, const char *text, siz
     if (n_tokens) *n_tokens = 0;
     if (!t || (!text && len) || (!ids && cap))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "tokenize: null tokenizer, text or output buffer");
+    if (len > ((size_t)1 << 30)) /* symbol indices and offsets are 32-bit */
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "tokenize: %zu bytes of text is more than 1 GiB", len);
 
     tok_out out = {ids, cap, 0};
     tok_scratch sc = {0};
