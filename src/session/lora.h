@@ -21,6 +21,9 @@
  * holds, and the groups run in adapter-id order, so a row's result does not depend on
  * the batch's size or on the other sequences in it: prefill equals decode bit for bit,
  * and a mixed batch equals its sequences run alone.
+ *
+ * The kernels here (lora_apply.c) are the portable reference; the CPU backend runs the
+ * same plan with its F32 matmul kernels (lora_cpu.c), which round as llama.cpp's.
  */
 #ifndef CERA_SESSION_LORA_H
 #define CERA_SESSION_LORA_H

@@ -2,21 +2,31 @@
  * lora_cpu.c — the CPU backend's LoRA hook: applies a batch plan over the engine's thread
  * pool right after a projection's matmul (forward.c, proj_matmul).
  *
- * The work is done in two phases over the pool (the rank·rows dots of A·x, then the
- * output columns of B·t), so that every thread has work even for one row and every factor
- * row is read from memory about once; tiny work (stories260K-sized) stays on the calling
- * thread. Every output element is computed the same way in all forms, so results depend
- * neither on the thread count nor on the batch.
+ * The two products are computed with the CPU table's F32 kernels (the register tile, or
+ * the row dot where a type has no tile), exactly as cera_matmul computes an F32 weight:
+ * llama.cpp applies an adapter as two F32 matmuls (ggml_mul_mat(b, ggml_mul_mat(a, x))),
+ * then scales and adds, so an engine whose F32 matmul rounds as llama.cpp's gives the same
+ * adapter contribution bit for bit. The work is split in two phases over the pool, the
+ * rank·rows dots of t = A·x, then the output columns of y += (B·t)·s, so every thread has
+ * work even for one row and every factor row is read about once; tiny work stays on the
+ * calling thread. Each element is computed the same way whatever the split, the batch or
+ * the thread count, so prefill equals decode and a mixed batch equals its sequences run
+ * alone, bit for bit.
  */
 #include "session/lora_cpu.h"
 
 #include <stdint.h>
 
+#include "backend/cpu/kernels.h"
+
 /* Multiply-adds below which one thread applies an adapter to a projection alone. */
 #define CERA_LORA_CPU_SERIAL_WORK (1 << 15)
+#define MAX_TILE_ROWS             64
 
 typedef struct lora_job {
     const cera_lora_batch *b;
+    const cera_cpu_type_ops *ops;
+    int tr; /* weight rows per kernel call */
     int layer;
     cera_proj proj;
     const float *x;
@@ -25,40 +35,92 @@ typedef struct lora_job {
     size_t y_stride;
 } lora_job;
 
-static void lora_worker(void *arg, int ith, int nth) {
-    const lora_job *j = arg;
-    cera_lora_batch_apply_part(j->b, j->layer, j->proj, j->x, j->x_stride, j->y, j->y_stride, ith, nth);
+/* out[i] = dot(w row i, a) for i < nr (nr <= j->tr), rows of k floats: one column of the
+ * F32 tile, as cera_matmul computes it. */
+static void dot_rows(const lora_job *j, int64_t k, float *out, const float *w, int nr, const float *a) {
+    const size_t stride = (size_t)k * sizeof(float);
+    if (j->ops->gemm_tile) {
+        j->ops->gemm_tile(k, out, 1, w, stride, a, stride, nr, 1);
+    } else {
+        for (int i = 0; i < nr; i++) j->ops->vec_dot(k, &out[i], w + (size_t)i * k, a);
+    }
 }
 
-static void phase_a_worker(void *arg, int ith, int nth) {
-    const lora_job *j = arg;
-    cera_lora_batch_phase_a(j->b, j->layer, j->proj, j->x, j->x_stride, ith, nth);
+/* Phase A: work items (group, block of tr A rows, batch row), numbered block-major within
+ * a group so that a thread's contiguous share touches few A rows. */
+static void phase_a(const lora_job *j, int ith, int nth) {
+    const cera_lora_batch *b = j->b;
+    int64_t total = 0;
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, j->layer, j->proj);
+        if (p) total += (int64_t)b->groups[g].n_rows * ((p->rank + j->tr - 1) / j->tr);
+    }
+    const int64_t per = (total + nth - 1) / nth, i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    int64_t base = 0;
+    for (int g = 0; g < b->n_groups && base < i1; g++) {
+        const cera_lora_group *gr = &b->groups[g];
+        const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
+        if (!p) continue;
+        const int64_t n = (int64_t)gr->n_rows * ((p->rank + j->tr - 1) / j->tr);
+        for (int64_t i = i0 > base ? i0 - base : 0; i < n && base + i < i1; i++) {
+            const int blk = (int)(i / gr->n_rows), r = (int)(i % gr->n_rows);
+            const int j0 = blk * j->tr, nr = p->rank - j0 < j->tr ? p->rank - j0 : j->tr;
+            dot_rows(j, p->k, gr->t + (size_t)r * gr->adapter->max_rank + j0, p->a + (size_t)j0 * p->k, nr,
+                     j->x + (size_t)gr->rows[r] * j->x_stride);
+        }
+        base += n;
+    }
 }
 
-static void phase_b_worker(void *arg, int ith, int nth) {
-    const lora_job *j = arg;
-    cera_lora_batch_phase_b(j->b, j->layer, j->proj, j->y, j->y_stride, ith, nth);
+/* Phase B: output columns in chunks of tr per item, split over the threads; y + u·s as
+ * llama.cpp's scale then add. */
+static void phase_b(const lora_job *j, int ith, int nth) {
+    const cera_lora_batch *b = j->b;
+    float u[MAX_TILE_ROWS];
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_group *gr = &b->groups[g];
+        const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
+        if (!p) continue;
+        const int64_t chunks = (p->d + j->tr - 1) / j->tr, per = (chunks + nth - 1) / nth;
+        const int64_t d0 = per * ith * j->tr, d1 = d0 + per * j->tr < p->d ? d0 + per * j->tr : p->d;
+        for (int r = 0; r < gr->n_rows; r++) {
+            const float s = cera_lora_scale(gr->adapter, p, gr->scales[r]);
+            const float *t = gr->t + (size_t)r * gr->adapter->max_rank;
+            float *yr = j->y + (size_t)gr->rows[r] * j->y_stride;
+            for (int64_t i0 = d0; i0 < d1; i0 += j->tr) {
+                const int nr = d1 - i0 < j->tr ? (int)(d1 - i0) : j->tr;
+                dot_rows(j, p->rank, u, p->b + (size_t)i0 * p->rank, nr, t);
+                for (int i = 0; i < nr; i++) yr[i0 + i] = yr[i0 + i] + u[i] * s;
+            }
+        }
+    }
 }
+
+static void phase_a_worker(void *arg, int ith, int nth) { phase_a(arg, ith, nth); }
+static void phase_b_worker(void *arg, int ith, int nth) { phase_b(arg, ith, nth); }
 
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride) {
     if (!b || !cera_lora_batch_targets(b, layer, proj)) return;
-    /* Tiny work is done by the calling thread: waking the pool twice would cost more. */
+    const cera_cpu_type_ops *ops = cera_cpu_ops(CERA_TYPE_F32);
+    if (!ops || !cera_lora_batch_two_phase(b)) {
+        /* no F32 kernels or no scratch (out of memory): the portable kernels */
+        cera_lora_batch_apply(b, layer, proj, x, x_stride, y, y_stride, 0, INT64_MAX);
+        return;
+    }
+    lora_job j = {b, ops, 1, layer, proj, x, x_stride, y, y_stride};
+    if (ops->gemm_tile) j.tr = ops->tile_rows < MAX_TILE_ROWS ? ops->tile_rows : MAX_TILE_ROWS;
     int64_t work = 0;
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
         if (p) work += (int64_t)b->groups[g].n_rows * p->rank * (p->k + p->d);
     }
     if (work < CERA_LORA_CPU_SERIAL_WORK || cera_pool_size(pool) == 1) {
-        cera_lora_batch_apply(b, layer, proj, x, x_stride, y, y_stride, 0, INT64_MAX);
+        /* tiny work: waking the pool twice would cost more */
+        phase_a(&j, 0, 1);
+        phase_b(&j, 0, 1);
         return;
     }
-    lora_job j = {b, layer, proj, x, x_stride, y, y_stride};
-    if (cera_lora_batch_two_phase(b)) {
-        /* every factor row read about once overall: the A·x dots, then the B·t columns */
-        cera_pool_run(pool, phase_a_worker, &j);
-        cera_pool_run(pool, phase_b_worker, &j);
-    } else {
-        cera_pool_run(pool, lora_worker, &j); /* no scratch: each thread its own rows */
-    }
+    cera_pool_run(pool, phase_a_worker, &j);
+    cera_pool_run(pool, phase_b_worker, &j);
 }

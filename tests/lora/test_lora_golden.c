@@ -196,17 +196,17 @@ static void stories_cases(void) {
         goto out;
     const size_t n = ga.n_tokens, nf = n * (size_t)nv;
 
-    /* The engine without adapters against llama.cpp first: the adapter cases may differ by
-     * about as much, plus F16 rounding flips in the KV cache (one F16 ulp of a K or V value
-     * moves these tiny model's logits by ~1e-3; which values flip depends on the order in
-     * which llama.cpp happened to add two adapters). */
+    /* The engine without adapters against llama.cpp first. The adapter cases may differ by
+     * about as much, plus F16 rounding flips in the KV cache: where the base differs from
+     * llama.cpp in the last bits, one K or V value now and then rounds to the neighbouring
+     * F16, which moves this tiny model's logits by ~1e-3 (KL stays ~1e-8). */
     float *base = run(e, NULL, 0, ga.tokens, n, false);
     compare("stories260K (no adapter)", base, &g0, nv, 1e-4, 1e-8);
     const attach at_a[1] = {{a, 1.0f}}, at_h[1] = {{a, 0.5f}}, at_ab[2] = {{a, 1.0f}, {b, 0.7f}};
     float *la = run(e, at_a, 1, ga.tokens, n, false), *lh = run(e, at_h, 1, ga.tokens, n, false),
           *lab = run(e, at_ab, 2, ga.tokens, n, false);
-    compare("stories260K.lora-a", la, &ga, nv, 1e-4, 1e-8);
-    compare("stories260K.lora-a-half", lh, &gh, nv, 1e-4, 1e-8);
+    compare("stories260K.lora-a", la, &ga, nv, 5e-3, 1e-6);
+    compare("stories260K.lora-a-half", lh, &gh, nv, 5e-3, 1e-6);
     compare("stories260K.lora-a-b", lab, &gab, nv, 5e-3, 1e-6);
     CHECK(la && base && !same_bits(la, base, nf), "the adapter changes nothing");
     check_greedy(e, at_a, 1, &ga, "stories260K.lora-a");
@@ -291,9 +291,10 @@ out:
 }
 
 /* The synthetic llama with lora-synth-llama: compared with llama.cpp within twice what the
- * same engine shows without the adapter on the same base (the quantized bases differ by
- * llama.cpp's activation quantization details, which the adapter's larger activations
- * scale up), and the PEFT twin bit for bit. */
+ * same engine shows without the adapter on the same base (where the base differs, the
+ * adapter's larger activations scale the difference up), and bit for bit where the base
+ * is bit for bit: the CPU applies adapters with the F32 matmul kernels, as llama.cpp does.
+ * The PEFT twin must give the same bits as the GGUF adapter. */
 static void synth_case(const char *type, float scale) {
     char model[128], name[128], plain[128];
     snprintf(model, sizeof model, "golden/synth-llama-%s.gguf", type);
@@ -311,11 +312,16 @@ static void synth_case(const char *type, float scale) {
         const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
         float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
               *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
-        compare(name, l, &g, nv, 2 * d0.max_diff + 1e-3, 4 * d0.max_kl + 1e-7);
+        const diff d = compare(name, l, &g, nv, 2 * d0.max_diff + 1e-4, 4 * d0.max_kl + 1e-8);
+        if (d0.max_diff == 0)
+            CHECK(d.max_diff == 0,
+                  "%s: the base is bit-exact with llama.cpp but the adapter run differs by %g", name,
+                  d.max_diff);
         CHECK(same_bits(l, lp, g.n_tokens * (size_t)nv), "%s: PEFT logits differ from GGUF's", name);
         /* prefill (the adapter spread over the thread pool) vs decode (one row) */
         float *ld = run(e, at, 1, g.tokens, g.n_tokens, true);
-        CHECK(same_bits(l, ld, g.n_tokens * (size_t)nv), "%s: decode logits differ from prefill logits", name);
+        CHECK(same_bits(l, ld, g.n_tokens * (size_t)nv), "%s: decode logits differ from prefill logits",
+              name);
         free(ld);
         free(l0);
         free(l);
