@@ -157,10 +157,12 @@ int main(int argc, char **argv) {
             matvec = true;
         else if (!strcmp(a, "--md-header"))
             header = true;
+        else if (!strcmp(a, "--no-pdl"))
+            no_pdl = true;
         else {
             fprintf(stderr,
                     "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--matvec] [--md-header]\n");
+                    "[--matvec] [--md-header] [--no-pdl]\n");
             return 2;
         }
     }

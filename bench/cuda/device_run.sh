@@ -8,7 +8,7 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench profile (default: all but profile); BENCH_TYPES overrides the
+#   steps: any of tests sanitize matvec bench variants profile (default: tests sanitize matvec bench); BENCH_TYPES overrides the
 #   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -54,6 +54,18 @@ if has bench; then
             tee -a "$OUT/bench.log"
         hdr=
     done
+fi
+if has variants; then
+    log "matvec variants (CERA_CUDA_MV=0/1)"
+    for v in 0 1; do
+        echo "-- variant $v"
+        CERA_CUDA_MV=$v timeout 60 "$C/bin/cuda_bench" --matvec --bw-gib 1 2>&1 | grep -E "q4_0|q8_0|f16"
+        for t in q4_0 q8_0 f16; do
+            CERA_CUDA_MV=$v timeout 60 "$C/bin/cuda_bench" --synth $t -p 512 -n 128 -d 4096 -r 2 --bw-gib 1 2>&1 |
+                grep tg128
+        done
+    done
+    timeout 60 "$C/bin/cuda_bench" --synth q4_0 -p 512 -n 128 -d 0 -r 2 --bw-gib 1 --no-pdl 2>&1 | grep tg128
 fi
 if has profile; then
     log "prefill phases (CERA_CUDA_PROFILE)"

@@ -36,6 +36,8 @@
         if (st_ != CERA_OK) return st_;                                                                      \
     } while (0)
 
+#define DEC_BUCKETS 1 /* decode graphs (one: see run_decode) */
+
 /* Room for attention partials: (token, split) pairs per query head in one launch. */
 #define ATT_TOK_SPLITS 1024
 
@@ -87,9 +89,11 @@ struct cera_cuda_state {
     cu_attn_scratch att;
     int dec_splits;
 
-    cudaGraphExec_t graph;
-    bool graph_ready;
-    void *graph_kv_base; /* the graph's kernels bake in the KV base: re-captured when it moves */
+    /* the decode graph; it bakes in the KV base it was captured with and is re-captured
+     * when that moves (a new session's pool) */
+    cudaGraphExec_t graph[DEC_BUCKETS];
+    void *graph_kv_base[DEC_BUCKETS];
+    bool graph_ready[DEC_BUCKETS];
     size_t weight_bytes;
 };
 

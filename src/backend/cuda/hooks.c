@@ -254,11 +254,16 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: output");
     if (st == CERA_OK) {
         cudaError_t e = cudaStreamSynchronize(m.s.st);
+        int dev = 0, cc = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
         if (e == cudaSuccess) e = cudaStreamBeginCapture(m.s.st, cudaStreamCaptureModeThreadLocal);
+        cu_set_pdl(cc >= 9); // back to back as in a decode step
         for (int i = 0; i < reps && e == cudaSuccess; i++) {
             cu_mv_seg seg = {&ws[i % copies], dy, NULL};
             e = cu_matvec(m.s.st, &seg, 1, &a, CU_MV_STORE, 1.0f, NULL);
         }
+        cu_set_pdl(false);
         cudaError_t e2 = cudaStreamEndCapture(m.s.st, &g);
         if (e == cudaSuccess) e = e2;
         if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);

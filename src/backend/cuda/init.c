@@ -355,6 +355,8 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             if ((st = dev_alloc(bufs[i].p, bufs[i].bytes, "scratch", err)) != CERA_OK) goto done;
         // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
         s->att.max_splits = 64;
+        const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
+        s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
         const size_t parts = (size_t)ATT_TOK_SPLITS * (size_t)hp->n_head;
         if ((st = dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err)) !=
                 CERA_OK ||
@@ -362,8 +364,6 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             (st = dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head_kv * sizeof(int32_t),
                             "attention", err)) != CERA_OK)
             goto done;
-        int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
-        s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
     }
     {
         // staging (tokens, positions, table offsets, argmax, tables), then the standalone
@@ -414,7 +414,8 @@ size_t cu_kv_block_bytes(const cera_cuda_state *s) {
 void cera_cuda_free(cera_cuda_state *s) {
     if (!s) return;
     if (s->st) cudaStreamSynchronize(s->st);
-    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
+    for (int b = 0; b < DEC_BUCKETS; b++)
+        if (s->graph_ready[b]) cudaGraphExecDestroy(s->graph[b]);
     if (s->layers) {
         for (int l = 0; l < s->hp.n_layer; l++) {
             cu_layer *L = &s->layers[l];

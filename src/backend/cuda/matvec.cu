@@ -17,6 +17,8 @@
  * add, or SwiGLU with the int8 quantization of its 32 outputs (one quant block), so the
  * next matvec reads a ready activation.
  */
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/quant.cuh"
 
@@ -45,7 +47,7 @@ static __device__ __forceinline__ int4 ld_stream(const void *p) {
 
 /* acc[r] += dot(row rows[r] of (r < NA ? wa : wb), x), partial per lane. */
 template <int T> struct mv_dot {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t units = p.k_pad / 32;
@@ -70,11 +72,10 @@ template <int T> struct mv_dot {
     }
 };
 
-/* The fast paths below issue the loads of MV_U steps before using any of them, so each
- * lane keeps MV_U * NR 16-byte weight loads in flight (the decode matvec is latency-bound
+/* The fast paths below issue the loads of U steps before using any of them, so each
+ * lane keeps U * NR 16-byte weight loads in flight (the decode matvec is latency-bound
  * otherwise: a 4096-row matrix gives only ~16 warps per SM). Out-of-range steps load the
  * last valid unit again (an L1 hit) and are masked out of the sums. */
-#define MV_U 4
 
 #define MV_ROW_PTRS(W)                                                                                       \
     const uint8_t *q[NR];                                                                                    \
@@ -84,7 +85,7 @@ template <int T> struct mv_dot {
     }
 
 template <> struct mv_dot<CERA_TYPE_Q4_0> {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t nb = p.k_pad / 32;
@@ -131,7 +132,7 @@ template <> struct mv_dot<CERA_TYPE_Q4_0> {
 };
 
 template <> struct mv_dot<CERA_TYPE_Q8_0> {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t nb = p.k_pad / 32, nh = 2 * nb;
@@ -186,7 +187,7 @@ template <bool BF> struct mv_dot_half {
         return a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + e.x * x1.z +
                e.y * x1.w;
     }
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         MV_ROW_PTRS(wa.row_bytes)
@@ -215,7 +216,7 @@ template <> struct mv_dot<CERA_TYPE_F16> : mv_dot_half<false> {};
 template <> struct mv_dot<CERA_TYPE_BF16> : mv_dot_half<true> {};
 
 template <> struct mv_dot<CERA_TYPE_F32> {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         MV_ROW_PTRS(wa.row_bytes)
@@ -247,7 +248,7 @@ template <> struct mv_dot<CERA_TYPE_F32> {
  * 144-byte super-block, whose 16-byte header (d, dmin, packed scales) the 8 lanes of a
  * super-block read together. */
 template <> struct mv_dot<CERA_TYPE_Q4_K> {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         MV_ROW_PTRS(wa.row_bytes)
@@ -311,7 +312,7 @@ template <> struct mv_dot<CERA_TYPE_Q4_K> {
 /* Q6_K in the split layout (ql | qh: 192 aligned bytes per super-block; scales and d
  * apart) with int8 activations; the unit's two 16-element halves have their own scales. */
 template <> struct mv_dot<CERA_TYPE_Q6_K> {
-    template <int NR, int NA>
+    template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
                                                const mv_params &p, int lane, float *acc) {
         const int64_t nu = p.k_pad / 32, nsb = p.k_pad / 256;
@@ -384,7 +385,11 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-template <int T, int EPI> __global__ void __launch_bounds__(MV_WARPS * 32) k_matvec(const mv_params p) {
+/* V selects the latency-hiding shape: 0 = 4-deep prefetch, one 16-warp block per SM (up to
+ * 128 registers); 1 = 2-deep prefetch in 64 registers, two blocks per SM (a block's
+ * reduction and epilogue then overlap the other's loads). */
+template <int T, int EPI, int V>
+__global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const mv_params p) {
     cu_pdl_enter();
     constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
     constexpr int NA = MV_ROWS;
@@ -404,7 +409,7 @@ template <int T, int EPI> __global__ void __launch_bounds__(MV_WARPS * 32) k_mat
     float acc[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-    mv_dot<T>::template run<NR, NA>(wa, wb, rows, p, lane, acc);
+    mv_dot<T>::template run<NR, NA, V == 1 ? 2 : 4>(wa, wb, rows, p, lane, acc);
 
     __shared__ float res[2][MV_TILE];
 #pragma unroll
@@ -435,14 +440,34 @@ template <int T, int EPI> __global__ void __launch_bounds__(MV_WARPS * 32) k_mat
         p.y[seg][row] = p.scale * v;
 }
 
-template <int T>
-static cudaError_t launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
+/* Measured on an H200 (7B shapes, decode): variant 0 is faster for Q4_0/Q8_0 (+7 % tg),
+ * variant 1 for F16/BF16 (+2 %). CERA_CUDA_MV=0/1 forces one for every type. */
+static int mv_variant(int t) {
+    static int forced = -2;
+    if (forced == -2) {
+        const char *e = getenv("CERA_CUDA_MV");
+        forced = e && (*e == '0' || *e == '1') ? *e - '0' : -1;
+    }
+    if (forced >= 0) return forced;
+    return t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 ? 1 : 0;
+}
+
+template <int T, int V>
+static cudaError_t launch_mv_v(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
     switch (epi) {
-    case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE>, grid, MV_WARPS * 32, 0, st, p);
-    case CU_MV_ADD: return cu_launch(k_matvec<T, CU_MV_ADD>, grid, MV_WARPS * 32, 0, st, p);
-    case CU_MV_SWIGLU: return cu_launch(k_matvec<T, CU_MV_SWIGLU>, grid, MV_WARPS * 32, 0, st, p);
+    case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE, V>, grid, MV_WARPS * 32, 0, st, p);
+    case CU_MV_ADD: return cu_launch(k_matvec<T, CU_MV_ADD, V>, grid, MV_WARPS * 32, 0, st, p);
+    case CU_MV_SWIGLU: return cu_launch(k_matvec<T, CU_MV_SWIGLU, V>, grid, MV_WARPS * 32, 0, st, p);
     }
     return cudaErrorInvalidValue;
+}
+
+template <int T>
+static cudaError_t launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
+    if constexpr (T == CERA_TYPE_Q4_0 || T == CERA_TYPE_Q8_0 || T == CERA_TYPE_F16 || T == CERA_TYPE_BF16) {
+        if (mv_variant(T) == 1) return launch_mv_v<T, 1>(st, p, epi, grid);
+    }
+    return launch_mv_v<T, 0>(st, p, epi, grid);
 }
 
 extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x,
