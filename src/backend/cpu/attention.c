@@ -9,11 +9,26 @@
 #include "backend/cpu/ops.h"
 #include "core/fp16.h"
 
-#define ATTN_TILE 64 /* keys per tile in the F32 mode, as llama.cpp's GGML_FA_TILE_KV */
+#define ATTN_TILE   64 /* keys per tile in the F32 mode, as llama.cpp's GGML_FA_TILE_KV */
+#define ATTN_QBLOCK 64 /* query rows per chunk in the F32 mode (sharing the converted keys) */
 
 size_t cera_attention_scratch_size(int head_dim) {
-    /* F16 mode: Q and the accumulator in F16; F32 mode: the accumulator and a tile of scores */
-    return (size_t)head_dim * (2 * sizeof(uint16_t) + sizeof(float)) + ATTN_TILE * sizeof(float);
+    /* F16 mode: Q and the accumulator in F16; F32 mode: a tile of keys, a row of scores,
+     * and the maxima, sums and accumulators of a block of rows */
+    const size_t f16 = (size_t)head_dim * 2 * sizeof(uint16_t);
+    const size_t f32 =
+        ((size_t)head_dim * ATTN_TILE + ATTN_TILE + 2 * ATTN_QBLOCK + (size_t)ATTN_QBLOCK * head_dim) *
+        sizeof(float);
+    return f16 > f32 ? f16 : f32;
+}
+
+static bool attn_f16_mode(const cera_attn_args *a) {
+    return a->f16_accum && a->seqs[a->seq[0]]->pool->type == CERA_KV_F16;
+}
+
+int64_t cera_attention_n_chunks(const cera_attn_args *a) {
+    if (attn_f16_mode(a)) return (int64_t)a->n_tokens * a->n_head;
+    return (int64_t)((a->n_tokens + ATTN_QBLOCK - 1) / ATTN_QBLOCK) * a->n_head;
 }
 
 #define ATTN(name) name##_portable
@@ -36,7 +51,7 @@ size_t cera_attention_scratch_size(int head_dim) {
 #define HAVE_F16C_PATH 1
 #endif
 
-void cera_attention_rows(const cera_attn_args *a, int row0, int row1, void *scratch) {
+void cera_attention_chunk(const cera_attn_args *a, int64_t chunk, void *scratch) {
 #ifdef HAVE_F16C_PATH
     /* every x86 kernel tier above scalar implies AVX2, FMA and F16C; the scalar tier
      * (CERA_CPU_TIER=scalar) keeps the portable code */
@@ -47,9 +62,9 @@ void cera_attention_rows(const cera_attn_args *a, int row0, int row1, void *scra
         atomic_store_explicit(&use_f16c, use, memory_order_relaxed);
     }
     if (use) {
-        attention_rows_f16c(a, row0, row1, scratch);
+        attention_chunk_f16c(a, chunk, scratch);
         return;
     }
 #endif
-    attention_rows_portable(a, row0, row1, scratch);
+    attention_chunk_portable(a, chunk, scratch);
 }

@@ -40,10 +40,13 @@ typedef struct cera_attn_args {
     bool f16_accum; /* the F16 mode above (requires an F16 pool) */
 } cera_attn_args;
 
-/* Bytes of per-thread scratch cera_attention_rows needs. */
+/* Bytes of per-thread scratch cera_attention_chunk needs. */
 size_t cera_attention_scratch_size(int head_dim);
 
-/* Computes rows [row0, row1) of the n_tokens * n_head (token-major) output rows. */
-void cera_attention_rows(const cera_attn_args *a, int row0, int row1, void *scratch);
+/* The work is cut into chunks for the thread pool: in the F16 mode one (token, head) row
+ * each; in the F32 mode one head for up to 64 consecutive tokens, which share the keys
+ * they read (converted once per tile). All tokens' K and V must be in the cache. */
+int64_t cera_attention_n_chunks(const cera_attn_args *a);
+void cera_attention_chunk(const cera_attn_args *a, int64_t chunk, void *scratch);
 
 #endif

@@ -87,67 +87,111 @@ ATTN_TARGET static float ATTN(reduce16)(const float *v) {
     return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-/* The F32 mode, as llama.cpp's tiled path computes a row: the keys in tiles of
- * ATTN_TILE positions; per tile the scores (an FMA chain over the head, then the
- * scale), the tile's maximum, one rescale of the accumulator when the maximum grows,
- * exp(s - max) with the polynomial exp summed 16 at a time into a double, and the V
- * rows added as an FMA chain in position order. */
-ATTN_TARGET static void ATTN(row_f32)(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h,
-                                      void *scratch) {
-    const int D = a->head_dim;
-    const bool f16 = seq->pool->type == CERA_KV_F16;
-    const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
-    float *acc = (float *)scratch;
-    float *p = acc + D; /* [ATTN_TILE] scores, then probabilities */
-    float *out = a->out + ((size_t)t * a->n_head + h) * D;
-    const float *q = a->q + ((size_t)t * a->n_head + h) * D;
-    memset(acc, 0, (size_t)D * sizeof *acc);
-    float S = 0.0f, M = -INFINITY;
-    const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += ATTN_TILE) {
-        const int n = n_pos - p0 < ATTN_TILE ? n_pos - p0 : ATTN_TILE;
-        float tile_max = -INFINITY;
-        for (int j = 0; j < ATTN_TILE; j++) {
-            if (j >= n) {
-                p[j] = -INFINITY; /* masked (a later position) */
-                continue;
-            }
-            const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s = fmaf(q[d], ATTN(kv_get)(k, d, f16), s);
-            p[j] = s * a->scale;
-            tile_max = fmaxf(tile_max, p[j]);
-        }
-        const float m_new = fmaxf(M, tile_max);
-        if (m_new > M) {
-            const float ms = expf(M - m_new);
-            for (int d = 0; d < D; d++) acc[d] *= ms;
-            S *= ms;
-        }
-        M = m_new;
-        double sum = 0.0;
-        for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) {
-            for (int j = j0; j < j0 + 16; j++) p[j] = cera_expf_ggml(p[j] - M);
-            sum += (double)ATTN(reduce16)(p + j0);
-        }
-        S = (float)((double)S + sum);
-        for (int j = 0; j < n; j++) {
-            const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off;
-            for (int d = 0; d < D; d++) acc[d] = fmaf(ATTN(kv_get)(v, d, f16), p[j], acc[d]);
-        }
-    }
-    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (int d = 0; d < D; d++) out[d] = acc[d] * s_inv;
+/* exp as cera_expf_ggml (llama.cpp's polynomial), with the power-of-two scaling done by
+ * a multiplication when the exponent is normal (the same correctly rounded result as
+ * ldexpf), so that the whole function inlines; extreme exponents take the full version. */
+ATTN_TARGET static inline float ATTN(exp_poly)(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    if (!(fabsf(n) <= 126.0f)) return cera_expf_ggml(x);
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j =
+        fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+             fmaf(0x1.ffffecp-1f, b, 1.0f));
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return j * two_n;
 }
 
-/* Rows [row0, row1) of the n_tokens * n_head (token-major) output rows. */
-ATTN_TARGET static void ATTN(attention_rows)(const cera_attn_args *a, int row0, int row1, void *scratch) {
-    for (int r = row0; r < row1; r++) {
-        const int t = r / a->n_head, h = r % a->n_head;
-        const cera_kv_seq *seq = a->seqs[a->seq[t]];
-        if (a->f16_accum && seq->pool->type == CERA_KV_F16)
-            ATTN(row_f16)(a, seq, t, h, scratch);
-        else
-            ATTN(row_f32)(a, seq, t, h, scratch);
+/* The F32 mode for one head and the consecutive tokens t0..t1-1 of one sequence, as
+ * llama.cpp's tiled path computes each row: the keys in tiles of ATTN_TILE positions
+ * (converted to float once per tile for all the block's rows, transposed so the scores
+ * of a row run along the positions); per row and tile the scores (an FMA chain over the
+ * head, then the scale), the tile's maximum, one rescale of the accumulator when the
+ * maximum grows, exp(s - max) with the polynomial exp summed 16 at a time into a double,
+ * and the V rows added as an FMA chain in position order. */
+ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, int t1, void *scratch) {
+    const int D = a->head_dim, nq = t1 - t0;
+    const cera_kv_seq *seq = a->seqs[a->seq[t0]];
+    const bool f16 = seq->pool->type == CERA_KV_F16;
+    const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
+    float *kt = (float *)scratch;   /* [D][ATTN_TILE] keys of the tile, transposed */
+    float *p = kt + D * ATTN_TILE;  /* [ATTN_TILE] a row's scores, then probabilities */
+    float *ms_ = p + ATTN_TILE;     /* [nq] running maxima */
+    float *ss_ = ms_ + ATTN_QBLOCK; /* [nq] running sums */
+    float *acc = ss_ + ATTN_QBLOCK; /* [nq][D] accumulators */
+    for (int r = 0; r < nq; r++) {
+        ms_[r] = -INFINITY;
+        ss_[r] = 0.0f;
+    }
+    memset(acc, 0, (size_t)nq * D * sizeof *acc);
+    const int max_pos = a->pos[t1 - 1];
+    for (int p0 = 0; p0 <= max_pos; p0 += ATTN_TILE) {
+        const int n = max_pos + 1 - p0 < ATTN_TILE ? max_pos + 1 - p0 : ATTN_TILE;
+        for (int j = 0; j < n; j++) {
+            const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
+            for (int d = 0; d < D; d++) kt[d * ATTN_TILE + j] = ATTN(kv_get)(k, d, f16);
+        }
+        for (int r = 0; r < nq; r++) {
+            const int t = t0 + r;
+            int vis = a->pos[t] + 1 - p0; /* positions of this tile the row may see */
+            if (vis <= 0) continue;       /* all masked: llama.cpp leaves the row as it is */
+            if (vis > ATTN_TILE) vis = ATTN_TILE;
+            const float *q = a->q + ((size_t)t * a->n_head + h) * D;
+            float *ar = acc + (size_t)r * D;
+            for (int j = 0; j < ATTN_TILE; j++) p[j] = 0.0f;
+            for (int d = 0; d < D; d++) {
+                const float qd = q[d];
+                const float *kd = kt + d * ATTN_TILE;
+                for (int j = 0; j < vis; j++) p[j] = fmaf(kd[j], qd, p[j]);
+            }
+            float tile_max = -INFINITY;
+            for (int j = 0; j < vis; j++) {
+                p[j] *= a->scale;
+                tile_max = fmaxf(tile_max, p[j]);
+            }
+            const float m_old = ms_[r], m_new = fmaxf(m_old, tile_max);
+            if (m_new > m_old) {
+                const float ms = expf(m_old - m_new);
+                for (int d = 0; d < D; d++) ar[d] *= ms;
+                ss_[r] *= ms;
+            }
+            ms_[r] = m_new;
+            for (int j = 0; j < vis; j++) p[j] = ATTN(exp_poly)(p[j] - m_new);
+            for (int j = vis; j < ATTN_TILE; j++) p[j] = 0.0f; /* exp(-inf) of the masked */
+            double sum = 0.0;
+            for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) sum += (double)ATTN(reduce16)(p + j0);
+            ss_[r] = (float)((double)ss_[r] + sum);
+            for (int j = 0; j < vis; j++) {
+                const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off;
+                const float pj = p[j];
+                for (int d = 0; d < D; d++) ar[d] = fmaf(ATTN(kv_get)(v, d, f16), pj, ar[d]);
+            }
+        }
+    }
+    for (int r = 0; r < nq; r++) {
+        const float s_inv = ss_[r] == 0.0f ? 0.0f : 1.0f / ss_[r];
+        float *out = a->out + ((size_t)(t0 + r) * a->n_head + h) * D;
+        for (int d = 0; d < D; d++) out[d] = acc[(size_t)r * D + d] * s_inv;
+    }
+}
+
+/* One chunk of the work (see cera_attention_n_chunks). */
+ATTN_TARGET static void ATTN(attention_chunk)(const cera_attn_args *a, int64_t c, void *scratch) {
+    if (attn_f16_mode(a)) {
+        const int t = (int)(c / a->n_head), h = (int)(c % a->n_head);
+        ATTN(row_f16)(a, a->seqs[a->seq[t]], t, h, scratch);
+        return;
+    }
+    const int h = (int)(c % a->n_head), b0 = (int)(c / a->n_head) * ATTN_QBLOCK;
+    const int b1 = b0 + ATTN_QBLOCK < a->n_tokens ? b0 + ATTN_QBLOCK : a->n_tokens;
+    for (int t0 = b0; t0 < b1;) { /* runs of one sequence */
+        int t1 = t0 + 1;
+        while (t1 < b1 && a->seq[t1] == a->seq[t0]) t1++;
+        ATTN(block_f32)(a, h, t0, t1, scratch);
+        t0 = t1;
     }
 }

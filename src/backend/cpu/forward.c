@@ -89,10 +89,9 @@ typedef struct attn_job {
     cpu_backend *be;
 } attn_job;
 
-static void attn_row(void *arg, int64_t row, int ith) {
+static void attn_chunk(void *arg, int64_t c, int ith) {
     attn_job *j = arg;
-    cera_attention_rows(&j->args, (int)row, (int)row + 1,
-                        j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
+    cera_attention_chunk(&j->args, c, j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -247,7 +246,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         proj_matmul(&pc, il, CERA_PROJ_V, be->h, be->v, n);
         per_token(be, b, il, ST_QKV);
         aj.args.layer = il;
-        cera_pool_for(be->pool, (int64_t)n * hp->n_head, attn_row, &aj);
+        cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
         proj_matmul(&pc, il, CERA_PROJ_O, be->att, be->o, n);
         per_token(be, b, il, ST_FFN_NORM);
         proj_matmul(&pc, il, CERA_PROJ_GATE, be->h, be->gate, n);

@@ -2,6 +2,11 @@
 #include "backend/cpu/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
 
 void cera_rms_norm_f32(float *y, const float *x, const float *w, int n, float eps) {
     /* llama.cpp sums the squares in double, takes the mean in double and rounds it
@@ -90,8 +95,10 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
 /* exp(x) as llama.cpp's AVX-512 build computes it inside SiLU (ggml_v_expf, after ARM's
  * optimized-routines expf): a range reduction by ln 2 and a degree-5 polynomial, about
  * 1.5 ulp from expf. Written out in scalar fused multiply-adds so that SwiGLU rounds as
- * the goldens do (activation quantizers downstream turn 1-ulp differences into flips). */
-float cera_expf_ggml(float x) {
+ * the goldens do (activation quantizers downstream turn 1-ulp differences into flips).
+ * The final scaling by 2^n is a multiplication when 2^n is a normal float (the same
+ * correctly rounded result as the instruction's scalef), ldexpf beyond. */
+static inline __attribute__((always_inline)) float exp_poly(float x) {
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
@@ -101,21 +108,54 @@ float cera_expf_ggml(float x) {
     const float j =
         fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
              fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n);
+    if (fabsf(n) > 126.0f) return ldexpf(j, (int)n);
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return j * two_n;
 }
 
-void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
-    /* llama.cpp's AVX-512 SwiGLU takes 16 elements at a time with the polynomial exp,
-     * and the tail with libm's expf */
+float cera_expf_ggml(float x) { return exp_poly(x); }
+
+/* llama.cpp's AVX-512 SwiGLU takes 16 elements at a time with the polynomial exp, and the
+ * tail with libm's expf. */
+static inline __attribute__((always_inline)) void swiglu_body(float *y, const float *g, const float *u,
+                                                              int n) {
     const int nv = n & ~15;
     for (int i = 0; i < nv; i++) {
         const float x = g[i];
-        y[i] = x / (1.0f + cera_expf_ggml(0.0f - x)) * u[i];
+        y[i] = x / (1.0f + exp_poly(0.0f - x)) * u[i];
     }
     for (int i = nv; i < n; i++) {
         const float x = g[i];
         y[i] = x / (1.0f + expf(-x)) * u[i];
     }
+}
+
+static void swiglu_portable(float *y, const float *g, const float *u, int n) { swiglu_body(y, g, u, n); }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same with the fused multiply-adds as instructions (identical roundings). */
+__attribute__((target("avx2,fma"))) static void swiglu_fma(float *y, const float *g, const float *u, int n) {
+    swiglu_body(y, g, u, n);
+}
+#endif
+
+void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* every x86 kernel tier above scalar implies AVX2 and FMA */
+    static _Atomic int use_fma = -1;
+    int use = atomic_load_explicit(&use_fma, memory_order_relaxed);
+    if (use < 0) {
+        use = strcmp(cera_cpu_tier_name(), "scalar") != 0;
+        atomic_store_explicit(&use_fma, use, memory_order_relaxed);
+    }
+    if (use) {
+        swiglu_fma(y, g, u, n);
+        return;
+    }
+#endif
+    swiglu_portable(y, g, u, n);
 }
 
 void cera_add_scaled_f32(float *y, const float *x, float s, int n) {
