@@ -14,6 +14,8 @@
  * sign trick for those two.
  */
 
+#include <math.h>
+
 #define TILE_R 4
 #if X86_VNNI
 #define TILE_C 4
@@ -86,6 +88,18 @@ static inline int X86_FN(kind_offset)(int kind) {
     case KIND_Q8_0:
     case KIND_IQ4_NL: return X86_VNNI ? 128 : 0;
     default: return 0;
+    }
+}
+
+/* Bytes per block of a kind's weights. */
+static inline size_t X86_FN(kind_block_bytes)(int kind) {
+    switch (kind) {
+    case KIND_Q4_0: return sizeof(block_q4_0);
+    case KIND_Q5_0: return sizeof(block_q5_0);
+    case KIND_Q8_0: return sizeof(block_q8_0);
+    case KIND_IQ4_NL: return sizeof(block_iq4_nl);
+    case KIND_Q4_1: return sizeof(block_q4_1);
+    default: return sizeof(block_q5_1);
     }
 }
 
@@ -208,32 +222,49 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32x)(int kind, int
         for (int r = 0; r < nr; r++) s[(size_t)c * s_stride + r] = out[TILE_R * c + r];
 }
 
-/* The one-column case of tile_32x (a decode step): the 4 rows' exact block sums reduced into
- * one 128-bit vector, the same per-output operations (so the same bits) in fewer steps. */
-static inline void X86_FN(tile_32x_col)(int kind, int64_t n, float *s, const void *w, size_t w_stride,
+/* The one-column case of tile_32x (a decode step), one weight row at a time (one sequential
+ * stream, see tile_32_col): the same per-output operations (exact block sum, then one fused
+ * multiply-add per block, in block order), with four blocks' sums reduced together. */
+static inline void X86_FN(tile_32x_col)(int kind, int64_t n, float *s, int nr, const void *w, size_t w_stride,
                                         const void *a) {
     const bool sgn = X86_FN(kind_signed)(kind);
     const int off = X86_FN(kind_offset)(kind);
     const __m256i offv = _mm256_set1_epi8((char)off);
-    const uint8_t *wr = w;
     const block_q8_0 *y = a;
-    __m128 acc = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) {
-        const __m256i yv = X86_FN(load32)(y[b].qs);
-        const __m256i start = off ? _mm256_sub_epi32(_mm256_setzero_si256(), X86_FN(dot_u8s8)(offv, yv))
-                                  : _mm256_setzero_si256();
-        __m256i p[4];
-        float d[4], m;
-        for (int r = 0; r < 4; r++) {
-            const __m256i u = X86_FN(unpack32)(kind, wr + (size_t)r * w_stride, b, &d[r], &m);
-            p[r] = sgn ? X86_FN(dot_s8s8)(u, yv) : X86_FN(dpbusd)(start, u, yv);
+    const int64_t nb = n / 32;
+    const size_t bsz = X86_FN(kind_block_bytes)(kind);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * w_stride;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; b += 4) {
+            const int cnt = nb - b < 4 ? (int)(nb - b) : 4;
+            /* The serial chain of multiply-adds limits how far out-of-order execution runs
+             * ahead, so the loads get a software prefetch 2 KiB ahead. */
+            _mm_prefetch((const char *)(row + (size_t)b * bsz + 2048), _MM_HINT_T0);
+            _mm_prefetch((const char *)(row + (size_t)b * bsz + 2048 + 64), _MM_HINT_T0);
+            __m256i p[4];
+            float d[4], m;
+            for (int k = 0; k < 4; k++) {
+                if (k >= cnt) {
+                    p[k] = _mm256_setzero_si256();
+                    continue;
+                }
+                const __m256i yv = X86_FN(load32)(y[b + k].qs);
+                const __m256i u = X86_FN(unpack32)(kind, row, b + k, &d[k], &m);
+                p[k] = sgn ? X86_FN(dot_s8s8)(u, yv)
+                           : X86_FN(dpbusd)(
+                                 off ? _mm256_sub_epi32(_mm256_setzero_si256(), X86_FN(dot_u8s8)(offv, yv))
+                                     : _mm256_setzero_si256(),
+                                 u, yv);
+            }
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            float f[4];
+            _mm_storeu_ps(
+                f, _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))));
+            for (int k = 0; k < cnt; k++) acc = fmaf(f[k], d[k] * F16(y[b + k].d), acc);
         }
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        const __m128 scale = _mm_mul_ps(_mm_setr_ps(d[0], d[1], d[2], d[3]), _mm_set1_ps(F16(y[b].d)));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), scale, acc);
+        s[r] = acc;
     }
-    _mm_storeu_ps(s, acc);
 }
 
 static inline __attribute__((always_inline)) void X86_FN(tile_32x_any)(int kind, int64_t n, float *s,
@@ -242,10 +273,51 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32x_any)(int kind,
                                                                        int nc) {
     if (nr == TILE_R && nc == TILE_C)
         X86_FN(tile_32x)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
-    else if (nr == TILE_R && nc == 1)
-        X86_FN(tile_32x_col)(kind, n, s, w, ws, a);
+    else if (nc == 1) /* a decode step: one activation row */
+        X86_FN(tile_32x_col)(kind, n, s, nr, w, ws, a);
     else
         X86_FN(tile_32x)(kind, n, s, ss, w, ws, a, as, nr, nc);
+}
+
+/* One activation row (a decode step), one weight row at a time: the same per-output
+ * operations as tile_32, but the weights are read as one sequential stream, which out of cache
+ * runs at the single-row rate (side-by-side rows measured about half of it). */
+static inline __attribute__((always_inline)) void
+X86_FN(tile_32_col)(int kind, int64_t n, float *s, int nr, const void *w, size_t w_stride, const void *a) {
+    const bool q8_1 = kind == KIND_Q4_1 || kind == KIND_Q5_1;
+    const bool sgn = X86_FN(kind_signed)(kind);
+    const int off = X86_FN(kind_offset)(kind);
+    const __m256i offv = _mm256_set1_epi8((char)off);
+    const size_t ybytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * w_stride;
+        __m256 acc = _mm256_setzero_ps();
+        float summs = 0.0f;
+        for (int64_t b = 0; b < n / 32; b++) {
+            const uint8_t *blk = (const uint8_t *)a + (size_t)b * ybytes;
+            __m256i yv;
+            float dyf, sy = 0.0f;
+            if (q8_1) {
+                const block_q8_1 *yb = (const block_q8_1 *)blk;
+                yv = X86_FN(load32)(yb->qs);
+                dyf = F16(yb->d);
+                sy = F16(yb->s);
+            } else {
+                const block_q8_0 *yb = (const block_q8_0 *)blk;
+                yv = X86_FN(load32)(yb->qs);
+                dyf = F16(yb->d);
+            }
+            const __m256i start = off ? _mm256_sub_epi32(_mm256_setzero_si256(), X86_FN(dot_u8s8)(offv, yv))
+                                      : _mm256_setzero_si256();
+            float d, m = 0.0f;
+            const __m256i u = X86_FN(unpack32)(kind, row, b, &d, &m);
+            const __m256i p = sgn ? X86_FN(dot_s8s8)(u, yv) : X86_FN(dpbusd)(start, u, yv);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                  _mm256_mul_ps(_mm256_set1_ps(d), _mm256_set1_ps(dyf)), acc);
+            if (q8_1) summs += m * sy;
+        }
+        s[r] = X86_FN(hsum_ps)(acc) + summs;
+    }
 }
 
 /* The full tile and the one-column tile (a decode step) with constant bounds, so the
@@ -258,8 +330,8 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32_any)(int kind, 
                                                                       int nc) {
     if (nr == TILE_R && nc == TILE_C)
         X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
-    else if (nr == TILE_R && nc == 1) /* a decode step: one activation row */
-        X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, TILE_R, 1);
+    else if (nc == 1) /* a decode step: one activation row */
+        X86_FN(tile_32_col)(kind, n, s, nr, w, ws, a);
     else
         X86_FN(tile_32)(kind, n, s, ss, w, ws, a, as, nr, nc);
 }
