@@ -31,6 +31,8 @@ if has tests; then
     timeout 120 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/test_cuda_ops.log" | tail -25
     log "test_cuda_golden"
     timeout 240 "$C/bin/test_cuda_golden" 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -40
+    log "test_cuda_engine"
+    timeout 120 "$C/bin/test_cuda_engine" 2>&1 | tee "$OUT/test_cuda_engine.log" | tail -12
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"

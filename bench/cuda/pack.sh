@@ -12,10 +12,11 @@ C=.devcarry
 grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >>.git/info/exclude
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden cuda_bench -j"${JOBS:-2}"
+cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden test_cuda_engine cuda_bench -j"${JOBS:-2}"
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
-cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/bench/cuda/cuda_bench" "$C/bin/"
-for p in $(ldd "$C/bin/test_cuda_golden" | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
+cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/tests/cuda/test_cuda_engine" \
+    "$BUILD/bench/cuda/cuda_bench" "$C/bin/"
+for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
 S=../shared
