@@ -32,6 +32,7 @@ static void help(FILE *out) {
         "  --seed S              the sampler's seed (default 0)\n"
         "  -t N                  threads (default: one per core)\n"
         "  -c N                  context size (default: the model's, at most 4096)\n"
+        "  --kv f16|f32          KV cache type (default f16, as llama.cpp)\n"
         "  --ids                 print the generated token ids instead of text\n" CLI_LORA_HELP);
 }
 
@@ -116,6 +117,9 @@ int cmd_run(int argc, char **argv) {
             ok = parse_float(v, &f) && f >= 0 && f <= 1, sp.sampler.min_p = f;
         else if (!strcmp(a, "--repeat-penalty"))
             ok = parse_float(v, &f) && f > 0, sp.sampler.repeat_penalty = f;
+        else if (!strcmp(a, "--kv"))
+            ok = !strcmp(v, "f16") || !strcmp(v, "f32"),
+            ep.kv_type = strcmp(v, "f32") ? CERA_KV_F16 : CERA_KV_F32;
         else if (!strcmp(a, "--seed"))
             ok = parse_int(v, &l) && l >= 0, sp.sampler.seed = (uint64_t)l;
         else
