@@ -7,8 +7,14 @@
  * `tokenizer.ggml.model`:
  *   - "llama": SentencePiece (score-driven merges, byte fallback <0xNN>, `▁` spaces);
  *   - "gpt2":  byte-level BPE (merge ranks), with the pre-tokenizer regex chosen by
- *              `tokenizer.ggml.pre` (an unknown name is an error naming it);
+ *              `tokenizer.ggml.pre`, any of the 85 names llama.cpp knows but two (an
+ *              unknown name is an error naming it); "gemma4" (and the gemma4 / sarvam
+ *              pre-tokenizers) run BPE on raw UTF-8 with `▁` spaces and <0xNN> bytes;
  *   - "bert":  WordPiece (lowercasing, accent stripping, punctuation splits).
+ *
+ * Unsupported (an error naming them): the t5/UGM, rwkv, plamo2 models and the
+ * kimi-k2 / whitespace pre-tokenizers. Known difference from llama.cpp: code points
+ * added in Unicode 15.1 (CJK extension I) are classified by utf8proc, which predates them.
  *
  * The tokenizer copies everything it needs out of the gguf_file at load, so the file
  * may be closed afterwards. Encoding allocates its scratch per call (a call handles
@@ -85,10 +91,13 @@ int cera_tokenizer_piece(const cera_tokenizer *tok, cera_token id, char *buf, si
 size_t cera_tokenizer_max_piece_len(const cera_tokenizer *tok);
 
 /* Detokenizes a sequence as llama.cpp's llama_detokenize: remove_special drops a
- * leading BOS and trailing EOS the tokenizer would have added (and SPM's leading space
- * that add_space_prefix introduced); render_special writes control tokens' text.
- * Returns the text's length (which may exceed cap; then call again), or -1 when a
- * token is out of range. No NUL is written. */
+ * leading BOS / trailing EOS the tokenizer would have added; with add_space_prefix (SPM)
+ * the first piece loses one leading space — unless a BOS was dropped (llama.cpp's rule);
+ * render_special writes control tokens' text; vocabularies with clean_spaces (most
+ * byte-level BPE ones) get llama.cpp's " ," -> "," style clean-up. Returns the length,
+ * or -1 when a token is out of range. When the text does not fit in cap, returns a
+ * length > cap (before clean-up, so an upper bound): call again with that much room.
+ * No NUL is written. */
 int64_t cera_tokenizer_decode(const cera_tokenizer *tok, const cera_token *tokens, size_t n, char *buf,
                               size_t cap, bool remove_special, bool render_special);
 
@@ -131,7 +140,7 @@ cera_token cera_tokenizer_pad(const cera_tokenizer *tok);
 cera_token cera_tokenizer_sep(const cera_tokenizer *tok);
 cera_token cera_tokenizer_nl(const cera_tokenizer *tok); /* the newline token */
 
-/* Whether encode with add_special adds BOS / EOS. */
+/* Whether encode with add_special adds BOS / EOS (bert: CLS, and SEP at the end). */
 bool cera_tokenizer_add_bos(const cera_tokenizer *tok);
 bool cera_tokenizer_add_eos(const cera_tokenizer *tok);
 
