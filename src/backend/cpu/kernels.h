@@ -14,8 +14,16 @@
  * kernel at the selected tier gets the best lower tier's. Every variant is checked against
  * the scalar reference (tier "scalar") in tests/cpu.
  *
+ * Rounding: the activation quantizers give llama.cpp's x86 bytes in every tier. The scalar
+ * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86
+ * build (per type: its vec_dot, or its repacked GEMM for q4_0/iq4_nl), so on an AVX-512 CPU
+ * most golden cases agree to the bit. q4_k/q2_k cannot: llama.cpp's repacked GEMMs for them
+ * round differently for a prompt's groups of 4 tokens and for single tokens.
+ *
  * Contract of the row functions: n is a multiple of the weight type's block size (and of
- * the activation type's, which is the same); rows need no particular alignment.
+ * the activation type's, which is the same); rows need only their type's natural alignment
+ * (2 bytes for f16/bf16 and the block types, 4 for f32 and q8_k), which every row of a
+ * tensor has: SIMD loads are unaligned.
  */
 #ifndef CERA_BACKEND_CPU_KERNELS_H
 #define CERA_BACKEND_CPU_KERNELS_H
