@@ -8,8 +8,9 @@
  * then scales and adds, so an engine whose F32 matmul rounds as llama.cpp's gives the same
  * adapter contribution bit for bit. The work is split in two phases over the pool, the
  * rank·rows dots of t = A·x, then the output columns of y += (B·t)·s, so every thread has
- * work even for one row and every factor row is read about once; tiny work stays on the
- * calling thread. Each element is computed the same way whatever the split, the batch or
+ * work even for one row and every factor row is read about once; a decode step's few rows
+ * take one pool run (each thread computing A·x itself), tiny work stays on the calling
+ * thread. Each element is computed the same way whatever the split, the batch or
  * the thread count, so prefill equals decode and a mixed batch equals its sequences run
  * alone, bit for bit.
  */
@@ -96,6 +97,28 @@ static void phase_b(const lora_job *j, int ith, int nth) {
     }
 }
 
+/* Few rows (a decode step): one pool run instead of two. Every thread computes the
+ * groups' t = A·x itself (the same calls as phase A, into its own copy: rank·k
+ * multiply-adds per row, cheaper than a second wake-up of the pool), then its columns. */
+#define FEW_ROWS 4
+static void one_run_worker(void *arg, int ith, int nth) {
+    const lora_job *j = arg;
+    float t[FEW_ROWS * CERA_LORA_MAX_RANK];
+    lora_job mine = *j;
+    cera_lora_group groups[CERA_LORA_MAX_SET * FEW_ROWS];
+    cera_lora_batch b = *j->b;
+    size_t off = 0;
+    for (int g = 0; g < b.n_groups; g++) {
+        groups[g] = j->b->groups[g];
+        groups[g].t = t + off;
+        off += (size_t)groups[g].n_rows * groups[g].adapter->max_rank;
+    }
+    b.groups = groups;
+    mine.b = &b;
+    phase_a(&mine, 0, 1);
+    phase_b(&mine, ith, nth);
+}
+
 static void phase_a_worker(void *arg, int ith, int nth) { phase_a(arg, ith, nth); }
 static void phase_b_worker(void *arg, int ith, int nth) { phase_b(arg, ith, nth); }
 
@@ -119,6 +142,14 @@ void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, c
         /* tiny work: waking the pool twice would cost more */
         phase_a(&j, 0, 1);
         phase_b(&j, 0, 1);
+        return;
+    }
+    int64_t t_need = 0;
+    for (int g = 0; g < b->n_groups; g++)
+        t_need += (int64_t)b->groups[g].n_rows * b->groups[g].adapter->max_rank;
+    if (b->n_rows <= FEW_ROWS && b->n_groups <= CERA_LORA_MAX_SET * FEW_ROWS &&
+        t_need <= FEW_ROWS * CERA_LORA_MAX_RANK) {
+        cera_pool_run(pool, one_run_worker, &j);
         return;
     }
     cera_pool_run(pool, phase_a_worker, &j);

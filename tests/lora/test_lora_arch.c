@@ -1,11 +1,12 @@
 /*
  * test_lora_arch.c — adapters on every supported architecture (the synthetic llama,
  * qwen2 with QKV biases, qwen3 with Q/K norms, granite with its multipliers): a random
- * rank-8 adapter on all seven projections (F16 factors, written here as a llama.cpp GGUF
+ * rank-48 adapter on all seven projections (F16 factors, written here as a llama.cpp GGUF
  * adapter) applied unmerged must give the logits of the same adapter merged into an F32
  * copy of the model. Since merging changes the weights themselves, this holds only if
  * the unmerged hook sits where llama.cpp puts it: on each projection's output, before
- * its bias, the Q/K norms and rope.
+ * its bias, the Q/K norms and rope. Also: prefill and decode give the same bits with the
+ * adapter (the CPU hook's pooled, single-run and serial paths all meet here).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 #include "session/engine_impl.h"
 #include "testutil.h"
 
-#define RANK 8
+#define RANK 48 /* large enough that the CPU hook uses the thread pool on the wide projections */
 
 /* Writes a random adapter for the engine's model; returns false on failure. */
 static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
@@ -56,19 +57,28 @@ static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
     return ok;
 }
 
-static float *eval(cera_engine *e, cera_adapter *a, const int32_t *tok, size_t n) {
+static float *eval(cera_engine *e, cera_adapter *a, const int32_t *tok, size_t n, bool one_by_one) {
     cera_session *s = NULL;
     cera_error err = {0};
-    float *out = NULL;
-    if (cera_session_create(e, NULL, &s, &err) || (a && cera_session_set_adapter(s, a, 1.0f, &err)) ||
-        cera_session_eval(s, tok, n, true, &err)) {
-        CHECK(0, "eval: %s", err.message);
-    } else {
-        const int nv = cera_engine_n_vocab(e);
-        out = malloc(n * (size_t)nv * sizeof *out);
-        for (size_t i = 0; i < n; i++) memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
+    const int nv = cera_engine_n_vocab(e);
+    float *out = malloc(n * (size_t)nv * sizeof *out);
+    bool ok = !cera_session_create(e, NULL, &s, &err) && !(a && cera_session_set_adapter(s, a, 1.0f, &err));
+    if (ok && one_by_one) {
+        for (size_t i = 0; i < n && ok; i++) {
+            ok = !cera_session_eval(s, &tok[i], 1, false, &err);
+            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * 4);
+        }
+    } else if (ok) {
+        ok = !cera_session_eval(s, tok, n, true, &err);
+        for (size_t i = 0; i < n && ok; i++)
+            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
     }
+    CHECK(ok, "eval: %s", err.message);
     cera_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -105,7 +115,11 @@ static void arch_case(const char *arch, test_rng *r) {
     }
     if (a && em) {
         const int nv = cera_engine_n_vocab(e);
-        float *base = eval(e, NULL, tok, n), *unmerged = eval(e, a, tok, n), *m = eval(em, NULL, tok, n);
+        float *base = eval(e, NULL, tok, n, false), *unmerged = eval(e, a, tok, n, false),
+              *m = eval(em, NULL, tok, n, false), *dec = eval(e, a, tok, n, true);
+        CHECK(unmerged && dec && !memcmp(unmerged, dec, n * (size_t)nv * sizeof *dec),
+              "%s: decode logits differ from prefill logits with the adapter", arch);
+        free(dec);
         double d_merge = 0, d_base = 0, mag = 0;
         int top = 0;
         for (size_t i = 0; base && unmerged && m && i < n; i++) {
