@@ -52,6 +52,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
 
     cera_engine *e = calloc(1, sizeof *e);
     if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");
+    pthread_mutex_init(&e->forward_lock, NULL);
     cera_status st = gguf_open(path, &e->file, err);
     if (st) goto fail;
     if ((st = cera_model_load(e->file, &e->model, err))) {
@@ -90,6 +91,7 @@ void cera_engine_close(cera_engine *e) {
     cera_tokenizer_free(e->tok);
     cera_model_free(&e->model);
     gguf_close(e->file);
+    pthread_mutex_destroy(&e->forward_lock);
     free(e);
 }
 

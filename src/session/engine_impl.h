@@ -5,11 +5,14 @@
  * An engine owns the mapped file, the model description, the tokenizer and one compute
  * backend (which owns the thread pool and the activation buffers). A session owns one
  * sequence: its KV blocks (a pool sized for n_ctx, allocated at creation), its sampler,
- * its logits and the batch arrays of an eval. Sessions share the engine's backend, so
- * evaluations of one engine must not run concurrently.
+ * its logits and the batch arrays of an eval. Sessions share the engine's backend; its
+ * forward calls are serialized by the engine's lock (a session itself is used by one
+ * thread at a time).
  */
 #ifndef CERA_SESSION_ENGINE_IMPL_H
 #define CERA_SESSION_ENGINE_IMPL_H
+
+#include <pthread.h>
 
 #include "cera.h"
 #include "gguf/gguf.h"
@@ -26,6 +29,9 @@ struct cera_engine {
     cera_tokenizer *tok;
     cera_backend *backend;
     cera_engine_params params; /* resolved: n_ctx and n_batch are set */
+    /* the backend's buffers serve one forward call at a time: sessions evaluated from
+     * several threads take turns */
+    pthread_mutex_t forward_lock;
 };
 
 struct cera_session {

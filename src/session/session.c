@@ -129,7 +129,10 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
                         .seqs = s->seqs,
                         .n_seqs = 1,
                         .lora = cera_lora_session_plan(s, n)};
-        if ((st = e->backend->forward(e->backend, &b, out, err))) {
+        pthread_mutex_lock(&e->forward_lock);
+        st = e->backend->forward(e->backend, &b, out, err);
+        pthread_mutex_unlock(&e->forward_lock);
+        if (st) {
             cera_kv_seq_truncate(&s->seq, n_past);
             return st;
         }

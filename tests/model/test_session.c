@@ -4,12 +4,14 @@
  *     (bit for bit under 64 tokens; at the F16 rounding level for longer batches, whose
  *     attention rounds as llama.cpp's tiled path);
  *   - one thread and several give identical logits (the split never changes arithmetic);
+ *   - sessions of one engine evaluated from several threads at once give their logits alone;
  *   - two sequences in one forward batch give what each gives alone (paged KV cache);
  *   - truncating and re-evaluating reproduces the logits; an F32 KV cache stays close;
  *   - errors: unsupported architecture (named), full context, bad token ids;
  *   - cera_generate: greedy ids equal llama.cpp's, stop strings, cancel flag, n_predict;
  *   - tokenization adds BOS as the metadata asks (the golden prompt's tokens).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +120,49 @@ static void test_long_batch_vs_steps(void) {
 done:
     cera_engine_close(e);
     free(tok0);
+}
+
+/* Sessions of one engine evaluated from several threads at once take turns on the
+ * backend and give the same logits as alone. */
+typedef struct conc_arg {
+    cera_engine *e;
+    const int32_t *tok;
+    size_t n;
+    float *out;
+} conc_arg;
+
+static void *conc_main(void *p) {
+    conc_arg *c = p;
+    for (int rep = 0; rep < 3; rep++) {
+        free(c->out);
+        c->out = eval_logits(c->e, c->tok, c->n, 3);
+    }
+    return NULL;
+}
+
+static void test_concurrent_sessions(void) {
+    size_t n = 0;
+    int32_t *tok = read_ints(shared_path("golden/stories260K.p3.tokens"), &n);
+    cera_engine *e = open_model(STORIES, 2, 256, CERA_KV_F16);
+    if (!tok || !e) goto done;
+    const int nv = cera_engine_n_vocab(e);
+    float *alone = eval_logits(e, tok, n, 3);
+    conc_arg args[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (conc_arg){e, tok, n, NULL};
+        pthread_create(&th[i], NULL, conc_main, &args[i]);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK(alone && args[i].out && !memcmp(alone, args[i].out, n * (size_t)nv * sizeof(float)),
+              "session evaluated on thread %d differs from alone", i);
+        free(args[i].out);
+    }
+    free(alone);
+done:
+    cera_engine_close(e);
+    free(tok);
 }
 
 static void test_threads(void) {
@@ -370,6 +415,7 @@ int main(void) {
     test_batch_vs_steps("golden/synth-llama-q4_k_m.gguf", "golden/synth-llama-q4_k_m.tokens");
     test_long_batch_vs_steps();
     test_threads();
+    test_concurrent_sessions();
     test_two_sequences();
     test_truncate_and_kv_f32();
     test_errors();
