@@ -31,7 +31,7 @@ cera_status cli_lora_attach(cera_engine *engine, cera_session *session, const cl
 
 /* The usage lines describing the two options, for a command's --help. */
 #define CLI_LORA_HELP                                                                                        \
-    "  --lora FILE             apply a LoRA adapter (llama.cpp GGUF adapter or PEFT folder); repeatable\n"   \
-    "  --lora-scaled FILE S    the same at scale S; repeatable\n"
+    "  --lora FILE           a LoRA adapter (llama.cpp GGUF adapter or PEFT folder); repeatable\n"           \
+    "  --lora-scaled FILE S  the same at scale S; repeatable\n"
 
 #endif
