@@ -205,6 +205,35 @@ static void test_stream(void) {
     unload(&l);
 }
 
+/* Decoding with llama.cpp's clean-up of spaces (gpt-2 and bert have clean_spaces) and
+ * the special-token flags; expected texts from llama_detokenize on the same ids. */
+static void expect_decode(const char *path, const char *text, bool remove_special, bool render_special,
+                          const char *want) {
+    loaded l = load(path);
+    if (!l.tok) return;
+    cera_token ids[128];
+    size_t n = 0;
+    cera_error err = {0};
+    cera_tokenizer_encode(l.tok, text, strlen(text), true, true, ids, 128, &n, &err);
+    char out[256];
+    int64_t k = cera_tokenizer_decode(l.tok, ids, n, out, sizeof out, remove_special, render_special);
+    CHECK(k == (int64_t)strlen(want) && !memcmp(out, want, (size_t)k), "%s: decode gives '%.*s', want '%s'",
+          path, (int)(k > 0 ? k : 0), out, want);
+    unload(&l);
+}
+
+static void test_decode(void) {
+    const char *a = "Hello , world 's a ' b ' c ?!", *b = " I 'm here , you 're 've 'll 'd 't .";
+    expect_decode(shared_path("vocab/ggml-vocab-gpt-2.gguf"), a, false, false, "Hello, world's a'b'c?!");
+    expect_decode(shared_path("vocab/ggml-vocab-gpt-2.gguf"), b, true, true,
+                  " I'm here, you're've 'll 'd 't.");
+    expect_decode(shared_path("vocab/ggml-vocab-llama-spm.gguf"), b, true, true,
+                  "  I 'm here , you 're 've 'll 'd 't .");
+    expect_decode(shared_path("vocab/ggml-vocab-bert-bge.gguf"), a, false, false, " hello, world's a'b'c?!");
+    expect_decode(shared_path("vocab/ggml-vocab-bert-bge.gguf"), b, true, true,
+                  " i'm here, you're've'll'd't.[SEP]");
+}
+
 static void test_errors(void) {
     /* an unknown pre-tokenizer and a missing vocabulary are errors naming the problem */
     gguf_writer *w = gguf_writer_new();
@@ -267,6 +296,7 @@ int main(void) {
     test_bert();
     test_gpt2();
     test_stream();
+    test_decode();
     test_errors();
     return test_finish();
 }
