@@ -16,9 +16,10 @@
  *
  * Rounding: the activation quantizers give llama.cpp's x86 bytes in every tier. The scalar
  * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86
- * build (per type: its vec_dot, or its repacked GEMM for q4_0/iq4_nl), so on an AVX-512 CPU
- * most golden cases agree to the bit. q4_k/q2_k cannot: llama.cpp's repacked GEMMs for them
- * round differently for a prompt's groups of 4 tokens and for single tokens.
+ * vec_dots, so on an AVX-512 CPU most golden cases agree to the bit. Not q4_0/iq4_nl/q4_k/
+ * q2_k, which llama.cpp repacks: its GEMMs for them run a serial chain of per-block FMAs per
+ * output, which we can only match at about 2/3 of the decode speed (measured), and for
+ * q4_k/q2_k they round differently for a prompt's groups of 4 tokens and for single tokens.
  *
  * Contract of the row functions: n is a multiple of the weight type's block size (and of
  * the activation type's, which is the same); rows need only their type's natural alignment
