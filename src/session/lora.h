@@ -139,7 +139,7 @@ typedef struct cera_lora_group {
     int n_rows;
     const int *rows;     /* batch rows, ascending */
     const float *scales; /* each row's user scale */
-    float *t;            /* [n_rows, adapter->max_rank] A·x of each row (two-phase apply), or NULL */
+    float *t;            /* [n_rows, adapter->max_rank] scratch for each row's A·x, or NULL */
 } cera_lora_group;
 
 /* One forward batch's rows grouped by adapter. Storage is allocated once for a batch
@@ -167,28 +167,15 @@ void cera_lora_batch_build(cera_lora_batch *b, const int32_t *row_seq, const cer
 /* The same for a batch whose rows all share one set. */
 void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set, int n_rows);
 
-/* The hook on a projection's output: for every group, for each of its rows r,
- *   y[r] += s_r · B(A·x[r])     x [n_rows, k] (x_stride floats apart), y [n_rows, d].
- * Output columns [d0, d1) only, so threads can split d; each splits the work the same
- * way whatever the batch, so results do not depend on the number of threads either. */
+/* The portable hook on a projection's output: for every group, for each of its rows r,
+ *   y[r] += s_r · B(A·x[r])     x [n_rows, k] (x_stride floats apart), y [n_rows, d],
+ * output columns [d0, d1) only. Each element is computed the same way whatever the batch
+ * and the column range. (The CPU backend runs lora_cpu.c's form with its own kernels.) */
 void cera_lora_batch_apply(const cera_lora_batch *b, int layer, cera_proj p, const float *x, size_t x_stride,
                            float *y, size_t y_stride, int64_t d0, int64_t d1);
-/* The same work cut for thread ith of nth: a range of batch rows when the batch has at
- * least 2·nth rows, else a range of output columns, the same for every group, so threads
- * never share an output element. Every element is computed exactly as by
- * cera_lora_batch_apply. */
-void cera_lora_batch_apply_part(const cera_lora_batch *b, int layer, cera_proj p, const float *x,
-                                size_t x_stride, float *y, size_t y_stride, int ith, int nth);
-/* The two-phase form for batches of few rows (decode), where splitting rows leaves
- * threads idle: phase A computes every group row's t = A·x (one dot per work item, the
- * items split over the threads), phase B adds s·B·t over a split of the output columns.
- * The caller runs all of phase A before phase B. Available when cera_lora_batch_two_phase
- * says so (the scratch exists); the bits equal cera_lora_batch_apply's. */
+/* True when every group has its A·x scratch (groups[g].t), which a backend's multi-phase
+ * hook needs; false only when growing the scratch failed. */
 bool cera_lora_batch_two_phase(const cera_lora_batch *b);
-void cera_lora_batch_phase_a(const cera_lora_batch *b, int layer, cera_proj p, const float *x,
-                             size_t x_stride, int ith, int nth);
-void cera_lora_batch_phase_b(const cera_lora_batch *b, int layer, cera_proj p, float *y, size_t y_stride,
-                             int ith, int nth);
 /* True when some group has a pair for (layer, p): the caller may skip the hook otherwise. */
 bool cera_lora_batch_targets(const cera_lora_batch *b, int layer, cera_proj p);
 

@@ -3,8 +3,9 @@
  *   - the optimized row kernel equals the scalar reference bit for bit, and both are
  *     within float rounding of a double-precision y + s·B(A·x);
  *   - a batch mixing sequences with different adapter sets (and one adapter at
- *     different scales) gives every row the same bits as that row evaluated alone, in
- *     any thread split;
+ *     different scales) gives every row the same bits as that row evaluated alone, both in
+ *     the portable kernels and in the CPU backend's hook (over 1 to 4 threads, whose bits
+ *     must not change, and within float rounding of the portable kernels);
  *   - a scale of 0 leaves y untouched bit for bit (even -0.0);
  *   - set bookkeeping: attach, rescale, detach, reference counts.
  */
@@ -14,11 +15,12 @@
 
 #include "core/error.h"
 #include "session/lora.h"
+#include "session/lora_cpu.h"
 #include "testutil.h"
 
 #define N_LAYER 2
 #define EMBD    72
-#define FF      136
+#define FF      520 /* wide enough that the CPU hook uses its pooled paths */
 #define NQ      64
 
 static cera_model model;
@@ -131,7 +133,7 @@ static void kernel_cases(test_rng *r) {
 #define ROWS 13
 
 static void batch_cases(test_rng *r) {
-    cera_adapter *A = make_adapter(r, 8, 16.0f, -1), *B = make_adapter(r, 4, 0.0f, -1),
+    cera_adapter *A = make_adapter(r, 32, 16.0f, -1), *B = make_adapter(r, 4, 0.0f, -1),
                  *C = make_adapter(r, 16, 32.0f, CERA_PROJ_DOWN);
     cera_error err = {0};
     cera_lora_set sets[5] = {0};
@@ -148,14 +150,18 @@ static void batch_cases(test_rng *r) {
     const cera_lora_set *seq_sets[6] = {&sets[0], &sets[1], &sets[2], &sets[3], &sets[4], NULL};
     const int32_t row_seq[ROWS] = {0, 0, 1, 2, 1, 3, 4, 0, 1, 5, 4, 4, 3};
 
-    cera_lora_batch batch, solo;
-    CHECK(!cera_lora_batch_init(&batch, ROWS, &err) && !cera_lora_batch_init(&solo, 1, &err), "batch init");
+    cera_lora_batch batch, solo, solo_n;
+    CHECK(!cera_lora_batch_init(&batch, ROWS, &err) && !cera_lora_batch_init(&solo, 1, &err) &&
+              !cera_lora_batch_init(&solo_n, ROWS, &err),
+          "batch init");
+    cera_pool *pools[4] = {0};
+    for (int i = 0; i < 4; i++) CHECK(!cera_pool_new(i + 1, &pools[i], &err), "pool: %s", err.message);
     cera_lora_batch_build(&batch, row_seq, seq_sets, ROWS);
     CHECK(batch.n_groups == 3, "%d groups (A, B, C)", batch.n_groups);
     for (int g = 1; g < batch.n_groups; g++)
         CHECK(batch.groups[g - 1].adapter->id < batch.groups[g].adapter->id, "groups in id order");
 
-    static float x[ROWS][FF], y0[ROWS][FF], yb[ROWS][FF], ys[ROWS][FF], yp[ROWS][FF];
+    static float x[ROWS][FF], y0[ROWS][FF], yb[ROWS][FF], ys[ROWS][FF], yp[ROWS][FF], yc[ROWS][FF];
     for (int l = 0; l < N_LAYER; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             const int64_t k = layers[l].proj[p].k, d = layers[l].proj[p].n;
@@ -183,25 +189,42 @@ static void batch_cases(test_rng *r) {
                   cera_lora_proj_gguf_name((cera_proj)p));
             CHECK(changed, "layer %d %s: nothing changed", l, cera_lora_proj_gguf_name((cera_proj)p));
             (void)k;
-            for (int nth = 1; nth <= 5; nth++) {
+            /* the CPU backend's hook: any thread count gives the same bits, within float
+             * rounding of the portable kernels */
+            for (int nt = 0; nt < 4; nt++) {
                 memcpy(yp, y0, sizeof y0);
-                for (int ith = 0; ith < nth; ith++)
-                    cera_lora_batch_apply_part(&batch, l, (cera_proj)p, &x[0][0], FF, &yp[0][0], FF, ith,
-                                               nth);
-                if (memcmp(yp, yb, sizeof yb)) part_same = false;
+                cera_lora_cpu_apply(pools[nt], &batch, l, (cera_proj)p, &x[0][0], FF, &yp[0][0], FF);
+                if (nt == 0) {
+                    memcpy(yc, yp, sizeof yp);
+                    double worst = 0;
+                    for (int row = 0; row < ROWS; row++)
+                        for (int64_t i = 0; i < d; i++)
+                            worst = fmax(worst,
+                                         fabs(yc[row][i] - yb[row][i]) / (1 + fabs(yb[row][i] - y0[row][i])));
+                    CHECK(worst < 1e-5, "layer %d %s: CPU hook vs portable kernels: %g", l,
+                          cera_lora_proj_gguf_name((cera_proj)p), worst);
+                } else {
+                    part_same &= !memcmp(yp, yc, sizeof yc);
+                }
             }
-            CHECK(part_same, "layer %d %s: thread splits differ", l, cera_lora_proj_gguf_name((cera_proj)p));
-            /* the two-phase form (decode) gives the same bits in any split */
-            bool two_same = cera_lora_batch_two_phase(&batch);
-            for (int nth = 1; nth <= 7 && two_same; nth += 3) {
-                memcpy(yp, y0, sizeof y0);
-                for (int ith = nth - 1; ith >= 0; ith--)
-                    cera_lora_batch_phase_a(&batch, l, (cera_proj)p, &x[0][0], FF, ith, nth);
-                for (int ith = 0; ith < nth; ith++)
-                    cera_lora_batch_phase_b(&batch, l, (cera_proj)p, &yp[0][0], FF, ith, nth);
-                if (memcmp(yp, yb, sizeof yb)) two_same = false;
+            /* and each sequence's rows alone (a decode step or a short prompt) give the bits
+             * they get inside the batch */
+            for (int sq = 0; sq < 6; sq++) {
+                int32_t rows_of[ROWS], zero[ROWS] = {0};
+                int nr = 0;
+                for (int row = 0; row < ROWS; row++)
+                    if (row_seq[row] == sq) rows_of[nr++] = row;
+                if (!nr) continue;
+                float xs[ROWS][FF], ysq[ROWS][FF];
+                for (int i = 0; i < nr; i++) {
+                    memcpy(xs[i], x[rows_of[i]], sizeof xs[i]);
+                    memcpy(ysq[i], y0[rows_of[i]], sizeof ysq[i]);
+                }
+                cera_lora_batch_build(&solo_n, zero, &seq_sets[sq], nr);
+                cera_lora_cpu_apply(pools[sq % 4], &solo_n, l, (cera_proj)p, &xs[0][0], FF, &ysq[0][0], FF);
+                for (int i = 0; i < nr; i++) part_same &= !memcmp(ysq[i], yc[rows_of[i]], (size_t)d * 4);
             }
-            CHECK(two_same, "layer %d %s: two-phase apply differs", l,
+            CHECK(part_same, "layer %d %s: the CPU hook's bits depend on threads or batch", l,
                   cera_lora_proj_gguf_name((cera_proj)p));
             CHECK(cera_lora_batch_targets(&batch, l, (cera_proj)p), "targets");
         }
@@ -247,6 +270,8 @@ static void batch_cases(test_rng *r) {
     cera_lora_release(C);
     cera_lora_batch_free(&batch);
     cera_lora_batch_free(&solo);
+    cera_lora_batch_free(&solo_n);
+    for (int i = 0; i < 4; i++) cera_pool_free(pools[i]);
 }
 
 int main(void) {
