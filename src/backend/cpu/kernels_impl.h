@@ -7,8 +7,8 @@
  * function override the entries it has kernels for, so a type without a kernel at a
  * tier falls back to the best lower one, per type.
  *
- * The scalar reference functions are declared here too: the tests compare every tier
- * with them, and SIMD files call them for tails they do not vectorise.
+ * The scalar reference functions are declared here too: they make the scalar tier, and the
+ * tests (tests/cpu) compare every other tier with them.
  */
 #ifndef CERA_BACKEND_CPU_KERNELS_IMPL_H
 #define CERA_BACKEND_CPU_KERNELS_IMPL_H

@@ -1,21 +1,24 @@
 /*
- * kernels_amx.c — the AMX tier: int8 tile matrix multiplies (tdpbssd) for the prefill
- * gemm_tile of q8_0, q4_0, q5_0 and iq4_nl weights (q8_0 activations). Everything else,
- * including every vec_dot, is the AVX-512 tier's. Registered by kernels.c only after the
- * kernel granted this process the AMX tile state.
+ * kernels_amx.c — the AMX tier: tile matrix multiplies for the prefill gemm_tile of the int8
+ * formats (tdpbssd: q8_0, q4_0, q5_0, iq4_nl with q8_0 activations; q2_k..q6_k with q8_k
+ * activations) and of bf16 (tdpbf16ps). Everything else, including every vec_dot, is the
+ * AVX-512 tier's. Registered by kernels.c only after the kernel granted this process the
+ * AMX tile state.
  *
  * One call covers 16 weight rows x up to 32 activation rows (tokens) over the whole row:
- *   - activations are the A tiles, loaded straight from the q8_0 rows (tileloadd takes a
- *     stride, and a block's 32 quants are contiguous): tmm0 = tokens 0..15, tmm1 = 16..31;
- *   - the weights' block b is the B tile, which AMX wants in "VNNI" order (4 consecutive k
- *     of one column per 32-bit cell): we gather it per block (unpacking 4/5-bit formats to
- *     int8 first), once per call, so it serves both A tiles;
- *   - tmm4/tmm5 hold the int32 dot of block b for every (token, row); they are stored and
- *     scaled by d_weight * d_act in AVX-512 float lanes (the scales change every 32 elements,
- *     so they cannot accumulate inside the tile). The integer sums are exact, as in every
- *     tier; only the float order differs from the scalar reference.
+ *   - activations are the A tiles, loaded straight from the activation rows (tileloadd takes
+ *     a stride, and a block's quants are contiguous): tmm0 = tokens 0..15, tmm1 = 16..31;
+ *   - the weights' block (or k-quant sub-block) is the B tile, which AMX wants in "VNNI"
+ *     order (4 consecutive k of one column per 32-bit cell): unpacked to int8 and transposed
+ *     in registers once per call, so it serves both A tiles;
+ *   - tmm4/tmm5 hold the int32 dot of that block for every (token, row); they are stored and
+ *     scaled in AVX-512 lanes (block scales change every 32 or 16 elements, so they cannot
+ *     accumulate inside the tile; k-quant sub-block scales are applied in int32 first). The
+ *     integer sums are exact, as in every tier; only the float order differs from the scalar
+ *     reference. bf16 has no block scales and accumulates in the tile over the whole row.
  * The tile configuration is per thread; each call loads it when its shape differs from the
- * one the thread last loaded.
+ * one the thread last loaded. Measured on a Xeon (one thread): 250-270 GOP/s for q4_0/q8_0,
+ * 165-180 for the k-quants, 274 for bf16, against 66-80 for the AVX-512 register tiles.
  */
 #include <immintrin.h>
 #include <stdalign.h>
