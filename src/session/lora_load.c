@@ -218,6 +218,11 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
                          "%s: adapter is for architecture '%s' but the model is '%s'", source,
                          gguf_str_copy(arch, a1, sizeof a1), gguf_str_copy(base_arch, a2, sizeof a2));
     }
+    /* activated LoRA (applied only after its invocation tokens) would silently become an
+     * always-on adapter here: refuse it */
+    if (gguf_find_kv(f, "adapter.alora.invocation_tokens"))
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "%s: activated LoRA (adapter.alora.invocation_tokens) is not supported", source);
     float alpha = 0.0f;
     if (gguf_find_kv(f, "adapter.lora.alpha") && !gguf_get_f32(f, "adapter.lora.alpha", &alpha))
         return cera_fail(err, CERA_ERR_FORMAT, "%s: adapter.lora.alpha is not a number", source);

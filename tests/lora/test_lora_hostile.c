@@ -25,7 +25,7 @@ static cera_model *M; /* stories260K: 64 embd, 8 heads, 4 KV heads, 172 ffn */
 
 typedef struct gspec {
     const char *general_type, *adapter_type, *arch;
-    bool alpha_str;
+    bool alpha_str, alora;
     const char *a_name, *b_name; /* NULL: omit */
     cera_type type;
     int64_t k, ra, rb, d;
@@ -33,18 +33,16 @@ typedef struct gspec {
 } gspec;
 
 static gspec gdefault(void) {
-    return (gspec){"adapter",
-                   "lora",
-                   "llama",
-                   false,
-                   "blk.0.attn_q.weight.lora_a",
-                   "blk.0.attn_q.weight.lora_b",
-                   CERA_TYPE_F32,
-                   64,
-                   8,
-                   8,
-                   64,
-                   0};
+    return (gspec){.general_type = "adapter",
+                   .adapter_type = "lora",
+                   .arch = "llama",
+                   .a_name = "blk.0.attn_q.weight.lora_a",
+                   .b_name = "blk.0.attn_q.weight.lora_b",
+                   .type = CERA_TYPE_F32,
+                   .k = 64,
+                   .ra = 8,
+                   .rb = 8,
+                   .d = 64};
 }
 
 static float factor_value(int64_t i) { return (float)((i * 37) % 101 - 50) / 64.0f; }
@@ -55,6 +53,10 @@ static void build_gguf(const gspec *s, void **buf, size_t *size) {
     gguf_writer_set_str(w, "general.architecture", s->arch);
     if (s->general_type) gguf_writer_set_str(w, "general.type", s->general_type);
     if (s->adapter_type) gguf_writer_set_str(w, "adapter.type", s->adapter_type);
+    if (s->alora) {
+        const uint32_t inv[3] = {1, 2, 3};
+        gguf_writer_set_arr(w, "adapter.alora.invocation_tokens", GGUF_TYPE_UINT32, inv, 3);
+    }
     if (s->alpha_str)
         gguf_writer_set_str(w, "adapter.lora.alpha", "16");
     else
@@ -150,6 +152,8 @@ static void gguf_cases(void) {
     expect_gguf(&s, CERA_ERR_UNSUPPORTED, "adapter.type", "adapter.type");
     s = gdefault(), s.arch = "qwen2";
     expect_gguf(&s, CERA_ERR_INVALID_ARG, "'qwen2'", "architecture");
+    s = gdefault(), s.alora = true;
+    expect_gguf(&s, CERA_ERR_UNSUPPORTED, "alora", "activated LoRA");
     s = gdefault(), s.alpha_str = true;
     expect_gguf(&s, CERA_ERR_FORMAT, "alpha", "alpha as a string");
     s = gdefault(), s.b_name = NULL;
