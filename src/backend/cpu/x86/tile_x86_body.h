@@ -231,14 +231,15 @@ static void X86_FN(tile_q5_1)(int64_t n, float *s, size_t ss, const void *w, siz
 
 /* ---- k-quants: a super-block unpacked once per row into L1, then reused per column ---- */
 
-enum { KIND_Q2_K, KIND_Q3_K, KIND_Q4_K, KIND_Q5_K, KIND_Q6_K };
+enum { KIND_Q2_K, KIND_Q3_K, KIND_Q4_K, KIND_Q5_K, KIND_Q6_K, KIND_IQ4_XS };
 
 typedef struct X86_FN(kq_row) {
     __m256i u[8];     /* 256 unsigned quants (x = u - offset), 32 per vector */
     __m256i scale[8]; /* int16 scale per byte pair of u[j] */
     __m256i corr;     /* int16 per group of 16: offset * scale (subtracted with weight d) */
     __m256i mins;     /* int16 per group of 16: the min (subtracted with weight dmin) */
-    __m256i neg[8];   /* q3_k: 4 where the high bit is clear, taken off per element */
+    __m256i neg[8];   /* q3_k: 4 where the high bit is clear, taken off per element;
+                         iq4_xs: the signed values, whose signs go onto the activations */
     float d, dmin;
 } X86_FN(kq_row);
 
@@ -320,6 +321,20 @@ static inline __attribute__((always_inline)) void X86_FN(kq_unpack)(int kind, co
         o->dmin = F16(five ? x5->dmin : x4->dmin);
         break;
     }
+    case KIND_IQ4_XS: {
+        /* Signed table values: u = |v| and neg = v, whose sign goes onto the activations. */
+        const block_iq4_xs *x = (const block_iq4_xs *)row + b;
+        for (int j = 0; j < 8; j++) {
+            const __m256i v = _mm256_shuffle_epi8(X86_FN(iq4_table)(), X86_FN(nibbles32)(x->qs + 16 * j));
+            o->u[j] = _mm256_sign_epi8(v, v);
+            o->neg[j] = v;
+            o->scale[j] = _mm256_set1_epi16((short)iq4_xs_scale(x, j));
+        }
+        o->corr = o->mins = _mm256_setzero_si256();
+        o->d = F16(x->d);
+        o->dmin = 0.0f;
+        break;
+    }
     default: {
         const block_q6_k *x = (const block_q6_k *)row + b;
         const __m256i hi2 = _mm256_set1_epi8(0x30);
@@ -351,9 +366,12 @@ static inline __attribute__((always_inline)) void X86_FN(kq_unpack)(int kind, co
 
 /* Sub-block j's scaled byte dot of an unpacked row with 32 activation quants. q3_k takes its
  * offset off per element pair in int16 (u * y - 4 * y where the high bit is clear), as
- * llama.cpp's q3_K dot does, so each int32 lane holds the same integer as there. */
+ * llama.cpp's q3_K dot does, so each int32 lane holds the same integer as there; iq4_xs
+ * multiplies |v| by y with v's sign, as its vec_dot. */
 static inline __attribute__((always_inline)) __m256i X86_FN(kq_dot)(int kind, const X86_FN(kq_row) * o, int j,
                                                                     __m256i y) {
+    if (kind == KIND_IQ4_XS)
+        return X86_FN(dot_u8s8_scaled)(o->u[j], _mm256_sign_epi8(y, o->neg[j]), o->scale[j]);
     if (kind == KIND_Q3_K)
         return _mm256_madd_epi16(
             _mm256_sub_epi16(_mm256_maddubs_epi16(o->u[j], y), _mm256_maddubs_epi16(o->neg[j], y)),
@@ -477,6 +495,11 @@ static void X86_FN(tile_q6_k)(int64_t n, float *s, size_t ss, const void *w, siz
     X86_FN(tile_kq_any)(KIND_Q6_K, n, s, ss, w, ws, a, as, nr, nc);
 }
 
+static void X86_FN(tile_iq4_xs)(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a,
+                                size_t as, int nr, int nc) {
+    X86_FN(tile_kq_any)(KIND_IQ4_XS, n, s, ss, w, ws, a, as, nr, nc);
+}
+
 static void X86_FN(set_tile)(cera_cpu_type_ops *ops, cera_gemm_tile_fn fn, int rows, int cols) {
     ops->gemm_tile = fn;
     ops->tile_rows = rows;
@@ -495,4 +518,5 @@ static void X86_FN(register_tiles)(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     X86_FN(set_tile)(&ops[CERA_TYPE_Q4_K], X86_FN(tile_q4_k), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q5_K], X86_FN(tile_q5_k), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q6_K], X86_FN(tile_q6_k), TILE_R, TILE_C);
+    X86_FN(set_tile)(&ops[CERA_TYPE_IQ4_XS], X86_FN(tile_iq4_xs), TILE_R, TILE_C);
 }
