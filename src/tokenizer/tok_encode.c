@@ -142,12 +142,35 @@ static bool partition(const cera_tokenizer *t, const char *text, size_t len, boo
     return ok;
 }
 
+/* llama.cpp's whitespace session (model "whitespace"): the text is cut at whitespace,
+ * each word (lowercased unless the normalizer says not to) is tokenized as BPE alone. */
+static bool whitespace_words(const cera_tokenizer *t, tok_scratch *sc, const char *text, size_t len,
+                             tok_out *out) {
+    if (!tok_reserve((void **)&sc->buf, &sc->buf_cap, 4 * len + 4, 1)) return false;
+    size_t o = 0;
+    for (size_t pos = 0;;) {
+        uint32_t c = ' '; /* the end flushes the last word */
+        if (pos < len && !tok_utf8_decode((const uint8_t *)text, len, &pos, &c)) c = 0xfffd, pos++;
+        if (tok_cpt_is_whitespace(c)) {
+            if (o && !tok_bpe_encode(t, sc, sc->buf, o, out)) return false;
+            o = 0;
+            if (pos >= len) break;
+            continue;
+        }
+        if (c > 0x10ffff) c = 0xfffd;
+        o += (size_t)tok_utf8_encode(t->wpm_lowercase ? tok_cpt_tolower(c) : c, sc->buf + o);
+    }
+    return true;
+}
+
 /* The raw-text part of encode for one fragment. */
 bool tok_encode_fragment(const cera_tokenizer *t, tok_scratch *sc, const char *text, size_t len,
                          bool prefix_space, tok_out *out) {
     switch (t->type) {
-    case CERA_VOCAB_SPM:
-    case CERA_VOCAB_BPE: {
+    case CERA_VOCAB_BPE:
+        if (t->whitespace_words) return whitespace_words(t, sc, text, len, out);
+        /* fall through */
+    case CERA_VOCAB_SPM: {
         bool escape = t->type == CERA_VOCAB_SPM || t->escape_whitespaces;
         bool prefix = t->type == CERA_VOCAB_SPM && prefix_space;
         if (!escape && !prefix) return tok_bpe_encode(t, sc, text, len, out);

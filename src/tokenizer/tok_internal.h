@@ -146,6 +146,7 @@ struct cera_tokenizer {
     bool escape_whitespaces; /* spaces become U+2581 before tokenizing */
     bool byte_encode;        /* BPE: GPT-2 byte-level mapping (false: raw UTF-8, <0xNN> bytes) */
     bool newline_direct;     /* gemma4: a run of newlines that is a token is taken as is */
+    bool whitespace_words;   /* model "whitespace": BPE per whitespace-separated (lowercased) word */
     bool wpm_lowercase, wpm_strip_accents;
 
     /* GPT-2 byte-level alphabet: byte -> its character's UTF-8, and code point -> byte. */

@@ -571,7 +571,7 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
         t->type = CERA_VOCAB_WPM;
         t->bos = 101, t->eos = TOK_NULL, t->unk = 100, t->sep = 102, t->pad = 0, t->mask = 103;
         t->add_sep = true, t->add_bos = true, t->clean_spaces = true;
-    } else if (!strcmp(t->model, "gpt2") || !strcmp(t->model, "gemma4")) {
+    } else if (!strcmp(t->model, "gpt2") || !strcmp(t->model, "gemma4") || !strcmp(t->model, "whitespace")) {
         t->type = CERA_VOCAB_BPE;
         if (!strcmp(t->model, "gemma4")) {
             t->bos = t->eos = t->unk = TOK_NULL;
@@ -580,12 +580,13 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
             t->bos = 11, t->eos = 11, t->unk = TOK_NULL;
         }
         t->clean_spaces = true, t->byte_encode = true;
+        t->whitespace_words = !strcmp(t->model, "whitespace");
     } else if (!strcmp(t->model, "no_vocab") || !strcmp(t->model, "none")) {
         st = cera_fail(err, CERA_ERR_UNSUPPORTED, "tokenizer.ggml.model: '%s': the model has no vocabulary",
                        t->model);
         goto fail;
     } else if (!strcmp(t->model, "t5") || !strcmp(t->model, "rwkv") || !strcmp(t->model, "plamo2") ||
-               !strcmp(t->model, "hybriddna") || !strcmp(t->model, "whitespace")) {
+               !strcmp(t->model, "hybriddna")) {
         st = cera_fail(err, CERA_ERR_UNSUPPORTED, "tokenizer.ggml.model: tokenizer '%s' is not supported",
                        t->model);
         goto fail;

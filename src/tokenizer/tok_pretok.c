@@ -141,6 +141,7 @@ typedef enum pretok_id {
     P_EXAONE_MOE,
     P_NEWLINES, /* gemma4, sarvam-moe: SPM-style BPE */
     P_MINICPM5,
+    P_WHITESPACE,
     P_COUNT
 } pretok_id;
 
@@ -182,6 +183,7 @@ static const pretok_steps k_steps[P_COUNT] = {
     [P_EXAONE_MOE] = {1, {RE_EXAONE_MOE}},
     [P_NEWLINES] = {1, {RE_NEWLINES}},
     [P_MINICPM5] = {2, {"\\p{N}{1,3}", RE_MINICPM5}},
+    [P_WHITESPACE] = {1, {"\\S+"}},
 };
 
 /* Flags llama.cpp sets together with the pre-tokenizer type. */
@@ -192,6 +194,8 @@ enum {
     F_ESCAPE_WS = 1 << 3,   /* escape_whitespaces, raw UTF-8 (no byte-level mapping) */
     F_ADD_SEP = 1 << 4,
     F_NO_BOS = 1 << 5,
+    F_RAW = 1 << 6,      /* raw UTF-8, no byte-level mapping, spaces not escaped */
+    F_NO_LOWER = 1 << 7, /* the normalizer does not lowercase */
 };
 
 typedef struct pretok_name {
@@ -286,10 +290,11 @@ static const pretok_name k_names[] = {
     {"minimax-m2", P_GPT4O, F_KEEP_SPACES},
     {"solar-open", P_QWEN2, F_KEEP_SPACES},
     {"mellum2", P_STARCODER, 0},
+    {"whitespace", P_WHITESPACE, F_RAW | F_NO_LOWER},
 };
 
 /* Pre-tokenizers llama.cpp knows but runs through code cera does not reproduce. */
-static const char *const k_unsupported[] = {"kimi-k2", "whitespace"};
+static const char *const k_unsupported[] = {"kimi-k2"};
 
 /* ---- Compiling ---------------------------------------------------------------------- */
 
@@ -358,6 +363,8 @@ cera_status tok_pretok_init(cera_tokenizer *t, const char *pre, cera_error *err)
         t->byte_encode = false;
     }
     if (nm->flags & F_ADD_SEP) t->add_sep = true;
+    if (nm->flags & F_RAW) t->byte_encode = false;
+    if (nm->flags & F_NO_LOWER) t->wpm_lowercase = false;
     if (nm->flags & F_NO_BOS) t->bos = TOK_NULL;
     if (nm->id == P_NEWLINES && !strcmp(pre, "gemma4")) t->newline_direct = true;
     if (!strcmp(pre, "granite-embed-multi-311m")) t->newline_direct = true;

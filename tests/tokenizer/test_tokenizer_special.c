@@ -234,6 +234,45 @@ static void test_decode(void) {
                   " i'm here, you're've'll'd't.[SEP]");
 }
 
+/* Model "whitespace" (jina-v2-zh): BPE per whitespace-separated word, lowercased unless
+ * the pre-tokenizer is "whitespace". Built from the gpt-2 vocabulary; ids from llama.cpp. */
+static void test_whitespace_model(void) {
+    loaded base = load(shared_path("vocab/ggml-vocab-gpt-2.gguf"));
+    if (!base.f) return;
+    static const char *const pres[] = {"whitespace", "default"};
+    for (int k = 0; k < 2; k++) {
+        gguf_writer *w = gguf_writer_new();
+        for (uint64_t i = 0; i < base.f->n_kv; i++)
+            gguf_writer_set_value(w, base.f->kv[i].key, &base.f->kv[i].value);
+        gguf_writer_set_str(w, "tokenizer.ggml.model", "whitespace");
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[k]);
+        void *mem = NULL;
+        size_t size = 0;
+        cera_error err = {0};
+        gguf_file *f = NULL;
+        cera_tokenizer *tok = NULL;
+        CHECK(gguf_writer_to_memory(w, &mem, &size, &err) == CERA_OK &&
+                  gguf_open_memory(mem, size, &f, &err) == CERA_OK &&
+                  cera_tokenizer_load(f, &tok, &err) == CERA_OK,
+              "whitespace model: %s", err.message);
+        if (tok && k == 0) {
+            EXPECT(tok, "whitespace/whitespace",
+                   "Hello World  FOO\tbar\n\xc3\x84pfel \xe4\xbd\xa0\xe5\xa5\xbd!", false, true, 15496, 10603,
+                   6080, 46, 5657, 128, 79, 69, 417, 0);
+            EXPECT(tok, "whitespace/whitespace specials", "  x  <|endoftext|>Y ", false, true, 87, 50256, 56);
+        } else if (tok) {
+            EXPECT(tok, "whitespace/default", "Hello World  FOO\tbar\n\xc3\x84pfel \xe4\xbd\xa0\xe5\xa5\xbd!",
+                   false, true, 31373, 6894, 21943, 5657, 11033, 79, 69, 417, 19526, 254, 25001, 121, 0);
+            EXPECT(tok, "whitespace/default specials", "  x  <|endoftext|>Y ", false, true, 87, 50256, 88);
+        }
+        cera_tokenizer_free(tok);
+        gguf_close(f);
+        free(mem);
+        gguf_writer_free(w);
+    }
+    unload(&base);
+}
+
 static void test_errors(void) {
     /* an unknown pre-tokenizer and a missing vocabulary are errors naming the problem */
     gguf_writer *w = gguf_writer_new();
@@ -297,6 +336,7 @@ int main(void) {
     test_gpt2();
     test_stream();
     test_decode();
+    test_whitespace_model();
     test_errors();
     return test_finish();
 }
