@@ -241,38 +241,6 @@ static void X86_FN(dot_q2_k_q8_k)(int64_t n, float *s, const void *w, const void
     *s = X86_FN(hsum_ps)(acc) - summ;
 }
 
-/* q3_k: x = u - 4 with u = low 2 bits | (high bit << 2) in 0..7. */
-static void X86_FN(dot_q3_k_q8_k)(int64_t n, float *s, const void *w, const void *a) {
-    const block_q3_k *x = w;
-    const block_q8_k *y = a;
-    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int8_t sc8[16];
-        q3_k_scales(x[b].scales, sc8);
-        int16_t sc[16];
-        for (int g = 0; g < 16; g++) sc[g] = sc8[g];
-        const __m256i hm = X86_FN(load32)(x[b].hmask);
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = X86_FN(load32)(x[b].qs + 32 * h);
-            for (int sh = 0; sh < 4; sh++) {
-                const int e = 128 * h + 32 * sh, g = e / 16;
-                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + sh)));
-                const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
-                const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * sh), three), hi);
-                isum = _mm256_add_epi32(isum, X86_FN(dot_u8s8_scaled)(u, X86_FN(load32)(y[b].qs + e),
-                                                                      X86_FN(scales2)(sc[g], sc[g + 1])));
-            }
-        }
-        /* The offset 4 comes out through the activation sums; lane 0 carries it. */
-        const int corr = 4 * X86_FN(bsums_dot)(y[b].bsums, sc);
-        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(corr, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(F16(x[b].d) * y[b].d), acc);
-    }
-    *s = X86_FN(hsum_ps)(acc);
-}
-
 /* The 8 six-bit scales and mins of a q4_k/q5_k block, as int16 (mins per group of 16). */
 static inline void X86_FN(k4_scales)(const uint8_t *packed, int16_t sc[8], int16_t mn16[16]) {
     for (int j = 0; j < 8; j++) {
@@ -516,7 +484,6 @@ static void X86_FN(register_body)(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_Q8_0].vec_dot = X86_FN(dot_q8_0_q8_0);
     ops[CERA_TYPE_IQ4_NL].vec_dot = X86_FN(dot_iq4_nl_q8_0);
     ops[CERA_TYPE_Q2_K].vec_dot = X86_FN(dot_q2_k_q8_k);
-    ops[CERA_TYPE_Q3_K].vec_dot = X86_FN(dot_q3_k_q8_k);
     ops[CERA_TYPE_Q4_K].vec_dot = X86_FN(dot_q4_k_q8_k);
     ops[CERA_TYPE_Q5_K].vec_dot = X86_FN(dot_q5_k_q8_k);
     ops[CERA_TYPE_Q6_K].vec_dot = X86_FN(dot_q6_k_q8_k);

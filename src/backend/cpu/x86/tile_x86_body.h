@@ -500,6 +500,12 @@ static void X86_FN(tile_iq4_xs)(int64_t n, float *s, size_t ss, const void *w, s
     X86_FN(tile_kq_any)(KIND_IQ4_XS, n, s, ss, w, ws, a, as, nr, nc);
 }
 
+/* q3_k's row dot is the one-column tile on one row (its unpacking is the faster one, and its
+ * arithmetic is llama.cpp's q3_K dot's, see kq_dot). */
+static void X86_FN(dot_q3_k_q8_k)(int64_t n, float *s, const void *w, const void *a) {
+    X86_FN(tile_kq_col)(KIND_Q3_K, n, s, 1, w, 0, a);
+}
+
 static void X86_FN(set_tile)(cera_cpu_type_ops *ops, cera_gemm_tile_fn fn, int rows, int cols) {
     ops->gemm_tile = fn;
     ops->tile_rows = rows;
@@ -515,6 +521,7 @@ static void X86_FN(register_tiles)(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     X86_FN(set_tile)(&ops[CERA_TYPE_Q5_1], X86_FN(tile_q5_1), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q2_K], X86_FN(tile_q2_k), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q3_K], X86_FN(tile_q3_k), TILE_R, TILE_C);
+    ops[CERA_TYPE_Q3_K].vec_dot = X86_FN(dot_q3_k_q8_k);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q4_K], X86_FN(tile_q4_k), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q5_K], X86_FN(tile_q5_k), TILE_R, TILE_C);
     X86_FN(set_tile)(&ops[CERA_TYPE_Q6_K], X86_FN(tile_q6_k), TILE_R, TILE_C);
