@@ -105,6 +105,7 @@ static void run_case(const golden_case *c) {
     if (!tok || !greedy || !ref || !n_tok) goto done;
 
     cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CPU; /* these compare with llama.cpp CPU outputs */
     ep.n_threads = 1;
     ep.n_ctx = 512;
     cera_engine *e = NULL;

@@ -74,6 +74,7 @@ static void check_variant(variant v, const int32_t *tok, size_t n) {
     char *ref = read_file(rel, &nb);
     CHECK(ref != NULL, "%s: missing %s", names[v], rel);
     cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CPU; /* these compare with llama.cpp CPU outputs */
     ep.n_threads = 1;
     ep.n_ctx = 128;
     cera_engine *e = NULL;

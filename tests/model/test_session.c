@@ -25,6 +25,7 @@
 
 static cera_engine *open_model(const char *rel, int n_threads, int n_ctx, cera_kv_type kv) {
     cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CPU; /* these compare with llama.cpp CPU outputs */
     ep.n_threads = n_threads;
     ep.n_ctx = n_ctx;
     ep.kv_type = kv;

@@ -39,6 +39,7 @@ int main(void) {
         return TEST_SKIP_CODE;
     }
     cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CPU; /* these compare with llama.cpp CPU outputs */
     ep.n_threads = 1;
     ep.n_ctx = 256;
     cera_engine *e = NULL;

@@ -13,4 +13,7 @@ int cli_fail(const cera_error *err);
 /* Prints "cera <cmd>: <formatted>" to stderr and returns exit code 2 (usage errors). */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
 
+/* Parses "cpu", "cuda" or "auto" (the --device option); false when unknown. */
+bool cli_parse_device(const char *s, cera_device *out);
+
 #endif

@@ -26,7 +26,9 @@ static void help(FILE *out) {
                  "  -o OUT           the output file\n"
                  "  -t N             threads (default: one per core)\n"
                  "  -c N             context size (default: the model's, at most 4096)\n"
-                 "  --kv f16|f32     KV cache type (default f16, as llama.cpp)\n" CLI_LORA_HELP);
+                 "  --kv f16|f32     KV cache type (default f16, as llama.cpp)\n"
+                 "  --device D       cpu, cuda or auto (default: cuda when built in and a GPU "
+                 "exists)\n" CLI_LORA_HELP);
 }
 
 int cmd_logits(int argc, char **argv) {
@@ -67,6 +69,9 @@ int cmd_logits(int argc, char **argv) {
                 ep.kv_type = CERA_KV_F32;
             else
                 return cli_usage_error("logits", "--kv takes f16 or f32, not '%s'", v);
+        } else if (!strcmp(a, "--device")) {
+            if (!cli_parse_device(v, &ep.device))
+                return cli_usage_error("logits", "--device takes cpu, cuda or auto, not '%s'", v);
         } else
             return cli_usage_error("logits", "unknown option: %s", a);
     }

@@ -42,6 +42,18 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+bool cli_parse_device(const char *s, cera_device *out) {
+    if (!strcmp(s, "cpu"))
+        *out = CERA_DEVICE_CPU;
+    else if (!strcmp(s, "cuda"))
+        *out = CERA_DEVICE_CUDA;
+    else if (!strcmp(s, "auto"))
+        *out = CERA_DEVICE_AUTO;
+    else
+        return false;
+    return true;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

@@ -33,6 +33,7 @@ static void help(FILE *out) {
         "  -t N                  threads (default: one per core)\n"
         "  -c N                  context size (default: the model's, at most 4096)\n"
         "  --kv f16|f32          KV cache type (default f16, as llama.cpp)\n"
+        "  --device D            cpu, cuda or auto (default: cuda when built in and a GPU exists)\n"
         "  --ids                 print the generated token ids instead of text\n" CLI_LORA_HELP);
 }
 
@@ -120,6 +121,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--kv"))
             ok = !strcmp(v, "f16") || !strcmp(v, "f32"),
             ep.kv_type = strcmp(v, "f32") ? CERA_KV_F16 : CERA_KV_F32;
+        else if (!strcmp(a, "--device"))
+            ok = cli_parse_device(v, &ep.device);
         else if (!strcmp(a, "--seed"))
             ok = parse_int(v, &l) && l >= 0, sp.sampler.seed = (uint64_t)l;
         else
