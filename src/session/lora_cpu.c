@@ -16,6 +16,7 @@
  */
 #include "session/lora_cpu.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/cpu/kernels.h"
@@ -23,11 +24,12 @@
 /* Multiply-adds below which one thread applies an adapter to a projection alone. */
 #define CERA_LORA_CPU_SERIAL_WORK (1 << 15)
 #define MAX_TILE_ROWS             64
+#define MAX_TILE_COLS             8
 
 typedef struct lora_job {
     const cera_lora_batch *b;
     const cera_cpu_type_ops *ops;
-    int tr; /* weight rows per kernel call */
+    int tr, tc; /* weight rows and activation rows per kernel call */
     int layer;
     cera_proj proj;
     const float *x;
@@ -36,25 +38,31 @@ typedef struct lora_job {
     size_t y_stride;
 } lora_job;
 
-/* out[i] = dot(w row i, a) for i < nr (nr <= j->tr), rows of k floats: one column of the
- * F32 tile, as cera_matmul computes it. */
-static void dot_rows(const lora_job *j, int64_t k, float *out, const float *w, int nr, const float *a) {
-    const size_t stride = (size_t)k * sizeof(float);
+/* out[c * out_stride + i] = dot(w row i, a row c) for i < nr (<= j->tr) and c < nc (<= j->tc);
+ * w rows hold k floats, a rows are a_stride floats apart: the F32 tile, as cera_matmul
+ * computes it (each element the same whatever nr and nc). */
+static void dot_tile(const lora_job *j, int64_t k, float *out, size_t out_stride, const float *w, int nr,
+                     const float *a, size_t a_stride, int nc) {
     if (j->ops->gemm_tile) {
-        j->ops->gemm_tile(k, out, 1, w, stride, a, stride, nr, 1);
-    } else {
-        for (int i = 0; i < nr; i++) j->ops->vec_dot(k, &out[i], w + (size_t)i * k, a);
+        j->ops->gemm_tile(k, out, out_stride, w, (size_t)k * sizeof(float), a, a_stride * sizeof(float), nr,
+                          nc);
+        return;
     }
+    for (int c = 0; c < nc; c++)
+        for (int i = 0; i < nr; i++)
+            j->ops->vec_dot(k, &out[c * out_stride + i], w + (size_t)i * k, a + c * a_stride);
 }
 
-/* Phase A: work items (group, block of tr A rows, batch row), numbered block-major within
- * a group so that a thread's contiguous share touches few A rows. */
+/* Phase A: work items (group, block of tr A rows, block of tc group rows), numbered
+ * A-block-major within a group so that a thread's contiguous share touches few A rows.
+ * A block of rows that are consecutive in the batch (a prompt) is one tile call. */
 static void phase_a(const lora_job *j, int ith, int nth) {
     const cera_lora_batch *b = j->b;
     int64_t total = 0;
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, j->layer, j->proj);
-        if (p) total += (int64_t)b->groups[g].n_rows * ((p->rank + j->tr - 1) / j->tr);
+        if (p)
+            total += (int64_t)((b->groups[g].n_rows + j->tc - 1) / j->tc) * ((p->rank + j->tr - 1) / j->tr);
     }
     const int64_t per = (total + nth - 1) / nth, i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
     int64_t base = 0;
@@ -62,36 +70,56 @@ static void phase_a(const lora_job *j, int ith, int nth) {
         const cera_lora_group *gr = &b->groups[g];
         const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
         if (!p) continue;
-        const int64_t n = (int64_t)gr->n_rows * ((p->rank + j->tr - 1) / j->tr);
+        const int n_rb = (gr->n_rows + j->tc - 1) / j->tc;
+        const int64_t n = (int64_t)n_rb * ((p->rank + j->tr - 1) / j->tr);
+        const size_t ts = (size_t)gr->adapter->max_rank;
         for (int64_t i = i0 > base ? i0 - base : 0; i < n && base + i < i1; i++) {
-            const int blk = (int)(i / gr->n_rows), r = (int)(i % gr->n_rows);
+            const int blk = (int)(i / n_rb), r0 = (int)(i % n_rb) * j->tc;
             const int j0 = blk * j->tr, nr = p->rank - j0 < j->tr ? p->rank - j0 : j->tr;
-            dot_rows(j, p->k, gr->t + (size_t)r * gr->adapter->max_rank + j0, p->a + (size_t)j0 * p->k, nr,
-                     j->x + (size_t)gr->rows[r] * j->x_stride);
+            const int nc = gr->n_rows - r0 < j->tc ? gr->n_rows - r0 : j->tc;
+            bool consecutive = true;
+            for (int c = 1; c < nc; c++) consecutive &= gr->rows[r0 + c] == gr->rows[r0] + c;
+            const float *w = p->a + (size_t)j0 * p->k;
+            if (consecutive) {
+                dot_tile(j, p->k, gr->t + (size_t)r0 * ts + j0, ts, w, nr,
+                         j->x + (size_t)gr->rows[r0] * j->x_stride, j->x_stride, nc);
+            } else {
+                for (int c = 0; c < nc; c++)
+                    dot_tile(j, p->k, gr->t + (size_t)(r0 + c) * ts + j0, ts, w, nr,
+                             j->x + (size_t)gr->rows[r0 + c] * j->x_stride, j->x_stride, 1);
+            }
         }
         base += n;
     }
 }
 
-/* Phase B: output columns in chunks of tr per item, split over the threads; y + u·s as
- * llama.cpp's scale then add. */
+/* Phase B: output columns in chunks of tr, split over the threads, for blocks of tc rows
+ * at once (their t rows are contiguous in the scratch); y + u·s as llama.cpp's scale then
+ * add. */
 static void phase_b(const lora_job *j, int ith, int nth) {
     const cera_lora_batch *b = j->b;
-    float u[MAX_TILE_ROWS];
+    float u[MAX_TILE_COLS * MAX_TILE_ROWS];
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_group *gr = &b->groups[g];
         const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
         if (!p) continue;
         const int64_t chunks = (p->d + j->tr - 1) / j->tr, per = (chunks + nth - 1) / nth;
         const int64_t d0 = per * ith * j->tr, d1 = d0 + per * j->tr < p->d ? d0 + per * j->tr : p->d;
-        for (int r = 0; r < gr->n_rows; r++) {
-            const float s = cera_lora_scale(gr->adapter, p, gr->scales[r]);
-            const float *t = gr->t + (size_t)r * gr->adapter->max_rank;
-            float *yr = j->y + (size_t)gr->rows[r] * j->y_stride;
-            for (int64_t i0 = d0; i0 < d1; i0 += j->tr) {
-                const int nr = d1 - i0 < j->tr ? (int)(d1 - i0) : j->tr;
-                dot_rows(j, p->rank, u, p->b + (size_t)i0 * p->rank, nr, t);
-                for (int i = 0; i < nr; i++) yr[i0 + i] = yr[i0 + i] + u[i] * s;
+        const size_t ts = (size_t)gr->adapter->max_rank;
+        for (int r0 = 0; r0 < gr->n_rows; r0 += j->tc) {
+            const int nc = gr->n_rows - r0 < j->tc ? gr->n_rows - r0 : j->tc;
+            float s[MAX_TILE_COLS];
+            float *yr[MAX_TILE_COLS];
+            for (int c = 0; c < nc; c++) {
+                s[c] = cera_lora_scale(gr->adapter, p, gr->scales[r0 + c]);
+                yr[c] = j->y + (size_t)gr->rows[r0 + c] * j->y_stride;
+            }
+            for (int64_t c0 = d0; c0 < d1; c0 += j->tr) {
+                const int nr = d1 - c0 < j->tr ? (int)(d1 - c0) : j->tr;
+                dot_tile(j, p->rank, u, (size_t)j->tr, p->b + (size_t)c0 * p->rank, nr,
+                         gr->t + (size_t)r0 * ts, ts, nc);
+                for (int c = 0; c < nc; c++)
+                    for (int i = 0; i < nr; i++) yr[c][c0 + i] = yr[c][c0 + i] + u[c * j->tr + i] * s[c];
             }
         }
     }
@@ -131,8 +159,11 @@ void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, c
         cera_lora_batch_apply(b, layer, proj, x, x_stride, y, y_stride, 0, INT64_MAX);
         return;
     }
-    lora_job j = {b, ops, 1, layer, proj, x, x_stride, y, y_stride};
-    if (ops->gemm_tile) j.tr = ops->tile_rows < MAX_TILE_ROWS ? ops->tile_rows : MAX_TILE_ROWS;
+    lora_job j = {b, ops, 1, 1, layer, proj, x, x_stride, y, y_stride};
+    if (ops->gemm_tile) {
+        j.tr = ops->tile_rows < MAX_TILE_ROWS ? ops->tile_rows : MAX_TILE_ROWS;
+        j.tc = ops->tile_cols < MAX_TILE_COLS ? ops->tile_cols : MAX_TILE_COLS;
+    }
     int64_t work = 0;
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
