@@ -143,7 +143,8 @@ typedef struct cera_lora_group {
 } cera_lora_group;
 
 /* One forward batch's rows grouped by adapter. Storage is allocated once for a batch
- * capacity; building it allocates nothing. */
+ * capacity; a build allocates only when its A·x scratch must grow past any earlier plan's
+ * (a newly attached, larger adapter), never per token. */
 typedef struct cera_lora_batch {
     int n_rows; /* rows in the batch */
     int n_groups;
@@ -190,7 +191,7 @@ float cera_lora_dot(const float *a, const float *b, int64_t n);
 /* ---- Session glue (lora_session.c) --------------------------------------------------- */
 
 /* The plan for an eval of n_rows rows of the session (all its rows share its set), or
- * NULL when no attached adapter is active. Allocates nothing. */
+ * NULL when no attached adapter is active. */
 const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
 /* Detaches everything and frees the plan (from cera_session_free). */
 void cera_lora_session_free(cera_session *s);
