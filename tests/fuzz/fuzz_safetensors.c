@@ -1,6 +1,7 @@
 /*
- * fuzz_safetensors.c — libFuzzer harness for the safetensors reader and the PEFT
- * adapter loader behind it.
+ * fuzz_safetensors.c — libFuzzer harness for the LoRA adapter loaders: the safetensors
+ * reader with the PEFT loader behind it and, for inputs that start with the GGUF magic,
+ * the GGUF reader with the llama.cpp adapter loader behind it.
  *
  * Any input goes to safetensors_open_memory. When it is accepted, every tensor's bytes
  * are read (so ASan catches an offset the validation let through), the invariants the
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "session/lora.h"
 #include "session/safetensors.h"
@@ -51,8 +53,39 @@ static void make_model(void) {
         }
 }
 
+/* An accepted adapter must be whole: every pair's shape is its base tensor's. */
+static void check_adapter(const cera_adapter *a) {
+    REQUIRE(a->n_pairs > 0 && a->used == a->n_floats);
+    for (int l = 0; l < N_LAYER; l++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            const cera_lora_pair *q = cera_lora_pair_get(a, l, (cera_proj)p);
+            if (!q) continue;
+            REQUIRE(q->k == layers[l].proj[p].k && q->d == layers[l].proj[p].n);
+            float x[172], y[172] = {0};
+            for (int i = 0; i < 172; i++) x[i] = (float)i / 172.0f;
+            cera_lora_apply_row(q, 1.0f, x, y, 0, q->d);
+        }
+}
+
+static void fuzz_gguf_adapter(const uint8_t *data, size_t size) {
+    gguf_file *g = NULL;
+    cera_error err = {0};
+    if (gguf_open_memory(data, size, &g, &err) != CERA_OK) return;
+    cera_adapter *a = NULL;
+    if (cera_lora_load_gguf(&model, g, "fuzz.gguf", &a, &err) == CERA_OK)
+        check_adapter(a);
+    else
+        REQUIRE(!a && err.message[0]);
+    cera_lora_release(a);
+    gguf_close(g);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     make_model();
+    if (size >= 4 && !memcmp(data, "GGUF", 4)) {
+        fuzz_gguf_adapter(data, size);
+        return 0;
+    }
     safetensors_file *f = NULL;
     cera_error err = {0};
     if (safetensors_open_memory(data, size, &f, &err) != CERA_OK) {
@@ -84,16 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const cera_status st =
         cera_lora_load_peft(&model, configs[size & 1], strlen(configs[size & 1]), f, "fuzz", &a, &err);
     if (st == CERA_OK) {
-        REQUIRE(a && a->n_pairs > 0 && a->used == a->n_floats);
-        for (int l = 0; l < N_LAYER; l++)
-            for (int p = 0; p < CERA_PROJ_COUNT; p++) {
-                const cera_lora_pair *q = cera_lora_pair_get(a, l, (cera_proj)p);
-                if (!q) continue;
-                REQUIRE(q->k == layers[l].proj[p].k && q->d == layers[l].proj[p].n);
-                float x[172], y[172] = {0};
-                for (int i = 0; i < 172; i++) x[i] = (float)i / 172.0f;
-                cera_lora_apply_row(q, 1.0f, x, y, 0, q->d);
-            }
+        check_adapter(a);
     } else {
         REQUIRE(!a && err.message[0]);
     }
