@@ -8,6 +8,10 @@
  *   - a session is one timeline: its tokens, KV cache, sampler state and attached
  *     adapters. Sessions are data, not threads.
  *
+ * Threads: sessions of one engine may be used from different threads at once (their
+ * forward passes take turns on the engine's thread pool); one session is used by one
+ * thread at a time.
+ *
  * Every call that can fail returns a cera_status and, when the caller passes a
  * cera_error, fills it with the status and a message saying what failed and where
  * (file, tensor, key). Passing NULL for the cera_error is allowed.
