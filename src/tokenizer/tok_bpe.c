@@ -138,7 +138,6 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
     if (collapse && !tok_reserve((void **)&sc->buf4, &sc->buf4_cap, 3 * len + 4, 1)) return false;
     char *real = sc->buf2, *subj = sc->buf3, *coll = collapse ? sc->buf4 : NULL;
     size_t n = 0;
-    bool surrogates = false;
     for (size_t pos = 0; pos < len;) {
         uint32_t c;
         if (!tok_utf8_decode((const uint8_t *)text, len, &pos, &c)) {
@@ -147,12 +146,10 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
         }
         if (c > 0x10ffff) c = 0xfffd; /* llama.cpp throws here; cera stays defined */
         int k = tok_utf8_encode(c, real + n);
-        if (c >= 0xd800 && c <= 0xdfff) {
-            surrogates = true;
+        if (c >= 0xd800 && c <= 0xdfff)
             tok_utf8_encode(0xe000, subj + n);
-        } else {
+        else
             memcpy(subj + n, real + n, (size_t)k);
-        }
         if (collapse) {
             if (c < 0x80)
                 coll[n] = (char)c;
@@ -161,14 +158,13 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
         }
         n += (size_t)k;
     }
-    (void)surrogates;
 
     size_t *pieces, np;
     if (!tok_pretok_split(t, sc, subj, coll, n, &pieces, &np)) return false;
 
-    /* The word buffer (byte-encoded) reuses buf3: the subject is no longer needed, but
-     * the pieces must be read before it is overwritten, one word at a time, so encode
-     * each word into the tail of buf3 past the subject. */
+    /* A word whose bytes all have tokens merges by ids (bpe_word_ids); otherwise it is
+     * mapped to the byte alphabet in buf3, past the subject (no longer needed), and
+     * merged by strings. */
     for (size_t i = 0; i < np; i++) {
         size_t a = pieces[2 * i], b = pieces[2 * i + 1];
         const char *w = sc->buf2 + a;
