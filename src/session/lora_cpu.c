@@ -23,8 +23,10 @@
 
 /* Multiply-adds below which one thread applies an adapter to a projection alone. */
 #define CERA_LORA_CPU_SERIAL_WORK (1 << 15)
-#define MAX_TILE_ROWS             64
-#define MAX_TILE_COLS             8
+/* Multiply-adds of A·x up to which a decode step takes one pool job (A of 256 KB). */
+#define CERA_LORA_CPU_ONE_RUN_A_WORK (1 << 16)
+#define MAX_TILE_ROWS                64
+#define MAX_TILE_COLS                8
 
 typedef struct lora_job {
     const cera_lora_batch *b;
@@ -175,11 +177,17 @@ void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, c
         phase_b(&j, 0, 1);
         return;
     }
-    int64_t t_need = 0;
-    for (int g = 0; g < b->n_groups; g++)
+    /* One run suits a decode step whose A is small enough that every thread reading it
+     * (from the shared cache) costs less than a second pool job; a large A (a wide FFN's
+     * down projection) is better split. The bound is an estimate (L2-sized A), not tuned. */
+    int64_t t_need = 0, a_work = 0;
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
         t_need += (int64_t)b->groups[g].n_rows * b->groups[g].adapter->max_rank;
+        if (p) a_work += (int64_t)b->groups[g].n_rows * p->rank * p->k;
+    }
     if (b->n_rows <= FEW_ROWS && b->n_groups <= CERA_LORA_MAX_SET * FEW_ROWS &&
-        t_need <= FEW_ROWS * CERA_LORA_MAX_RANK) {
+        t_need <= FEW_ROWS * CERA_LORA_MAX_RANK && a_work <= CERA_LORA_CPU_ONE_RUN_A_WORK) {
         cera_pool_run(pool, one_run_worker, &j);
         return;
     }
