@@ -26,9 +26,8 @@
 #include "session/safetensors.h"
 
 typedef struct peft_config {
-    int r; /* 0 when absent */
-    float alpha;
-    bool has_alpha;
+    int r;       /* 0 when absent */
+    float alpha; /* 0 when absent: the user scale alone, as llama.cpp without an alpha */
     bool rslora;
     bool any_target; /* target_modules is a string (a regex or "all-linear"): not checked by name */
     bool target[CERA_PROJ_COUNT];
@@ -67,7 +66,6 @@ static cera_status parse_config(const char *json, size_t len, const char *source
             goto done;
         }
         c->alpha = (float)v->valuedouble;
-        c->has_alpha = true;
     }
     v = cJSON_GetObjectItemCaseSensitive(root, "use_rslora");
     if (v && !cJSON_IsNull(v)) {
