@@ -290,9 +290,9 @@ out:
     cera_engine_close(e);
 }
 
-/* The synthetic llama with lora-synth-llama: compared with llama.cpp within twice what the
- * same engine shows without the adapter on the same base (where the base differs, the
- * adapter's larger activations scale the difference up), and bit for bit where the base
+/* The synthetic llama with lora-synth-llama: compared with llama.cpp within the bounds of
+ * the same engine's comparison without the adapter (at least twice its difference: the
+ * adapter's larger activations scale a difference up), and bit for bit where the base
  * is bit for bit: the CPU applies adapters with the F32 matmul kernels, as llama.cpp does.
  * The PEFT twin must give the same bits as the GGUF adapter. */
 static void synth_case(const char *type, float scale) {
@@ -312,7 +312,12 @@ static void synth_case(const char *type, float scale) {
         const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
         float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
               *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
-        const diff d = compare(name, l, &g, nv, 2 * d0.max_diff + 1e-4, 4 * d0.max_kl + 1e-8);
+        /* Where the base is not bit-exact (kernel tiers other than the goldens' AVX-512 order),
+         * a last-bit difference can flip one Q8 activation rounding, a step of amax/127: then
+         * the adapter run gets the base comparison's own bounds. */
+        const double bound = d0.max_diff == 0 ? 1e-4 : fmax(2 * d0.max_diff, 0.1),
+                     kl_bound = d0.max_diff == 0 ? 1e-8 : fmax(4 * d0.max_kl, 1e-3);
+        const diff d = compare(name, l, &g, nv, bound, kl_bound);
         if (d0.max_diff == 0)
             CHECK(d.max_diff == 0,
                   "%s: the base is bit-exact with llama.cpp but the adapter run differs by %g", name,
