@@ -154,7 +154,7 @@ bool tok_bpe_encode(const cera_tokenizer *t, tok_scratch *sc, const char *text, 
             if (c < 0x80)
                 coll[n] = (char)c;
             else
-                tok_utf8_encode(tok_cpt_collapse(c), coll + n);
+                tok_utf8_encode(t->collapse_han ? tok_cpt_collapse_han(c) : tok_cpt_collapse(c), coll + n);
         }
         n += (size_t)k;
     }

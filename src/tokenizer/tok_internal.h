@@ -147,6 +147,7 @@ struct cera_tokenizer {
     bool byte_encode;        /* BPE: GPT-2 byte-level mapping (false: raw UTF-8, <0xNN> bytes) */
     bool newline_direct;     /* gemma4: a run of newlines that is a token is taken as is */
     bool whitespace_words;   /* model "whitespace": BPE per whitespace-separated (lowercased) word */
+    bool collapse_han;       /* kimi-k2: the collapsed subject keeps Han apart (tok_cpt_collapse_han) */
     bool wpm_lowercase, wpm_strip_accents;
 
     /* GPT-2 byte-level alphabet: byte -> its character's UTF-8, and code point -> byte. */
@@ -206,6 +207,10 @@ uint32_t tok_cpt_tolower(uint32_t cpt);
  * punctuation, symbol, mark, other) as utf8proc sees it and the same UTF-8 length;
  * ASCII and whitespace stay themselves. */
 uint32_t tok_cpt_collapse(uint32_t cpt);
+/* The same, but code points of llama.cpp's Han ranges become U+4E00 / U+20000 (letters)
+ * or U+E001 / U+F0001 (unassigned ones), and other letters stand-ins outside those
+ * ranges (for kimi-k2). */
+uint32_t tok_cpt_collapse_han(uint32_t cpt);
 /* The first code point of cpt's canonical decomposition (llama.cpp's "NFD" table). */
 uint32_t tok_cpt_nfd_first(uint32_t cpt);
 

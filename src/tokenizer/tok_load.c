@@ -607,12 +607,13 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
     }
     if (t->type == CERA_VOCAB_BPE) {
         const gguf_array *merges;
-        if (!gguf_get_arr(f, "tokenizer.ggml.merges", &merges)) {
+        if (gguf_get_arr(f, "tokenizer.ggml.merges", &merges)) {
+            if ((st = build_merges(t, merges, err)) != CERA_OK) goto fail;
+        } else if (strcmp(t->pre, "kimi-k2")) { /* llama.cpp lets kimi-k2 go without merges */
             st = cera_fail(err, CERA_ERR_NOT_FOUND,
                            "tokenizer.ggml.merges: missing (needed by a '%s' tokenizer)", t->model);
             goto fail;
         }
-        if ((st = build_merges(t, merges, err)) != CERA_OK) goto fail;
         if (!build_id_merges(t)) {
             st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
             goto fail;

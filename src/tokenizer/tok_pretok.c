@@ -18,7 +18,10 @@
  *   - ECMAScript `$` is `\z`;
  *   - afmoe / tiny_aya digit grouping is a hand-written splitter in llama.cpp that
  *     glues the preceding non-digits to the first digit group; TOK_STEP_DIGITS3 does
- *     the same.
+ *     the same;
+ *   - the \p{..} steps match a category-collapsed copy of the text (every character
+ *     replaced by a stand-in of its utf8proc class), as llama.cpp matches its own
+ *     collapsed text; kimi-k2's copy also keeps llama.cpp's Han ranges apart.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +114,14 @@
     "\\x{FF65}-\\x{FF9F}\\x{2F00}-\\x{2FDF}\\x{E40}-\\x{E7F}\\x{E80}-\\x{EFF}\\x{1780}-\\x{17FF}"            \
     "\\x{1000}-\\x{109F}\\x{AA60}-\\x{AA7F}\\x{A9E0}-\\x{A9FF}\\x{AC00}-\\x{D7AF}\\x{1100}-\\x{11FF}]+"
 #define RE_NEWLINES "[^\\n]+|\\n+"
-#define DIGITS3     NULL /* TOK_STEP_DIGITS3 */
+/* kimi-k2: llama.cpp's hand-written splitter keeps Han characters (its CJK ranges) apart
+ * from other letters; its subject is collapsed with Han kept distinct (tok_cpt_collapse_han),
+ * so its four Han stand-ins are all this class has to match. */
+#define HAN "[\\x{4E00}\\x{20000}\\x{E001}\\x{F0001}]"
+#define RE_KIMI                                                                                              \
+    HAN "+|[^\\r\\n\\p{L}\\p{N}]?(?:(?!" HAN ")\\p{L})+(?:'[sStTmMdD]|'[rR][eE]|'[vV][eE]|'[lL][lL])?"       \
+        "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" WS_TAIL
+#define DIGITS3 NULL /* TOK_STEP_DIGITS3 */
 
 typedef enum pretok_id {
     P_DEFAULT,
@@ -142,6 +152,7 @@ typedef enum pretok_id {
     P_NEWLINES, /* gemma4, sarvam-moe: SPM-style BPE */
     P_MINICPM5,
     P_WHITESPACE,
+    P_KIMI,
     P_COUNT
 } pretok_id;
 
@@ -149,6 +160,7 @@ typedef enum pretok_id {
 typedef struct pretok_steps {
     int n;
     const char *re[TOK_MAX_STEPS];
+    unsigned raw; /* bit i: step i sees the characters even though it uses \p{..} */
 } pretok_steps;
 
 static const pretok_steps k_steps[P_COUNT] = {
@@ -184,6 +196,7 @@ static const pretok_steps k_steps[P_COUNT] = {
     [P_NEWLINES] = {1, {RE_NEWLINES}},
     [P_MINICPM5] = {2, {"\\p{N}{1,3}", RE_MINICPM5}},
     [P_WHITESPACE] = {1, {"\\S+"}},
+    [P_KIMI] = {1, {RE_KIMI}},
 };
 
 /* Flags llama.cpp sets together with the pre-tokenizer type. */
@@ -291,10 +304,8 @@ static const pretok_name k_names[] = {
     {"solar-open", P_QWEN2, F_KEEP_SPACES},
     {"mellum2", P_STARCODER, 0},
     {"whitespace", P_WHITESPACE, F_RAW | F_NO_LOWER},
+    {"kimi-k2", P_KIMI, F_KEEP_SPACES},
 };
-
-/* Pre-tokenizers llama.cpp knows but runs through code cera does not reproduce. */
-static const char *const k_unsupported[] = {"kimi-k2"};
 
 /* ---- Compiling ---------------------------------------------------------------------- */
 
@@ -344,10 +355,6 @@ static char *expand_ws(const char *re) {
 }
 
 cera_status tok_pretok_init(cera_tokenizer *t, const char *pre, cera_error *err) {
-    for (size_t i = 0; i < sizeof k_unsupported / sizeof k_unsupported[0]; i++)
-        if (!strcmp(pre, k_unsupported[i]))
-            return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                             "tokenizer.ggml.pre: pre-tokenizer '%s' is not supported", pre);
     const pretok_name *nm = NULL;
     for (size_t i = 0; i < sizeof k_names / sizeof k_names[0]; i++)
         if (!strcmp(pre, k_names[i].name)) nm = &k_names[i];
@@ -368,6 +375,7 @@ cera_status tok_pretok_init(cera_tokenizer *t, const char *pre, cera_error *err)
     if (nm->flags & F_NO_BOS) t->bos = TOK_NULL;
     if (nm->id == P_NEWLINES && !strcmp(pre, "gemma4")) t->newline_direct = true;
     if (!strcmp(pre, "granite-embed-multi-311m")) t->newline_direct = true;
+    if (nm->id == P_KIMI) t->collapse_han = true;
 
     const pretok_steps *st = &k_steps[nm->id];
     tok_pretok *p = &t->pretok;

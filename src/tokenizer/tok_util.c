@@ -227,6 +227,18 @@ uint32_t tok_cpt_collapse(uint32_t cpt) {
     return rep[cls][len];
 }
 
+uint32_t tok_cpt_collapse_han(uint32_t c) {
+    /* the CJK unified ideographs, extensions A-F and the compatibility ideographs: the
+     * ranges of llama.cpp's unicode_cpt_is_han */
+    bool han = (c >= 0x4e00 && c <= 0x9fff) || (c >= 0x3400 && c <= 0x4dbf) ||
+               (c >= 0x20000 && c <= 0x2a6df) || (c >= 0x2a700 && c <= 0x2ebef) ||
+               (c >= 0xf900 && c <= 0xfaff) || (c >= 0x2f800 && c <= 0x2fa1f);
+    uint32_t r = tok_cpt_collapse(c);
+    /* Han letters stay letters; unassigned Han code points are Han but no letter */
+    if (han) return r == 0x4e00 || r == 0x20000 ? r : c < 0x10000 ? 0xe001 : 0xf0001;
+    return r == 0x4e00 ? 0x0800 : r == 0x20000 ? 0x10000 : r; /* Samaritan alaf, Linear B syllable */
+}
+
 uint32_t tok_cpt_nfd_first(uint32_t cpt) {
     if (cpt > 0x10ffff || (cpt >= 0xd800 && cpt <= 0xdfff) || cpt < 0xc0) return cpt;
     utf8proc_int32_t buf[32];

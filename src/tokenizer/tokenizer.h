@@ -7,15 +7,15 @@
  * `tokenizer.ggml.model`:
  *   - "llama": SentencePiece (score-driven merges, byte fallback <0xNN>, `▁` spaces);
  *   - "gpt2":  byte-level BPE (merge ranks), with the pre-tokenizer regex chosen by
- *              `tokenizer.ggml.pre`, any of the 87 names llama.cpp knows but kimi-k2 (an
- *              unknown name is an error naming it); "gemma4" (and the gemma4 / sarvam
+ *              `tokenizer.ggml.pre`, any of the 87 names llama.cpp knows (an unknown
+ *              name is an error naming it); "gemma4" (and the gemma4 / sarvam
  *              pre-tokenizers) run BPE on raw UTF-8 with `▁` spaces and <0xNN> bytes;
  *              "whitespace" runs BPE per whitespace-separated word;
  *   - "bert":  WordPiece (lowercasing, accent stripping, punctuation splits).
  *
- * Unsupported (an error naming them): the t5/UGM, rwkv, plamo2 and hybriddna models and
- * the kimi-k2 pre-tokenizer. Known difference from llama.cpp: code points
- * added in Unicode 15.1 (CJK extension I) are classified by utf8proc, which predates them.
+ * Unsupported (an error naming them): the t5/UGM, rwkv, plamo2 and hybriddna models. Known difference from
+ * llama.cpp: code points added in Unicode 15.1 (CJK extension I) are classified by utf8proc, which predates
+ * them.
  *
  * The tokenizer copies everything it needs out of the gguf_file at load, so the file
  * may be closed afterwards. Encoding allocates its scratch per call (a call handles
