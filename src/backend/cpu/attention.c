@@ -13,11 +13,11 @@
 #define ATTN_QBLOCK 64 /* query rows per chunk in the F32 mode (sharing the converted keys) */
 
 size_t cera_attention_scratch_size(int head_dim) {
-    /* F16 mode: Q and the accumulator in F16; F32 mode: a tile of keys, a row of scores,
-     * and the maxima, sums and accumulators of a block of rows */
+    /* F16 mode: Q and the accumulator in F16; F32 mode: a tile of keys and of values, a row
+     * of scores, and the maxima, sums and accumulators of a block of rows */
     const size_t f16 = (size_t)head_dim * 2 * sizeof(uint16_t);
     const size_t f32 =
-        ((size_t)head_dim * ATTN_TILE + ATTN_TILE + 2 * ATTN_QBLOCK + (size_t)ATTN_QBLOCK * head_dim) *
+        ((size_t)head_dim * ATTN_TILE * 2 + ATTN_TILE + 2 * ATTN_QBLOCK + (size_t)ATTN_QBLOCK * head_dim) *
         sizeof(float);
     return f16 > f32 ? f16 : f32;
 }
@@ -45,6 +45,7 @@ int64_t cera_attention_n_chunks(const cera_attn_args *a) {
 #include <immintrin.h>
 #define ATTN(name)  name##_f16c
 #define ATTN_TARGET __attribute__((target("avx2,fma,f16c")))
+#define ATTN_SIMD   1
 #define CVT_F32(h)  _cvtsh_ss(h)
 #define CVT_F16(f)  ((cera_f16)_cvtss_sh((f), 0))
 #include "backend/cpu/attention_impl.h"

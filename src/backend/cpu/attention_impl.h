@@ -5,8 +5,17 @@
  * (round-to-nearest-even conversions, one rounding per FMA), so they give identical results.
  *
  * The includer defines ATTN(name) (a name suffix), ATTN_TARGET (a target attribute or
- * nothing), CVT_F32(h) (F16 -> float) and CVT_F16(f) (float -> F16).
+ * nothing), CVT_F32(h) (F16 -> float) and CVT_F16(f) (float -> F16), and ATTN_SIMD for
+ * the x86 copy: there the loops over the head dimension and over a tile's positions run
+ * 8 floats at a time (AVX2). Vectorizing only across independent elements keeps every
+ * element's chain of roundings as in the scalar loops, so both copies stay bit-identical.
  */
+
+#ifdef ATTN_SIMD
+#define ATTN_LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define ATTN_STOREH(p, v)                                                                                    \
+    _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT))
+#endif
 
 /* K·Q with both in F16, summed as llama.cpp's AVX-512 build (the goldens') does: each
  * 64-element step accumulates into 4 x 16 float lanes with fused multiply-adds, the
@@ -17,6 +26,20 @@ ATTN_TARGET static float ATTN(dot_f16)(const cera_f16 *k, const cera_f16 *q, int
     const int np = n & ~63;
     double sum = 0.0;
     if (np > 0) {
+#ifdef ATTN_SIMD
+        /* a[2j] holds lanes 0-7 of the scalar version's acc[j], a[2j+1] lanes 8-15 */
+        __m256 a[8];
+        for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+        for (int i = 0; i < np; i += 64)
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_fmadd_ps(ATTN_LOADH(k + i + 8 * j), ATTN_LOADH(q + i + 8 * j), a[j]);
+        const __m256 c_lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+        const __m256 c_hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+        const __m256 t3 = _mm256_add_ps(c_hi, c_lo);
+        float t6[4];
+        _mm_storeu_ps(t6, _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3)));
+        sum = (double)((t6[0] + t6[2]) + (t6[1] + t6[3]));
+#else
         float acc[4][16] = {{0}};
         for (int i = 0; i < np; i += 64)
             for (int j = 0; j < 4; j++)
@@ -29,9 +52,32 @@ ATTN_TARGET static float ATTN(dot_f16)(const cera_f16 *k, const cera_f16 *q, int
         for (int l = 0; l < 8; l++) t3[l] = c[l + 8] + c[l];
         for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
         sum = (double)((t6[0] + t6[2]) + (t6[1] + t6[3]));
+#endif
     }
     for (int i = np; i < n; i++) sum += (double)(CVT_F32(k[i]) * CVT_F32(q[i]));
     return (float)sum;
+}
+
+/* acc[d] = f16(acc[d] * ms), the F16 accumulator's rescale */
+ATTN_TARGET static void ATTN(acc_scale_f16)(cera_f16 *acc, float ms, int D) {
+    int d = 0;
+#ifdef ATTN_SIMD
+    const __m256 vm = _mm256_set1_ps(ms);
+    for (; d + 8 <= D; d += 8) ATTN_STOREH(acc + d, _mm256_mul_ps(ATTN_LOADH(acc + d), vm));
+#endif
+    for (; d < D; d++) acc[d] = CVT_F16(CVT_F32(acc[d]) * ms);
+}
+
+/* acc[d] = f16(fma(v[d], vs, acc[d])): llama.cpp's loop is C++ compiled with FP contraction,
+ * one fused multiply-add per element, then the F16 rounding */
+ATTN_TARGET static void ATTN(acc_axpy_f16)(cera_f16 *acc, const cera_f16 *v, float vs, int D) {
+    int d = 0;
+#ifdef ATTN_SIMD
+    const __m256 vv = _mm256_set1_ps(vs);
+    for (; d + 8 <= D; d += 8)
+        ATTN_STOREH(acc + d, _mm256_fmadd_ps(ATTN_LOADH(v + d), vv, ATTN_LOADH(acc + d)));
+#endif
+    for (; d < D; d++) acc[d] = CVT_F16(fmaf(CVT_F32(v[d]), vs, CVT_F32(acc[d])));
 }
 
 ATTN_TARGET static void ATTN(row_f16)(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h,
@@ -61,14 +107,12 @@ ATTN_TARGET static void ATTN(row_f16)(const cera_attn_args *a, const cera_kv_seq
                 const float m_old = M;
                 M = s;
                 ms = expf(m_old - M);
-                for (int d = 0; d < D; d++) acc[d] = CVT_F16(CVT_F32(acc[d]) * ms);
+                ATTN(acc_scale_f16)(acc, ms, D);
             } else {
                 vs = expf(s - M);
             }
-            /* llama.cpp's loop is C++ compiled with FP contraction: one fused multiply-add
-             * per element (and for S), then the F16 rounding; fmaf reproduces it bit for bit */
-            for (int d = 0; d < D; d++) acc[d] = CVT_F16(fmaf(CVT_F32(v[d]), vs, CVT_F32(acc[d])));
-            S = fmaf(S, ms, vs);
+            ATTN(acc_axpy_f16)(acc, v, vs, D);
+            S = fmaf(S, ms, vs); /* contracted as well */
         }
     }
     const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -106,20 +150,139 @@ ATTN_TARGET static inline float ATTN(exp_poly)(float x) {
     return j * two_n;
 }
 
+/* The scores of one row over a tile: p[j] = (sum over d of kt[d][j] * q[d], an FMA chain in
+ * d order) * scale for j < vis; returns their maximum. */
+ATTN_TARGET static float ATTN(tile_scores)(const float *kt, const float *q, int D, int vis, float scale,
+                                           float *p) {
+    float tile_max = -INFINITY;
+#ifdef ATTN_SIMD
+    if (vis == ATTN_TILE) { /* the whole tile visible: the 64 sums stay in registers */
+        __m256 s[ATTN_TILE / 8];
+        for (int j = 0; j < ATTN_TILE / 8; j++) s[j] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d++) {
+            const __m256 qd = _mm256_set1_ps(q[d]);
+            const float *kd = kt + d * ATTN_TILE;
+            for (int j = 0; j < ATTN_TILE / 8; j++)
+                s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kd + 8 * j), qd, s[j]);
+        }
+        const __m256 vsc = _mm256_set1_ps(scale);
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int j = 0; j < ATTN_TILE / 8; j++) {
+            s[j] = _mm256_mul_ps(s[j], vsc);
+            mx = _mm256_max_ps(s[j], mx);
+            _mm256_storeu_ps(p + 8 * j, s[j]);
+        }
+        float m8[8];
+        _mm256_storeu_ps(m8, mx);
+        for (int j = 0; j < 8; j++) tile_max = m8[j] > tile_max ? m8[j] : tile_max;
+        return tile_max;
+    }
+#endif
+    for (int j = 0; j < vis; j++) p[j] = 0.0f;
+    for (int d = 0; d < D; d++) {
+        const float qd = q[d];
+        const float *kd = kt + d * ATTN_TILE;
+        for (int j = 0; j < vis; j++) p[j] = fmaf(kd[j], qd, p[j]);
+    }
+    for (int j = 0; j < vis; j++) {
+        p[j] *= scale;
+        tile_max = p[j] > tile_max ? p[j] : tile_max;
+    }
+    return tile_max;
+}
+
+/* p[j] = exp_poly(p[j] - m) for j < vis. */
+ATTN_TARGET static void ATTN(tile_exp)(float *p, int vis, float m) {
+    int j = 0;
+#ifdef ATTN_SIMD
+    const __m256 vm = _mm256_set1_ps(m), r = _mm256_set1_ps(0x1.8p23f);
+    for (; j + 8 <= vis; j += 8) {
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(p + j), vm);
+        const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r), r);
+        const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_LE_OQ)) != 0xff) {
+            for (int i = 0; i < 8; i++) p[j + i] = ATTN(exp_poly)(p[j + i] - m); /* rare extremes */
+            continue;
+        }
+        const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                          _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+        const __m256 u = _mm256_mul_ps(b, b);
+        const __m256 jj = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+            u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+        const __m256i e =
+            _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(p + j, _mm256_mul_ps(jj, _mm256_castsi256_ps(e)));
+    }
+#endif
+    for (; j < vis; j++) p[j] = ATTN(exp_poly)(p[j] - m);
+}
+
+/* ar[d] += sum over j < n of vt[j][d] * p[j], one FMA per position in position order. */
+ATTN_TARGET static void ATTN(tile_accum_v)(float *ar, const float *vt, const float *p, int n, int D) {
+    int d = 0;
+#ifdef ATTN_SIMD
+    for (; d + 32 <= D; d += 32) {
+        __m256 a0 = _mm256_loadu_ps(ar + d), a1 = _mm256_loadu_ps(ar + d + 8);
+        __m256 a2 = _mm256_loadu_ps(ar + d + 16), a3 = _mm256_loadu_ps(ar + d + 24);
+        for (int j = 0; j < n; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *v = vt + (size_t)j * D + d;
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(v), pj, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8), pj, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 16), pj, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 24), pj, a3);
+        }
+        _mm256_storeu_ps(ar + d, a0);
+        _mm256_storeu_ps(ar + d + 8, a1);
+        _mm256_storeu_ps(ar + d + 16, a2);
+        _mm256_storeu_ps(ar + d + 24, a3);
+    }
+    for (; d + 8 <= D; d += 8) {
+        __m256 a0 = _mm256_loadu_ps(ar + d);
+        for (int j = 0; j < n; j++)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(vt + (size_t)j * D + d), _mm256_set1_ps(p[j]), a0);
+        _mm256_storeu_ps(ar + d, a0);
+    }
+#endif
+    for (; d < D; d++) {
+        float s = ar[d];
+        for (int j = 0; j < n; j++) s = fmaf(vt[(size_t)j * D + d], p[j], s);
+        ar[d] = s;
+    }
+}
+
+/* dst[d] = float(row[d]) for d < D, the row in F16 or F32. */
+ATTN_TARGET static void ATTN(kv_to_f32)(float *dst, const void *row, int D, bool f16) {
+    if (!f16) {
+        memcpy(dst, row, (size_t)D * sizeof(float));
+        return;
+    }
+    const cera_f16 *r = row;
+    int d = 0;
+#ifdef ATTN_SIMD
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(dst + d, ATTN_LOADH(r + d));
+#endif
+    for (; d < D; d++) dst[d] = CVT_F32(r[d]);
+}
+
 /* The F32 mode for one head and the consecutive tokens t0..t1-1 of one sequence, as
  * llama.cpp's tiled path computes each row: the keys in tiles of ATTN_TILE positions
  * (converted to float once per tile for all the block's rows, transposed so the scores
- * of a row run along the positions); per row and tile the scores (an FMA chain over the
- * head, then the scale), the tile's maximum, one rescale of the accumulator when the
- * maximum grows, exp(s - max) with the polynomial exp summed 16 at a time into a double,
- * and the V rows added as an FMA chain in position order. */
+ * of a row run along the positions; the values converted once as well); per row and tile
+ * the scores (an FMA chain over the head, then the scale), the tile's maximum, one rescale
+ * of the accumulator when the maximum grows, exp(s - max) with the polynomial exp summed
+ * 16 at a time into a double, and the V rows added as an FMA chain in position order. */
 ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, int t1, void *scratch) {
     const int D = a->head_dim, nq = t1 - t0;
     const cera_kv_seq *seq = a->seqs[a->seq[t0]];
     const bool f16 = seq->pool->type == CERA_KV_F16;
     const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
     float *kt = (float *)scratch;   /* [D][ATTN_TILE] keys of the tile, transposed */
-    float *p = kt + D * ATTN_TILE;  /* [ATTN_TILE] a row's scores, then probabilities */
+    float *vt = kt + D * ATTN_TILE; /* [ATTN_TILE][D] values of the tile */
+    float *p = vt + D * ATTN_TILE;  /* [ATTN_TILE] a row's scores, then probabilities */
     float *ms_ = p + ATTN_TILE;     /* [nq] running maxima */
     float *ss_ = ms_ + ATTN_QBLOCK; /* [nq] running sums */
     float *acc = ss_ + ATTN_QBLOCK; /* [nq][D] accumulators */
@@ -134,6 +297,8 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
         for (int j = 0; j < n; j++) {
             const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
             for (int d = 0; d < D; d++) kt[d * ATTN_TILE + j] = ATTN(kv_get)(k, d, f16);
+            ATTN(kv_to_f32)
+            (vt + (size_t)j * D, (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off, D, f16);
         }
         for (int r = 0; r < nq; r++) {
             const int t = t0 + r;
@@ -142,34 +307,20 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
             if (vis > ATTN_TILE) vis = ATTN_TILE;
             const float *q = a->q + ((size_t)t * a->n_head + h) * D;
             float *ar = acc + (size_t)r * D;
-            for (int j = 0; j < ATTN_TILE; j++) p[j] = 0.0f;
-            for (int d = 0; d < D; d++) {
-                const float qd = q[d];
-                const float *kd = kt + d * ATTN_TILE;
-                for (int j = 0; j < vis; j++) p[j] = fmaf(kd[j], qd, p[j]);
-            }
-            float tile_max = -INFINITY;
-            for (int j = 0; j < vis; j++) {
-                p[j] *= a->scale;
-                tile_max = fmaxf(tile_max, p[j]);
-            }
-            const float m_old = ms_[r], m_new = fmaxf(m_old, tile_max);
+            const float tile_max = ATTN(tile_scores)(kt, q, D, vis, a->scale, p);
+            const float m_old = ms_[r], m_new = m_old > tile_max ? m_old : tile_max;
             if (m_new > m_old) {
                 const float ms = expf(m_old - m_new);
                 for (int d = 0; d < D; d++) ar[d] *= ms;
                 ss_[r] *= ms;
             }
             ms_[r] = m_new;
-            for (int j = 0; j < vis; j++) p[j] = ATTN(exp_poly)(p[j] - m_new);
+            ATTN(tile_exp)(p, vis, m_new);
             for (int j = vis; j < ATTN_TILE; j++) p[j] = 0.0f; /* exp(-inf) of the masked */
             double sum = 0.0;
             for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) sum += (double)ATTN(reduce16)(p + j0);
             ss_[r] = (float)((double)ss_[r] + sum);
-            for (int j = 0; j < vis; j++) {
-                const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p0 + j) + kv_off;
-                const float pj = p[j];
-                for (int d = 0; d < D; d++) ar[d] = fmaf(ATTN(kv_get)(v, d, f16), pj, ar[d]);
-            }
+            ATTN(tile_accum_v)(ar, vt, p, vis, D);
         }
     }
     for (int r = 0; r < nq; r++) {
