@@ -6,9 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: run as root (or install sudo)" >&2; exit 1; }
+    SUDO="sudo"
+fi
 
-PACKAGES=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+PACKAGES=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
           libpcre2-dev libutf8proc-dev libcjson-dev python3 python3-pip
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()

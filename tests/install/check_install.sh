@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_install.sh BUILD_DIR USE_API.C MODEL — installs the build into a scratch prefix and
 # checks what a user of the library gets: the header, both libraries, the CLI, a pkg-config
-# file that works from wherever the prefix is, and only the public API exported.
+# file that works from wherever the prefix is, and exactly the public API exported.
 set -euo pipefail
 build=$1 src=$2 model=$3
 prefix=$(mktemp -d)
@@ -24,7 +24,11 @@ check "shared program runs" "'$prefix/use_shared' '$model' | grep -q 'vocab 512 
 check "builds against the static library" \
     "$cc '$src' -o '$prefix/use_static' \$(pkg-config --cflags cera) '$libdir/libcera.a' \$(pkg-config --libs-only-l --static cera | sed 's/-lcera//') -lpthread -lm"
 check "static program runs" "'$prefix/use_static' '$model' | grep -q 'vocab 512 arch llama'"
-check "exports only cera_* symbols" \
-    "[ -z \"\$(nm -D --defined-only '$libdir/libcera.so' | awk '{print \$3}' | grep -v '^cera_')\" ]"
+# The exported functions are exactly the ones cera.h marks CERA_API.
+api=$(grep -ozE 'CERA_API[^;]*;' "$prefix/include/cera.h" | tr '\0' '\n' | grep -oE '\bcera_[a-z0-9_]+\(' |
+      tr -d '(' | sort -u)
+exported=$(nm -D --defined-only "$libdir/libcera.so" | awk '$2 == "T" {print $3}' | sort -u)
+check "exports exactly the CERA_API functions" "[ -n \"\$api\" ] && [ \"\$api\" = \"\$exported\" ]"
+[ "$api" = "$exported" ] || diff <(echo "$api") <(echo "$exported") || true
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
