@@ -160,7 +160,6 @@ typedef enum pretok_id {
 typedef struct pretok_steps {
     int n;
     const char *re[TOK_MAX_STEPS];
-    unsigned raw; /* bit i: step i sees the characters even though it uses \p{..} */
 } pretok_steps;
 
 static const pretok_steps k_steps[P_COUNT] = {

@@ -3,7 +3,7 @@
  *
  * The first input byte picks a tokenizer and the flags; the rest is the text. The
  * tokenizers are built once: small in-memory vocabularies (SentencePiece with byte
- * fallback, byte-level BPE under a dozen pre-tokenizers, WordPiece) plus every real
+ * fallback, byte-level BPE under twenty pre-tokenizers, WordPiece) plus every real
  * vocabulary of the shared folder when it is found ($CERA_SHARED_DIR, else ../shared
  * next to the source tree). Whatever the text, encoding must succeed with every id in
  * range, counting with no buffer must agree, the streaming detokenizer must give back
@@ -124,9 +124,10 @@ static void build_small_vocabs(void) {
 
     /* byte-level BPE under several pre-tokenizers */
     {
-        static const char *const pres[] = {"gpt-2",  "llama3", "qwen2",     "deepseek-llm", "deepseek-coder",
-                                           "falcon", "tekken", "gpt-4o",    "superbpe",     "afmoe",
-                                           "bloom",  "gemma4", "chameleon", "exaone-moe",   "jais-2"};
+        static const char *const pres[] = {
+            "gpt-2",  "llama3",   "qwen2",    "deepseek-llm", "deepseek-coder", "falcon",    "tekken",
+            "gpt-4o", "superbpe", "afmoe",    "bloom",        "gemma4",         "chameleon", "exaone-moe",
+            "jais-2", "kimi-k2",  "tiny_aya", "youtu",        "qwen35",         "whitespace"};
         char chars[256][4], merged[64][16], merges[64][24];
         const char *toks[256 + 64 + 8];
         int32_t types[256 + 64 + 8];
@@ -150,7 +151,9 @@ static void build_small_vocabs(void) {
         toks[n] = "\n\n", types[n++] = 1;
         for (size_t p = 0; p < sizeof pres / sizeof pres[0]; p++) {
             gguf_writer *w = gguf_writer_new();
-            gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+            /* the whitespace pre-tokenizer goes with the whitespace model */
+            gguf_writer_set_str(w, "tokenizer.ggml.model",
+                                strcmp(pres[p], "whitespace") ? "gpt2" : "whitespace");
             gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[p]);
             gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, n);
             gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, n);
