@@ -356,6 +356,10 @@ static cera_status parse_kvs(reader *r, gguf_file *f) {
         if (!a || (a & (a - 1)))
             return cera_fail(r->err, CERA_ERR_FORMAT, "general.alignment %llu is not a power of two",
                              (unsigned long long)a);
+        /* the GGUF spec asks for a multiple of 8; smaller would leave F32 data misaligned */
+        if (a % 8)
+            return cera_fail(r->err, CERA_ERR_FORMAT, "general.alignment %llu is not a multiple of 8",
+                             (unsigned long long)a);
         f->alignment = a;
     }
     return CERA_OK;

@@ -360,6 +360,9 @@ static cera_status build_header(gguf_writer *w, wbuf *h, uint64_t *align, uint64
         if (!a || (a & (a - 1)))
             return cera_fail(err, CERA_ERR_INVALID_ARG, "general.alignment %llu is not a power of two",
                              (unsigned long long)a);
+        if (a % 8) /* the GGUF spec; the reader refuses others */
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "general.alignment %llu is not a multiple of 8",
+                             (unsigned long long)a);
     }
     put(h, "GGUF", 4);
     put_u32(h, 3);

@@ -122,6 +122,11 @@ static cera_status bind(const loader *ld, const char *name, int64_t ne0, int64_t
     if (!cera_type_get(t->type))
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "tensor '%s': unsupported type %u", name,
                          (unsigned)t->type);
+    /* gguf_open_memory takes any buffer: kernels load F32 as floats and the rest in 16-bit units */
+    const uintptr_t align = t->type == CERA_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align)
+        return cera_fail(ld->err, CERA_ERR_FORMAT, "tensor '%s': data not aligned to %u bytes", name,
+                         (unsigned)align);
     w->t = t;
     w->type = t->type;
     w->k = t->ne[0];

@@ -313,6 +313,10 @@ static void kv_fields(void) {
     expect_patch(L.kv[1].type, GGUF_TYPE_INT32, 4, CERA_ERR_FORMAT, "must be a uint32", "alignment int32");
     expect_patch(L.kv[1].val, 1u << 20, 4, CERA_ERR_FORMAT, "past the end of the file", "alignment 2^20");
     expect_patch(L.kv[1].val, 16, 4, CERA_OK, NULL, "alignment 16 (offsets stay aligned)");
+    expect_patch(L.kv[1].val, 4, 4, CERA_ERR_FORMAT, "general.alignment 4 is not a multiple of 8",
+                 "alignment 4");
+    expect_patch(L.kv[1].val, 1, 4, CERA_ERR_FORMAT, "general.alignment 1 is not a multiple of 8",
+                 "alignment 1");
 }
 
 static void tensor_fields(void) {

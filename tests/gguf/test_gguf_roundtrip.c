@@ -347,12 +347,16 @@ static void writer_errors(void) {
     CHECK(gguf_writer_write(w, CERA_BINARY_DIR "/never.gguf", &err) == CERA_ERR_INVALID_ARG &&
               !file_exists(CERA_BINARY_DIR "/never.gguf"),
           "string alignment: %s", err.message);
-    gguf_writer_set_u32(w, "general.alignment", 1);
-    CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_OK, "alignment 1: %s", err.message);
+    gguf_writer_set_u32(w, "general.alignment", 4);
+    CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_ERR_INVALID_ARG &&
+              strstr(err.message, "multiple of 8"),
+          "alignment 4: %s", err.message);
+    gguf_writer_set_u32(w, "general.alignment", 8);
+    CHECK(gguf_writer_to_memory(w, &data, &size, &err) == CERA_OK, "alignment 8: %s", err.message);
     gguf_file *f = NULL;
-    CHECK(gguf_open_memory(data, size, &f, &err) == CERA_OK && f->alignment == 1 &&
+    CHECK(gguf_open_memory(data, size, &f, &err) == CERA_OK && f->alignment == 8 &&
               f->data_offset + 16 == f->size,
-          "alignment 1 read back: %s", err.message);
+          "alignment 8 read back: %s", err.message);
     gguf_close(f);
     free(data);
     CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", &err) == CERA_ERR_IO &&

@@ -118,6 +118,46 @@ static void run_edit(const gguf_file *src, const edit *e) {
     free(buf);
 }
 
+/* A valid file at an odd address (gguf_open_memory takes any buffer): the loader refuses
+ * the misaligned F32 data by name instead of handing kernels unaligned floats. */
+static void check_misaligned(const gguf_file *src) {
+    gguf_writer *w = gguf_writer_new();
+    cera_error err;
+    for (uint64_t i = 0; i < src->n_kv; i++) gguf_writer_set_value(w, src->kv[i].key, &src->kv[i].value);
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *t = &src->tensors[i];
+        char name[128];
+        gguf_str_copy(t->name, name, sizeof name);
+        gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, &err);
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK(gguf_writer_to_memory(w, &buf, &size, &err) == CERA_OK, "misaligned: write: %s", err.message);
+    gguf_writer_free(w);
+    uint8_t *odd = buf ? malloc(size + 8) : NULL;
+    if (odd) {
+        for (int shift = 0; shift < 2; shift++) {
+            memcpy(odd + shift, buf, size);
+            gguf_file *f = NULL;
+            cera_model m;
+            CHECK(gguf_open_memory(odd + shift, size, &f, &err) == CERA_OK, "misaligned: parse: %s",
+                  err.message);
+            const cera_status st = f ? cera_model_load(f, &m, &err) : CERA_ERR_INTERNAL;
+            if (shift == 0) {
+                CHECK(st == CERA_OK, "aligned copy: %s", err.message);
+                if (st == CERA_OK) cera_model_free(&m);
+            } else {
+                CHECK(st == CERA_ERR_FORMAT && strstr(err.message, "not aligned") &&
+                          strstr(err.message, "token_embd.weight"),
+                      "misaligned data: status %d (%s)", (int)st, err.message);
+            }
+            gguf_close(f);
+        }
+    }
+    free(odd);
+    free(buf);
+}
+
 static void check_hparams(void) {
     struct {
         const char *file;
@@ -178,6 +218,7 @@ int main(void) {
         CHECK(cera_model_load(src, &m, &err) == CERA_OK, "synth-llama-f32: %s", err.message);
         cera_model_free(&m);
         for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) run_edit(src, &edits[i]);
+        check_misaligned(src);
         gguf_close(src);
     }
     check_hparams();
