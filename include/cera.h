@@ -84,9 +84,9 @@ typedef enum cera_device {
 } cera_device;
 
 typedef struct cera_engine_params {
-    int n_threads;        /* CPU threads; 0 = one per core */
-    int n_ctx;            /* context size per session; 0 = the model's, capped at 4096 */
-    int n_batch;          /* most tokens per forward call; 0 = 512 */
+    int n_threads;        /* CPU threads; 0 = one per core; at most 1024 */
+    int n_ctx;            /* context size per session; 0 = the model's, capped at 4096; at most 1<<24 */
+    int n_batch;          /* most tokens per forward call; 0 = 512; at most 1<<24 */
     cera_kv_type kv_type; /* KV cache element type */
     cera_device device;
 } cera_engine_params;
@@ -160,10 +160,17 @@ CERA_API cera_status cera_session_create(cera_engine *engine, const cera_session
                                          cera_session **out, cera_error *err);
 CERA_API void cera_session_free(cera_session *session);
 
-/* Number of tokens in the session's timeline (its position). */
+/* Number of evaluated tokens in the session's timeline (its position). The last token a
+ * cera_generate streamed is not counted yet: it is evaluated (one forward, as inside one long
+ * generation) at the start of the next cera_session_eval, cera_session_sample or
+ * cera_generate, so that a continuation gives exactly what one longer generation gives and
+ * no forward is spent when nothing follows. cera_session_truncate drops it. */
 CERA_API int cera_session_n_past(const cera_session *session);
 
-/* Drops every token at positions >= n_keep (0 clears the session). */
+/* Drops every token at positions >= n_keep (0 clears the session), with a generated
+ * token not yet evaluated and the last eval's logits. The sampler is reset: its penalty
+ * history becomes the kept tokens' and its RNG restarts from the seed (so truncate(0) and
+ * the same prompt repeat a generation). n_keep outside 0..n_past: CERA_ERR_INVALID_ARG. */
 CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
 
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of
@@ -180,7 +187,11 @@ CERA_API const float *cera_session_logits(const cera_session *session, int i);
  * chain (does not append it). Also records it for the repetition penalties. */
 CERA_API cera_token cera_session_sample(cera_session *session);
 
-CERA_API void cera_session_set_sampler(cera_session *session, const cera_sampler_params *params);
+/* Replaces the session's sampler chain. The new one starts from its seed with the penalty
+ * history of the session's timeline. Invalid parameters (cera_sampler_params' ranges) are
+ * CERA_ERR_INVALID_ARG and leave the current sampler in place. */
+CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_sampler_params *params,
+                                              cera_error *err);
 
 /* ---- Generation ------------------------------------------------------------ */
 
@@ -200,6 +211,10 @@ CERA_API cera_generate_params cera_generate_default_params(void);
 
 /* Evaluates the prompt tokens, then samples and evaluates until n_predict, an
  * end-of-generation token, a stop string, the callback's false or the cancel flag.
+ * The last streamed token stays pending (see cera_session_n_past): the prompt of the next
+ * call follows it, and a call with no prompt continues after it, so two calls of n tokens
+ * give the same tokens as one call of 2n. An end-of-generation token is not streamed and
+ * not kept. With no prompt and nothing evaluated before, CERA_ERR_INVALID_ARG.
  * *n_generated (when non-NULL) receives the count of generated tokens. */
 CERA_API cera_status cera_generate(cera_session *session, const cera_token *prompt, size_t n_prompt,
                                    const cera_generate_params *params, cera_token_callback cb, void *user,

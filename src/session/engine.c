@@ -47,6 +47,12 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
     cera_engine_params p = params ? *params : cera_engine_default_params();
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "negative n_ctx, n_batch or n_threads");
+    /* bounds that keep every position, block count and per-batch size product in an int */
+    if (p.n_ctx > CERA_MAX_CTX || p.n_batch > CERA_MAX_CTX)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "n_ctx %d or n_batch %d exceeds %d", p.n_ctx, p.n_batch,
+                         CERA_MAX_CTX);
+    if (p.n_threads > 1024)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "n_threads %d exceeds 1024", p.n_threads);
     if (p.kv_type != CERA_KV_F16 && p.kv_type != CERA_KV_F32)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
 

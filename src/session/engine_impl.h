@@ -23,6 +23,9 @@
 #include "session/lora.h"
 #include "tokenizer/tokenizer.h"
 
+/* The largest n_ctx and n_batch an engine accepts (cera.h): positions + a batch stay far from INT_MAX. */
+#define CERA_MAX_CTX (1 << 24)
+
 struct cera_engine {
     gguf_file *file;
     cera_model model;
@@ -39,6 +42,7 @@ struct cera_session {
     cera_kv_pool *pool;
     cera_kv_seq seq;
     cera_kv_seq *seqs[1];
+    cera_token *tokens; /* [n_ctx]: the evaluated timeline, to rebuild the penalty history on truncate */
     cera_sampler *sampler;
     cera_sampler_params sampler_params;
     /* the last eval's logits: [n_logit_rows, n_vocab] */
@@ -49,6 +53,10 @@ struct cera_session {
     int last_eval_n;
     /* the token cera_session_sample recorded; the eval that appends it does not record it again */
     cera_token pending_sampled;
+    /* the last token cera_generate streamed without evaluating it (-1: none): the next
+     * eval, sample or generate evaluates it first, so that a continuation equals one long
+     * generation without a forward wasted when nothing follows */
+    cera_token pending_eval;
     /* one forward call's arrays, [n_batch] */
     int32_t *pos, *seq_idx;
     bool *want;
@@ -56,5 +64,8 @@ struct cera_session {
     cera_lora_set lora;
     cera_lora_batch lora_batch;
 };
+
+/* Evaluates the pending generated token, if any (session.c). */
+cera_status cera_session_flush_pending(cera_session *s, cera_error *err);
 
 #endif

@@ -58,8 +58,10 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     if (p.n_stop < 0 || (p.n_stop > 0 && !p.stop))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: bad stop strings");
     cera_engine *e = s->engine;
-    cera_status st;
-    if (n_prompt && (st = cera_session_eval(s, prompt, n_prompt, false, err))) return st;
+    /* a token the last generation streamed is evaluated first (by the prompt's eval) */
+    cera_status st =
+        n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);
+    if (st) return st;
     if (!cera_session_logits(s, -1))
         return cera_fail(err, CERA_ERR_INVALID_ARG,
                          "cera_generate: no prompt and no logits to continue from");
@@ -88,6 +90,8 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
             st = cera_fail(err, CERA_ERR_CANCELLED, "generation cancelled");
             break;
         }
+        /* the previous token, streamed last time round */
+        if ((st = cera_session_flush_pending(s, err))) break;
         const cera_token t = cera_session_sample(s);
         if (t < 0) {
             st = cera_fail(err, CERA_ERR_INTERNAL, "sampler returned no token");
@@ -98,12 +102,14 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         int len = cera_detok_push(&dt, t, piece, piece_cap);
         if (len < 0) len = 0;
         n_gen++;
+        /* part of the timeline from here on; evaluated when anything follows (the next
+         * round, or the next eval/sample/generate), never when nothing does */
+        s->pending_eval = t;
         const bool stop = max_stop && window_push(win, &win_len, win_cap, piece, (size_t)len, &p);
         if (cb && !cb(t, piece, (size_t)len, user)) break;
         if (stop) break;
         if (p.n_predict >= 0 && n_gen >= p.n_predict) break;
         if (cera_session_n_past(s) >= e->params.n_ctx) break; /* context full: a normal end */
-        if ((st = cera_session_eval(s, &t, 1, false, err))) break;
     }
     /* bytes of an unfinished character, passed on as they are */
     const int rest = cera_detok_flush(&dt, piece, piece_cap);

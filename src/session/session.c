@@ -27,6 +27,7 @@ void cera_session_free(cera_session *s) {
     cera_kv_pool_free(s->pool);
     cera_sampler_free(s->sampler);
     free(s->logits);
+    free(s->tokens);
     free(s->pos);
     free(s->seq_idx);
     free(s->want);
@@ -42,6 +43,7 @@ cera_status cera_session_create(cera_engine *e, const cera_session_params *param
     if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "session");
     s->engine = e;
     s->pending_sampled = -1;
+    s->pending_eval = -1;
     const cera_hparams *hp = &e->model.hp;
     const int n_ctx = e->params.n_ctx, nb = e->params.n_batch;
     cera_status st;
@@ -59,7 +61,8 @@ cera_status cera_session_create(cera_engine *e, const cera_session_params *param
     s->pos = malloc((size_t)nb * sizeof(int32_t));
     s->seq_idx = calloc((size_t)nb, sizeof(int32_t));
     s->want = malloc((size_t)nb * sizeof(bool));
-    if (!s->logits || !s->pos || !s->seq_idx || !s->want) {
+    s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
+    if (!s->logits || !s->pos || !s->seq_idx || !s->want || !s->tokens) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "session buffers");
         goto fail;
     }
@@ -74,10 +77,32 @@ int cera_session_n_past(const cera_session *s) { return s->seq.n_pos; }
 
 cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) {
     cera_error_clear(err);
-    if (n_keep < 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: n_keep %d < 0", n_keep);
+    if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: session is NULL");
+    if (n_keep < 0 || n_keep > s->seq.n_pos)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: n_keep %d outside 0..%d (n_past)", n_keep,
+                         s->seq.n_pos);
     if (n_keep < s->seq.n_pos) cera_kv_seq_truncate(&s->seq, n_keep);
+    /* the timeline ends at n_keep: a generated token not yet evaluated goes too, and the
+     * penalty history becomes the kept tokens' (the RNG restarts from its seed) */
+    s->pending_eval = -1;
+    s->pending_sampled = -1;
+    cera_sampler_reset(s->sampler);
+    for (int i = 0; i < n_keep; i++) cera_sampler_accept(s->sampler, s->tokens[i]);
     s->n_logit_rows = 0;
     return CERA_OK;
+}
+
+static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
+                               cera_error *err);
+
+cera_status cera_session_flush_pending(cera_session *s, cera_error *err) {
+    if (s->pending_eval < 0) return CERA_OK;
+    const cera_token t = s->pending_eval;
+    s->pending_eval = -1;
+    /* a batch of one, as the token would have been inside one long generation */
+    const cera_status st = eval_tokens(s, &t, 1, false, err);
+    if (st) s->pending_eval = t; /* still the timeline's next token (e.g. a full context) */
+    return st;
 }
 
 cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
@@ -85,7 +110,13 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
     cera_error_clear(err);
     if (!s || (!tokens && n_tokens))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_eval: NULL argument");
-    if (n_tokens == 0) return CERA_OK;
+    cera_status st = cera_session_flush_pending(s, err);
+    if (st || n_tokens == 0) return st;
+    return eval_tokens(s, tokens, n_tokens, all_logits, err);
+}
+
+static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
+                               cera_error *err) {
     cera_engine *e = s->engine;
     const int n_vocab = e->model.hp.n_vocab;
     const int n_past = s->seq.n_pos;
@@ -140,6 +171,7 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
         done += (size_t)n;
         s->seq.n_pos = n_past + (int)done;
     }
+    memcpy(s->tokens + n_past, tokens, n_tokens * sizeof *tokens);
     for (size_t i = 0; i < n_tokens; i++) {
         if (i == 0 && tokens[0] == s->pending_sampled) continue; /* already recorded by sample */
         cera_sampler_accept(s->sampler, tokens[i]);
@@ -160,6 +192,7 @@ const float *cera_session_logits(const cera_session *s, int i) {
 }
 
 cera_token cera_session_sample(cera_session *s) {
+    if (!s || cera_session_flush_pending(s, NULL)) return -1;
     const float *l = cera_session_logits(s, -1);
     if (!l) return -1;
     const cera_token t = cera_sampler_sample(s->sampler, l);
@@ -168,10 +201,17 @@ cera_token cera_session_sample(cera_session *s) {
     return t;
 }
 
-void cera_session_set_sampler(cera_session *s, const cera_sampler_params *params) {
+cera_status cera_session_set_sampler(cera_session *s, const cera_sampler_params *params, cera_error *err) {
+    cera_error_clear(err);
+    if (!s || !params) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_set_sampler: NULL argument");
     cera_sampler *ns = NULL;
-    if (cera_sampler_new(params, s->engine->model.hp.n_vocab, &ns, NULL) != CERA_OK) return;
+    const cera_status st = cera_sampler_new(params, s->engine->model.hp.n_vocab, &ns, err);
+    if (st) return st; /* the session keeps its sampler */
+    /* the penalty history carries over: the new sampler has seen the timeline's tokens */
+    for (int i = 0; i < s->seq.n_pos; i++) cera_sampler_accept(ns, s->tokens[i]);
+    if (s->pending_eval >= 0) cera_sampler_accept(ns, s->pending_eval);
     cera_sampler_free(s->sampler);
     s->sampler = ns;
     s->sampler_params = *params;
+    return CERA_OK;
 }

@@ -11,6 +11,7 @@
  *   - cera_generate: greedy ids equal llama.cpp's, stop strings, cancel flag, n_predict;
  *   - tokenization adds BOS as the metadata asks (the golden prompt's tokens).
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,6 +322,20 @@ static void test_errors(void) {
     CHECK(cera_engine_open(shared_path("golden/no-such-model.gguf"), NULL, &e, &err) == CERA_ERR_IO && !e,
           "missing file: %s", err.message);
 
+    /* sizes that would overflow int arithmetic are refused at open */
+    const int huge[3][3] = {{INT_MAX, 0, 0}, {256, INT_MAX, 0}, {(1 << 24) + 1, 0, 0}};
+    for (int i = 0; i < 3; i++) {
+        cera_engine_params ep = cera_engine_default_params();
+        ep.device = CERA_DEVICE_CPU;
+        ep.n_ctx = huge[i][0];
+        ep.n_batch = huge[i][1];
+        const cera_status st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
+        CHECK(st == CERA_ERR_INVALID_ARG && !e && strstr(err.message, "exceeds"),
+              "n_ctx %d n_batch %d: %d (%s)", ep.n_ctx, ep.n_batch, (int)st, err.message);
+        cera_engine_close(e);
+        e = NULL;
+    }
+
     e = open_model(STORIES, 1, 32, CERA_KV_F16);
     cera_session *s = NULL;
     if (!e || cera_session_create(e, NULL, &s, &err)) goto done;
@@ -428,6 +443,142 @@ done:
     free(greedy);
 }
 
+/* Two generations of 4 tokens (the second with no prompt) give the tokens of one of 8:
+ * the last streamed token is evaluated before the continuation samples again. The same
+ * when the first stops by its callback's false. */
+static bool stop_after_4(cera_token t, const char *piece, size_t len, void *user) {
+    on_token(t, piece, len, user);
+    return ((collect *)user)->n < 4;
+}
+
+static void test_generate_continue(void) {
+    size_t np = 0;
+    int32_t *prompt = read_ints(shared_path("golden/stories260K.p1.tokens"), &np);
+    cera_engine *e = open_model(STORIES, 1, 512, CERA_KV_F16);
+    cera_session *s = NULL;
+    cera_error err;
+    cera_session_params sp = cera_session_default_params();
+    sp.sampler.temp = 0.8f; /* a seeded draw: the sampler's state must follow too */
+    sp.sampler.seed = 1234;
+    sp.sampler.repeat_penalty = 1.3f;
+    collect *one = calloc(1, sizeof *one), *two = calloc(1, sizeof *two);
+    if (!prompt || !e || !one || !two || cera_session_create(e, &sp, &s, &err)) {
+        CHECK(false, "setup");
+        goto done;
+    }
+    cera_generate_params gp = cera_generate_default_params();
+    gp.n_predict = 8;
+    int n1 = 0, n2 = 0, n3 = 0;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, one, &n1, &err) == CERA_OK && n1 == 8, "one call of 8");
+    cera_session_free(s);
+    s = NULL;
+    if (cera_session_create(e, &sp, &s, &err)) goto done;
+    gp.n_predict = 4;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, two, &n2, &err) == CERA_OK && n2 == 4, "first of 4");
+    CHECK(cera_session_n_past(s) == (int)np + 3, "n_past %d before the continuation", cera_session_n_past(s));
+    CHECK(cera_generate(s, NULL, 0, &gp, on_token, two, &n3, &err) == CERA_OK && n3 == 4, "second of 4: %s",
+          err.message);
+    CHECK(two->n == 8 && !memcmp(one->ids, two->ids, 8 * sizeof *one->ids) && !strcmp(one->text, two->text),
+          "4 + 4 tokens differ from 8: '%s' vs '%s'", two->text, one->text);
+    /* stopped by the callback, continued by a generation with no prompt */
+    cera_session_free(s);
+    s = NULL;
+    if (cera_session_create(e, &sp, &s, &err)) goto done;
+    memset(two, 0, sizeof *two);
+    gp.n_predict = 8;
+    CHECK(cera_generate(s, prompt, np, &gp, stop_after_4, two, &n2, &err) == CERA_OK && n2 == 4,
+          "callback stop: %d", n2);
+    gp.n_predict = 4;
+    CHECK(cera_generate(s, NULL, 0, &gp, on_token, two, &n3, &err) == CERA_OK && n3 == 4, "continuation");
+    CHECK(two->n == 8 && !memcmp(one->ids, two->ids, 8 * sizeof *one->ids),
+          "callback stop + 4 differ from 8");
+done:
+    free(one);
+    free(two);
+    cera_session_free(s);
+    cera_engine_close(e);
+    free(prompt);
+}
+
+/* Truncating follows the timeline: the pending generated token is dropped and the
+ * penalty history becomes the kept tokens' (a strong repeat penalty makes any leftover
+ * history change the tokens); n_keep past n_past is an error. */
+static void test_truncate_timeline(void) {
+    size_t np = 0;
+    int32_t *prompt = read_ints(shared_path("golden/stories260K.p1.tokens"), &np);
+    cera_engine *e = open_model(STORIES, 1, 512, CERA_KV_F16);
+    cera_session *s = NULL;
+    cera_error err;
+    cera_session_params sp = cera_session_default_params();
+    sp.sampler.temp = 0;
+    sp.sampler.repeat_penalty = 2.0f;
+    collect *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b), *c = calloc(1, sizeof *c);
+    if (!prompt || np < 2 || !e || !a || !b || !c || cera_session_create(e, &sp, &s, &err)) {
+        CHECK(false, "setup");
+        goto done;
+    }
+    cera_generate_params gp = cera_generate_default_params();
+    gp.n_predict = 12;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, a, NULL, &err) == CERA_OK && a->n == 12, "first");
+    CHECK(cera_session_truncate(s, cera_session_n_past(s) + 1, &err) == CERA_ERR_INVALID_ARG,
+          "truncate past n_past");
+    /* cleared: the same prompt gives the same tokens */
+    CHECK(cera_session_truncate(s, 0, &err) == CERA_OK, "truncate 0");
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, b, NULL, &err) == CERA_OK, "again");
+    CHECK(b->n == 12 && !memcmp(a->ids, b->ids, 12 * sizeof *a->ids), "after truncate(0): '%s' vs '%s'",
+          b->text, a->text);
+    /* back to the prompt less its last token, which is then evaluated again */
+    CHECK(cera_session_truncate(s, (int)np - 1, &err) == CERA_OK && cera_session_n_past(s) == (int)np - 1,
+          "truncate to the prompt");
+    CHECK(cera_generate(s, prompt + np - 1, 1, &gp, on_token, c, NULL, &err) == CERA_OK, "regenerate: %s",
+          err.message);
+    CHECK(c->n == 12 && !memcmp(a->ids, c->ids, 12 * sizeof *a->ids) &&
+              cera_session_n_past(s) == (int)np + 11,
+          "after truncate(%zu): '%s' vs '%s'", np - 1, c->text, a->text);
+done:
+    free(a);
+    free(b);
+    free(c);
+    cera_session_free(s);
+    cera_engine_close(e);
+    free(prompt);
+}
+
+/* cera_session_set_sampler: invalid parameters are an error that keeps the old chain;
+ * valid ones take effect (greedy then gives llama.cpp's greedy tokens). */
+static void test_set_sampler(void) {
+    size_t np = 0, ng = 0;
+    int32_t *prompt = read_ints(shared_path("golden/stories260K.p1.tokens"), &np);
+    int32_t *greedy = read_ints(shared_path("golden/stories260K.p1.greedy"), &ng);
+    cera_engine *e = open_model(STORIES, 1, 512, CERA_KV_F16);
+    cera_session *s = NULL;
+    cera_error err;
+    collect *c = calloc(1, sizeof *c);
+    if (!prompt || !greedy || !e || !c || cera_session_create(e, NULL, &s, &err)) {
+        CHECK(false, "setup");
+        goto done;
+    }
+    cera_sampler_params sp = cera_sampler_default_params();
+    sp.temp = 0;
+    CHECK(cera_session_set_sampler(s, NULL, &err) == CERA_ERR_INVALID_ARG, "NULL params");
+    sp.top_p = 2.0f;
+    CHECK(cera_session_set_sampler(s, &sp, &err) == CERA_ERR_INVALID_ARG && strstr(err.message, "top_p"),
+          "top_p 2: %s", err.message);
+    sp.top_p = 0.95f;
+    CHECK(cera_session_set_sampler(s, &sp, &err) == CERA_OK, "greedy: %s", err.message);
+    cera_generate_params gp = cera_generate_default_params();
+    gp.n_predict = (int)ng;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, c, NULL, &err) == CERA_OK && c->n == (int)ng &&
+              !memcmp(c->ids, greedy, ng * sizeof *greedy),
+          "greedy after set_sampler differs from llama.cpp's");
+done:
+    free(c);
+    cera_session_free(s);
+    cera_engine_close(e);
+    free(prompt);
+    free(greedy);
+}
+
 int main(void) {
     test_batch_vs_steps(STORIES, "golden/stories260K.p3.tokens");
     test_batch_vs_steps("golden/synth-llama-f32.gguf", "golden/synth-llama-f32.tokens");
@@ -441,5 +592,8 @@ int main(void) {
     test_truncate_and_kv_f32();
     test_errors();
     test_generate();
+    test_generate_continue();
+    test_truncate_timeline();
+    test_set_sampler();
     return test_finish();
 }
