@@ -196,7 +196,6 @@ void tok_scratch_free(tok_scratch *s) {
     free(s->buf2);
     free(s->buf3);
     free(s->buf4);
-    free(s->cpts);
     free(s->pieces);
     free(s->pieces2);
     free(s->syms);

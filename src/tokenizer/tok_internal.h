@@ -237,8 +237,6 @@ typedef struct tok_scratch {
     size_t buf3_cap;
     char *buf4; /* category-collapsed regex subject */
     size_t buf4_cap;
-    uint32_t *cpts;
-    size_t cpts_cap;
     size_t *pieces; /* piece boundaries (byte offsets, pairs) */
     size_t pieces_cap;
     size_t *pieces2;
