@@ -95,6 +95,12 @@ static void cuda_free(cera_backend *b) {
 cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_params *params,
                                    cera_backend **out, cera_error *err) {
     *out = NULL;
+    /* the device kernels keep K/V in F16 only: an F32 cache is refused rather than served as F16
+     * (AUTO then falls back to the CPU, which has both) */
+    if (params->kv_type != CERA_KV_F16)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "the CUDA backend supports only an F16 KV cache (asked: %s)",
+                         params->kv_type == CERA_KV_F32 ? "F32" : "unknown");
     cera_cuda_params p = cera_cuda_default_params();
     p.n_ctx = params->n_ctx > 0 ? params->n_ctx : 4096;
     p.n_batch = params->n_batch > 0 ? params->n_batch : 512;
