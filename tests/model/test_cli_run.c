@@ -3,7 +3,9 @@
  *   - `cera run --temp 0 --ids` on stories260K prints llama.cpp's greedy continuation;
  *   - `cera logits --tokens` writes the golden's layout and values; `-p` adds BOS like
  *     llama.cpp (the same file as from the golden's tokens);
- *   - --help succeeds, usage errors exit 2, a missing model exits 1 with "cera: ...".
+ *   - -f gives the logits of -p (one trailing newline dropped);
+ *   - --help succeeds, usage errors (bad -t/-c/--kv/--device values, in both commands) exit 2, a missing
+ * model exits 1 with "cera: ...".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +90,7 @@ int main(void) {
     CHECK(got && ref && nb == nr, "logits file size %zu, golden %zu", nb, nr);
     CHECK(got_p && np == nb && !memcmp(got, got_p, nb),
           "logits from -p differ from those of the golden's tokens");
+    CHECK(got_f && got_p && nf == np && !memcmp(got_f, got_p, np), "logits from -f differ from those of -p");
     if (got && ref && nb == nr) {
         const int nv = 512; /* stories260K's vocabulary */
         double w = 0;
@@ -107,6 +110,16 @@ int main(void) {
     CHECK(run_command(cmd) == 2, "run without -m exits 2");
     snprintf(cmd, sizeof cmd, "%s logits -m %s -o /dev/null 2>/dev/null", CERA_CLI, model);
     CHECK(run_command(cmd) == 2, "logits without a prompt exits 2");
+    /* the shared engine options are validated alike in run and logits */
+    const char *bad[] = {"-t abc",        "-t -1",   "-t 12x",       "-c 99999999999",
+                         "-c 2147483647", "--kv f8", "--device gpu", "-c"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s logits -m %s -p hi -o /dev/null %s 2>/dev/null", CERA_CLI, model,
+                 bad[i]);
+        CHECK(run_command(cmd) == 2, "logits %s exits 2", bad[i]);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 %s 2>/dev/null", CERA_CLI, model, bad[i]);
+        CHECK(run_command(cmd) == 2, "run %s exits 2", bad[i]);
+    }
     snprintf(cmd, sizeof cmd, "%s run -m /nonexistent/model.gguf -p hi 2> %s", CERA_CLI, out_err);
     CHECK(run_command(cmd) == 1, "missing model exits 1");
     size_t ne = 0;

@@ -18,22 +18,15 @@
 static void help(FILE *out) {
     fprintf(out, "usage: cera logits -m MODEL (-p TEXT | -f FILE | --tokens FILE) -o OUT [options]\n\n"
                  "Writes the logits of every prompt position as raw little-endian float32,\n"
-                 "n_tokens x n_vocab, row after row.\n\n"
-                 "  -m MODEL         a GGUF model\n"
-                 "  -p TEXT          the prompt\n"
-                 "  -f FILE          the prompt, from a file\n"
-                 "  --tokens FILE    token ids, one per line, used as they are (no BOS added)\n"
-                 "  -o OUT           the output file\n"
-                 "  -t N             threads (default: one per core)\n"
-                 "  -c N             context size (default: the model's, at most 4096)\n"
-                 "  --kv f16|f32     KV cache type (default f16, as llama.cpp)\n"
-                 "  --device D       cpu, cuda or auto (default: cuda when built in and a GPU "
-                 "exists)\n" CLI_LORA_HELP);
+                 "n_tokens x n_vocab, row after row.\n\n" CLI_ENGINE_HELP
+                 "  --tokens FILE         token ids, one per line, used as they are (no BOS added)\n"
+                 "  -o OUT                the output file\n" CLI_LORA_HELP);
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *text = NULL, *file = NULL, *tokfile = NULL, *outp = NULL;
-    cera_engine_params ep = cera_engine_default_params();
+    const char *tokfile = NULL, *outp = NULL;
+    cli_engine_opts o;
+    cli_engine_opts_init(&o);
     cli_lora_list lora = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -46,39 +39,24 @@ int cmd_logits(int argc, char **argv) {
             if (lr < 0) return 2;
             continue;
         }
+        const int er = cli_engine_opt("logits", argc, argv, &i, &o);
+        if (er) {
+            if (er < 0) return 2;
+            continue;
+        }
         if (i + 1 >= argc) return cli_usage_error("logits", "unknown option or missing value: %s", a);
         const char *v = argv[++i];
-        if (!strcmp(a, "-m"))
-            model = v;
-        else if (!strcmp(a, "-p"))
-            text = v;
-        else if (!strcmp(a, "-f"))
-            file = v;
-        else if (!strcmp(a, "--tokens"))
+        if (!strcmp(a, "--tokens"))
             tokfile = v;
         else if (!strcmp(a, "-o"))
             outp = v;
-        else if (!strcmp(a, "-t"))
-            ep.n_threads = atoi(v);
-        else if (!strcmp(a, "-c"))
-            ep.n_ctx = atoi(v);
-        else if (!strcmp(a, "--kv")) {
-            if (!strcmp(v, "f16"))
-                ep.kv_type = CERA_KV_F16;
-            else if (!strcmp(v, "f32"))
-                ep.kv_type = CERA_KV_F32;
-            else
-                return cli_usage_error("logits", "--kv takes f16 or f32, not '%s'", v);
-        } else if (!strcmp(a, "--device")) {
-            if (!cli_parse_device(v, &ep.device))
-                return cli_usage_error("logits", "--device takes cpu, cuda or auto, not '%s'", v);
-        } else
+        else
             return cli_usage_error("logits", "unknown option: %s", a);
     }
+    const char *model = o.model, *text = o.text, *file = o.file;
     if (!model || !outp) return cli_usage_error("logits", "-m MODEL and -o OUT are required (see --help)");
     if (!!text + !!file + !!tokfile != 1)
         return cli_usage_error("logits", "give exactly one of -p TEXT, -f FILE, --tokens FILE");
-    if (ep.n_threads < 0 || ep.n_ctx < 0) return cli_usage_error("logits", "-t and -c must be >= 0");
 
     cera_error err = {0};
     cera_engine *e = NULL;
@@ -87,7 +65,7 @@ int cmd_logits(int argc, char **argv) {
     size_t n = 0;
     char *buf = NULL;
     int rc = 1;
-    if (cera_engine_open(model, &ep, &e, &err)) goto done;
+    if (cera_engine_open(model, &o.ep, &e, &err)) goto done;
     if (tokfile) {
         if (cli_read_tokens(tokfile, &toks, &n, &err)) goto done;
     } else {

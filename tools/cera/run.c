@@ -6,6 +6,7 @@
  * its logits with llama.cpp's default sampler chain; --temp 0 is greedy. With --ids
  * only the generated token ids are printed, on one line, each preceded by a space.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,7 @@ static void help(FILE *out) {
     fprintf(
         out,
         "usage: cera run -m MODEL (-p TEXT | -f FILE) [options]\n\n"
-        "Generates text after the prompt and streams it to stdout; speeds go to stderr.\n\n"
-        "  -m MODEL              a GGUF model\n"
-        "  -p TEXT               the prompt\n"
-        "  -f FILE               the prompt, from a file\n"
+        "Generates text after the prompt and streams it to stdout; speeds go to stderr.\n\n" CLI_ENGINE_HELP
         "  -n N                  tokens to generate at most (default -1: until end of text or full context)\n"
         "  --temp T              temperature (default 0.8; 0 = greedy)\n"
         "  --top-k K             top-k (default 40; 0 disables)\n"
@@ -30,10 +28,6 @@ static void help(FILE *out) {
         "  --min-p M             min-p (default 0.05; 0 disables)\n"
         "  --repeat-penalty R    repetition penalty over the last 64 tokens (default 1: off)\n"
         "  --seed S              the sampler's seed (default 0)\n"
-        "  -t N                  threads (default: one per core)\n"
-        "  -c N                  context size (default: the model's, at most 4096)\n"
-        "  --kv f16|f32          KV cache type (default f16, as llama.cpp)\n"
-        "  --device D            cpu, cuda or auto (default: cuda when built in and a GPU exists)\n"
         "  --ids                 print the generated token ids instead of text\n" CLI_LORA_HELP);
 }
 
@@ -57,21 +51,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool parse_float(const char *v, float *out) {
-    char *end;
-    *out = strtof(v, &end);
-    return end != v && *end == '\0';
-}
-
-static bool parse_int(const char *v, long *out) {
-    char *end;
-    *out = strtol(v, &end, 10);
-    return end != v && *end == '\0';
-}
-
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *text = NULL, *file = NULL;
-    cera_engine_params ep = cera_engine_default_params();
+    cli_engine_opts o;
+    cli_engine_opts_init(&o);
     cera_session_params sp = cera_session_default_params();
     cera_generate_params gp = cera_generate_default_params();
     run_state rs = {false};
@@ -87,6 +69,11 @@ int cmd_run(int argc, char **argv) {
             if (lr < 0) return 2;
             continue;
         }
+        const int er = cli_engine_opt("run", argc, argv, &i, &o);
+        if (er) {
+            if (er < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "--ids")) {
             rs.ids = true;
             continue;
@@ -96,39 +83,25 @@ int cmd_run(int argc, char **argv) {
         long l = 0;
         float f = 0;
         bool ok = true;
-        if (!strcmp(a, "-m"))
-            model = v;
-        else if (!strcmp(a, "-p"))
-            text = v;
-        else if (!strcmp(a, "-f"))
-            file = v;
-        else if (!strcmp(a, "-n"))
-            ok = parse_int(v, &l) && l >= -1 && l <= 1000000000, gp.n_predict = (int)l;
-        else if (!strcmp(a, "-t"))
-            ok = parse_int(v, &l) && l >= 0 && l <= 512, ep.n_threads = (int)l;
-        else if (!strcmp(a, "-c"))
-            ok = parse_int(v, &l) && l >= 0 && l <= 1 << 24, ep.n_ctx = (int)l;
+        if (!strcmp(a, "-n"))
+            ok = cli_parse_long(v, -1, 1000000000, &l), gp.n_predict = (int)l;
         else if (!strcmp(a, "--temp"))
-            ok = parse_float(v, &f), sp.sampler.temp = f;
+            ok = cli_parse_float(v, &f), sp.sampler.temp = f;
         else if (!strcmp(a, "--top-k"))
-            ok = parse_int(v, &l) && l >= 0 && l <= 1 << 30, sp.sampler.top_k = (int)l;
+            ok = cli_parse_long(v, 0, 1 << 30, &l), sp.sampler.top_k = (int)l;
         else if (!strcmp(a, "--top-p"))
-            ok = parse_float(v, &f) && f >= 0 && f <= 1, sp.sampler.top_p = f;
+            ok = cli_parse_float(v, &f) && f >= 0 && f <= 1, sp.sampler.top_p = f;
         else if (!strcmp(a, "--min-p"))
-            ok = parse_float(v, &f) && f >= 0 && f <= 1, sp.sampler.min_p = f;
+            ok = cli_parse_float(v, &f) && f >= 0 && f <= 1, sp.sampler.min_p = f;
         else if (!strcmp(a, "--repeat-penalty"))
-            ok = parse_float(v, &f) && f > 0, sp.sampler.repeat_penalty = f;
-        else if (!strcmp(a, "--kv"))
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32"),
-            ep.kv_type = strcmp(v, "f32") ? CERA_KV_F16 : CERA_KV_F32;
-        else if (!strcmp(a, "--device"))
-            ok = cli_parse_device(v, &ep.device);
+            ok = cli_parse_float(v, &f) && f > 0, sp.sampler.repeat_penalty = f;
         else if (!strcmp(a, "--seed"))
-            ok = parse_int(v, &l) && l >= 0, sp.sampler.seed = (uint64_t)l;
+            ok = cli_parse_long(v, 0, LONG_MAX, &l), sp.sampler.seed = (uint64_t)l;
         else
             return cli_usage_error("run", "unknown option: %s", a);
         if (!ok) return cli_usage_error("run", "bad value for %s: '%s'", a, v);
     }
+    const char *model = o.model, *text = o.text, *file = o.file;
     if (!model) return cli_usage_error("run", "-m MODEL is required (see --help)");
     if (!!text + !!file != 1) return cli_usage_error("run", "give exactly one of -p TEXT, -f FILE");
 
@@ -139,7 +112,7 @@ int cmd_run(int argc, char **argv) {
     char *buf = NULL;
     size_t n = 0;
     int rc = 1;
-    if (cera_engine_open(model, &ep, &e, &err)) goto fail;
+    if (cera_engine_open(model, &o.ep, &e, &err)) goto fail;
     size_t len = 0;
     if (file) {
         if (!(buf = cli_read_prompt(file, &len, &err))) goto fail;
