@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
 #include "testutil.h"
 
 static const char *cera;
@@ -79,6 +80,32 @@ int main(int argc, char **argv) {
         free(data);
     }
     corrupt("empty", "", 0, "truncated");
+
+    /* a tensor name with control bytes and quotes is printed escaped, as keys are */
+    gguf_writer *w = gguf_writer_new();
+    cera_error err;
+    const float four[4] = {1, 2, 3, 4};
+    const int64_t ne[1] = {4};
+    gguf_writer_add_tensor(w, "evil\x1b[2J\n\"name", CERA_TYPE_F32, 1, ne, four, &err);
+    void *buf = NULL;
+    size_t n = 0;
+    if (gguf_writer_to_memory(w, &buf, &n, &err) == CERA_OK) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/escaped-%d.gguf", CERA_BINARY_DIR, (int)getpid());
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            fwrite(buf, 1, n, f);
+            fclose(f);
+        }
+        snprintf(args, sizeof args, "inspect '%s'", path);
+        CHECK(run(args) == 0 && contains(out_path, "evil\\x1b[2J\\n\\\"name") && !contains(out_path, "\x1b"),
+              "tensor name not escaped");
+        remove(path);
+    } else {
+        CHECK(false, "write: %s", err.message);
+    }
+    free(buf);
+    gguf_writer_free(w);
 
     CHECK(run("inspect /nonexistent/model.gguf") == 1 &&
               contains(err_path, "cera: /nonexistent/model.gguf: "),

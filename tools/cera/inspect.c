@@ -151,8 +151,8 @@ int cmd_inspect(int argc, char **argv) {
 
     int name_w = 4;
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (f->tensors[i].name.len > (uint64_t)name_w) name_w = (int)f->tensors[i].name.len;
-    if (name_w > 48) name_w = 48;
+        if (f->tensors[i].name.len > (uint64_t)name_w)
+            name_w = f->tensors[i].name.len > 48 ? 48 : (int)f->tensors[i].name.len;
     printf("\ntensors:\n  %5s  %-*s  %-6s  %-26s  %12s  %12s\n", "#", name_w, "name", "type", "shape",
            "offset", "bytes");
     uint64_t params = 0, bytes = 0;
@@ -163,8 +163,10 @@ int cmd_inspect(int argc, char **argv) {
         for (uint32_t d = 0; d < t->n_dims; d++)
             n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
         snprintf(shape + n, sizeof shape - (size_t)n, "]");
-        printf("  %5llu  %-*.*s  %-6s  %-26s  %12llu  %12llu\n", (unsigned long long)i, name_w,
-               (int)t->name.len, t->name.data, cera_type_get(t->type)->name, shape,
+        /* names are file bytes: escaped like keys, so control bytes cannot garble the terminal */
+        printf("  %5llu  ", (unsigned long long)i);
+        for (int cols = print_escaped(t->name, t->name.len); cols < name_w; cols++) putchar(' ');
+        printf("  %-6s  %-26s  %12llu  %12llu\n", cera_type_get(t->type)->name, shape,
                (unsigned long long)t->offset, (unsigned long long)t->nbytes);
         params += (uint64_t)gguf_tensor_nelements(t);
         bytes += t->nbytes;
