@@ -436,6 +436,9 @@ static bool write_zeros(FILE *fp, uint64_t n) {
     return true;
 }
 
+/* Writes to PATH.tmp in the same directory, then renames it over PATH: an interrupted or
+ * failed write (a full disk, a killed quantize) never leaves a truncated PATH behind, and
+ * an existing PATH stays as it was until the new file is complete. */
 cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err) {
     wbuf h = {0};
     uint64_t a, data_size;
@@ -445,10 +448,21 @@ cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err)
         cera_error_prefix(err, "%s", path);
         return st;
     }
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
+    const size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) {
         free(h.p);
-        return cera_fail(err, CERA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: temporary name", path);
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        const int e = errno;
+        free(h.p);
+        st = cera_fail(err, CERA_ERR_IO, "%s: cannot create: %s", tmp, strerror(e));
+        free(tmp);
+        return st;
     }
     bool ok = fwrite(h.p, 1, h.n, fp) == h.n;
     free(h.p);
@@ -462,9 +476,16 @@ cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err)
         ok = false;
         e = errno;
     }
-    if (!ok) {
-        unlink(path);
-        return cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    if (ok && rename(tmp, path) != 0) {
+        st = cera_fail(err, CERA_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return st;
     }
-    return CERA_OK;
+    if (!ok) {
+        unlink(tmp);
+        st = cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    free(tmp);
+    return st;
 }

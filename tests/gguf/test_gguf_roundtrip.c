@@ -9,8 +9,10 @@
  * very same bytes, and checks the typed getters' conversions and the writer's errors.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -388,8 +390,47 @@ static void writer_errors(void) {
     gguf_writer_free(w);
 }
 
+/* A write that fails half-way (here the file size limit, as a full disk would) leaves
+ * neither a truncated OUT nor OUT.tmp, and an OUT that existed keeps its old bytes; a
+ * successful write replaces it whole. */
+static void test_write_no_partial(void) {
+    const char *out = CERA_BINARY_DIR "/partial.gguf", *tmp = CERA_BINARY_DIR "/partial.gguf.tmp";
+    remove(out);
+    gguf_writer *w = gguf_writer_new();
+    cera_error err;
+    static float big[16384];
+    const int64_t ne[1] = {16384};
+    gguf_writer_add_tensor(w, "big", CERA_TYPE_F32, 1, ne, big, &err);
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {8192, old.rlim_max};
+    CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit");
+    CHECK(gguf_writer_write(w, out, &err) == CERA_ERR_IO, "write past the size limit: %s", err.message);
+    CHECK(!file_exists(out) && !file_exists(tmp), "a failed write left a file behind");
+    FILE *f = fopen(out, "wb");
+    if (f) {
+        fputs("old", f);
+        fclose(f);
+    }
+    CHECK(gguf_writer_write(w, out, &err) == CERA_ERR_IO, "second failed write");
+    size_t n = 0;
+    char *text = read_file(out, &n);
+    CHECK(text && n == 3 && !memcmp(text, "old", 3) && !file_exists(tmp), "a failed write touched OUT");
+    free(text);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(gguf_writer_write(w, out, &err) == CERA_OK, "write: %s", err.message);
+    gguf_file *g = NULL;
+    CHECK(gguf_open(out, &g, &err) == CERA_OK && g->n_tensors == 1 && !file_exists(tmp), "read back: %s",
+          err.message);
+    gguf_close(g);
+    gguf_writer_free(w);
+    remove(out);
+}
+
 int main(void) {
     test_rng rng = {0x5eed};
+    test_write_no_partial();
     roundtrip(0, &rng);
     roundtrip(64, &rng);
     roundtrip(4096, &rng);
