@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # test.sh — configures, builds and runs cera's test suite with CTest.
 #   scripts/test.sh              Release build in build/
-#   scripts/test.sh --sanitize   ASan + UBSan build in build-asan/
+#   scripts/test.sh --sanitize   ASan + UBSan build in build-asan/, with clang when present
+# Both builds treat warnings as errors (-DCERA_WERROR=ON), so the suite is also a check
+# that the code is warning-free with gcc (Release) and clang (sanitizers).
 # Extra arguments after `--` go to ctest (e.g. -- -R gguf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
-cmake_args=(-DCMAKE_BUILD_TYPE=Release)
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCERA_WERROR=ON)
 if [ "${1:-}" = "--sanitize" ]; then
     shift
     dir=build-asan
-    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCERA_SANITIZE=ON)
+    cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCERA_SANITIZE=ON -DCERA_WERROR=ON)
+    if [ -z "${CC:-}" ] && command -v clang >/dev/null; then export CC=clang; fi
 fi
 [ "${1:-}" = "--" ] && shift
 cmake -S . -B "$dir" "${cmake_args[@]}" >/dev/null
