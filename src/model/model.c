@@ -181,6 +181,10 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
                          hp->head_dim);
 
     TRY(get_float(ld, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps));
+    if (hp->rms_eps < 0)
+        return cera_fail(ld->err, CERA_ERR_FORMAT,
+                         "key '%s.attention.layer_norm_rms_epsilon' is negative (%g)", ld->arch,
+                         (double)hp->rms_eps);
     TRY(get_float(ld, "rope.freq_base", 10000.0f, &hp->rope_base));
     if (hp->rope_base <= 0) return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: rope.freq_base <= 0", ld->arch);
 
@@ -196,6 +200,10 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     TRY(get_float(ld, "rope.scaling.factor", 0.0f, &factor));
     if (factor == 0.0f) TRY(get_float(ld, "rope.scale_linear", 0.0f, &factor));
     hp->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+    if (factor < 0 || !isfinite(hp->rope_freq_scale))
+        return cera_fail(ld->err, CERA_ERR_FORMAT,
+                         "%s: rope scaling factor (rope.scaling.factor) %g is not usable", ld->arch,
+                         (double)factor);
     hp->rope_ext_factor = 0.0f;
     TRY(get_float(ld, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor));
     hp->rope_beta_fast = 32.0f;
@@ -218,6 +226,9 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "%s: rope scaling type '%s' not supported", ld->arch,
                          type);
     }
+    if (!isfinite(hp->rope_attn_factor))
+        return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: rope attention factor (rope.scaling.*) is not finite",
+                         ld->arch);
     hp->rope_style = ai->rope_style;
     hp->use_rope = true;
 
@@ -286,6 +297,15 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     if (hp->tied_output) m->output = m->tok_embd;
     TRY(bind(&ld, "output.bias", n_vocab, 0, false, &m->output_b));
     TRY(bind(&ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs));
+    if (m->rope_freqs.data) {
+        /* divisors of the rotation angles (F32, checked aligned by bind) */
+        const float *rf = m->rope_freqs.data;
+        for (int i = 0; i < hp->n_rot / 2; i++)
+            if (!isfinite(rf[i]) || rf[i] <= 0)
+                return cera_fail(err, CERA_ERR_FORMAT,
+                                 "tensor 'rope_freqs.weight': value %g at %d is not a finite positive number",
+                                 (double)rf[i], i);
+    }
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return cera_fail(err, CERA_ERR_NO_MEMORY, "model layers");

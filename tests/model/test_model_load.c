@@ -55,6 +55,18 @@ static const edit edits[] = {
      "llama.embedding_length"},
     {"non-finite epsilon", NULL, "llama.attention.layer_norm_rms_epsilon", 2, 0, NULL, NAN, NULL, 0, 0, 0,
      CERA_ERR_FORMAT, "layer_norm_rms_epsilon"},
+    {"negative epsilon", NULL, "llama.attention.layer_norm_rms_epsilon", 2, 0, NULL, -1e-5f, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "layer_norm_rms_epsilon"},
+    {"infinite rope base", NULL, "llama.rope.freq_base", 2, 0, NULL, INFINITY, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "rope.freq_base"},
+    {"NaN rope factor", NULL, "llama.rope.scaling.factor", 2, 0, NULL, NAN, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "rope.scaling.factor"},
+    {"negative rope factor", NULL, "llama.rope.scaling.factor", 2, 0, NULL, -2.0f, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "rope.scaling.factor"},
+    {"tiny rope factor", NULL, "llama.rope.scaling.factor", 2, 0, NULL, 1e-45f, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "rope.scaling.factor"},
+    {"infinite attn factor", NULL, "llama.rope.scaling.attn_factor", 2, 0, NULL, INFINITY, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "rope.scaling.attn_factor"},
     {"wrong projection shape", NULL, NULL, 0, 0, NULL, 0, "blk.0.attn_q.weight", 256, 224, CERA_TYPE_F32,
      CERA_ERR_FORMAT, "blk.0.attn_q.weight"},
     {"norm in f16", NULL, NULL, 0, 0, NULL, 0, "blk.1.attn_norm.weight", 256, 0, CERA_TYPE_F16,
@@ -158,6 +170,48 @@ static void check_misaligned(const gguf_file *src) {
     free(buf);
 }
 
+/* A rope_freqs.weight tensor (per-dimension divisors of the rotation angles) with a zero,
+ * a negative, a NaN or an infinite value is refused by name; all ones load. */
+static void check_rope_freqs(const gguf_file *src, int n_half) {
+    const float bad[5] = {1.0f, 0.0f, -1.0f, NAN, INFINITY};
+    for (int k = 0; k < 5; k++) {
+        gguf_writer *w = gguf_writer_new();
+        cera_error err;
+        for (uint64_t i = 0; i < src->n_kv; i++) gguf_writer_set_value(w, src->kv[i].key, &src->kv[i].value);
+        for (uint64_t i = 0; i < src->n_tensors; i++) {
+            const gguf_tensor *t = &src->tensors[i];
+            char name[128];
+            gguf_str_copy(t->name, name, sizeof name);
+            gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, &err);
+        }
+        float *rf = malloc((size_t)n_half * sizeof *rf);
+        for (int i = 0; i < n_half && rf; i++) rf[i] = i == n_half / 2 ? bad[k] : 1.0f;
+        const int64_t ne[1] = {n_half};
+        gguf_writer_add_tensor(w, "rope_freqs.weight", CERA_TYPE_F32, 1, ne, rf, &err);
+        void *buf = NULL;
+        size_t size = 0;
+        gguf_file *f = NULL;
+        cera_model m;
+        if (rf && gguf_writer_to_memory(w, &buf, &size, &err) == CERA_OK &&
+            gguf_open_memory(buf, size, &f, &err) == CERA_OK) {
+            const cera_status st = cera_model_load(f, &m, &err);
+            if (k == 0) {
+                CHECK(st == CERA_OK && m.rope_freqs.data, "rope_freqs of ones: %s", err.message);
+                if (st == CERA_OK) cera_model_free(&m);
+            } else {
+                CHECK(st == CERA_ERR_FORMAT && strstr(err.message, "rope_freqs.weight"),
+                      "rope_freqs %g: %d (%s)", (double)bad[k], (int)st, err.message);
+            }
+        } else {
+            CHECK(false, "rope_freqs file: %s", err.message);
+        }
+        gguf_close(f);
+        free(buf);
+        free(rf);
+        gguf_writer_free(w);
+    }
+}
+
 static void check_hparams(void) {
     struct {
         const char *file;
@@ -165,18 +219,27 @@ static void check_hparams(void) {
         int n_head, n_head_kv, head_dim;
         bool tied, qkv_bias, qk_norm;
         cera_rope_style rope;
+        bool fetched; /* a model scripts/setup.sh fetches (skipped when absent) */
     } want[] = {
-        {"models/stories260K.gguf", CERA_ARCH_LLAMA, 8, 4, 8, false, false, false, CERA_ROPE_NORM},
-        {"golden/synth-qwen2-f32.gguf", CERA_ARCH_QWEN2, 4, 2, 64, false, true, false, CERA_ROPE_NEOX},
-        {"golden/synth-qwen3-f32.gguf", CERA_ARCH_QWEN3, 0, 0, 0, false, false, true, CERA_ROPE_NEOX},
-        {"golden/synth-granite-f32.gguf", CERA_ARCH_GRANITE, 0, 0, 0, false, false, false, CERA_ROPE_NORM},
+        {"models/stories260K.gguf", CERA_ARCH_LLAMA, 8, 4, 8, false, false, false, CERA_ROPE_NORM, false},
+        {"golden/synth-qwen2-f32.gguf", CERA_ARCH_QWEN2, 4, 2, 64, false, true, false, CERA_ROPE_NEOX, false},
+        {"golden/synth-qwen3-f32.gguf", CERA_ARCH_QWEN3, 0, 0, 0, false, false, true, CERA_ROPE_NEOX, false},
+        {"golden/synth-granite-f32.gguf", CERA_ARCH_GRANITE, 0, 0, 0, false, false, false, CERA_ROPE_NORM,
+         false},
+        /* no output.weight: the output reuses token_embd */
+        {"SmolLM2-135M-Instruct.Q4_1.gguf", CERA_ARCH_LLAMA, 9, 3, 64, true, false, false, CERA_ROPE_NORM,
+         true},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         gguf_file *f = NULL;
         cera_model m;
         cera_error err;
-        if (gguf_open(shared_path(want[i].file), &f, &err) != CERA_OK ||
-            cera_model_load(f, &m, &err) != CERA_OK) {
+        const char *path = want[i].fetched ? models_path(want[i].file) : shared_path(want[i].file);
+        if (want[i].fetched && !file_exists(path)) {
+            printf("skipped: %s not present (scripts/setup.sh fetches it)\n", path);
+            continue;
+        }
+        if (gguf_open(path, &f, &err) != CERA_OK || cera_model_load(f, &m, &err) != CERA_OK) {
             CHECK(false, "%s: %s", want[i].file, err.message);
             gguf_close(f);
             continue;
@@ -187,8 +250,8 @@ static void check_hparams(void) {
             CHECK(hp->n_head == want[i].n_head && hp->n_head_kv == want[i].n_head_kv &&
                       hp->head_dim == want[i].head_dim,
                   "%s: heads %d/%d x %d", want[i].file, hp->n_head, hp->n_head_kv, hp->head_dim);
-        if (want[i].tied)
-            CHECK(hp->tied_output && m.output.data == m.tok_embd.data, "%s: tied output", want[i].file);
+        CHECK(hp->tied_output == want[i].tied && (m.output.data == m.tok_embd.data) == want[i].tied,
+              "%s: tied output %d", want[i].file, (int)hp->tied_output);
         CHECK(!want[i].qkv_bias || (m.layers[0].bq.data && m.layers[0].bk.data && m.layers[0].bv.data),
               "%s: QKV biases", want[i].file);
         CHECK(!want[i].qk_norm || (m.layers[0].q_norm.data && m.layers[0].k_norm.data), "%s: Q/K norms",
@@ -216,7 +279,9 @@ int main(void) {
         /* the untouched file loads */
         cera_model m;
         CHECK(cera_model_load(src, &m, &err) == CERA_OK, "synth-llama-f32: %s", err.message);
+        const int n_half = m.hp.n_rot / 2;
         cera_model_free(&m);
+        check_rope_freqs(src, n_half);
         for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) run_edit(src, &edits[i]);
         check_misaligned(src);
         gguf_close(src);
