@@ -7,6 +7,7 @@
 #define CERA_TEST_MODEL_COMPARE_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 static inline int argmax_f32(const float *x, int n) {
@@ -16,8 +17,17 @@ static inline int argmax_f32(const float *x, int n) {
     return best;
 }
 
-/* max |a - ref| / max |ref| over a row */
+/* True when every value of the row is finite: NaN or infinite logits must fail a
+ * comparison (NaN compares false with any bound, so the measures return INFINITY). */
+static inline bool all_finite_f32(const float *x, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* max |a - ref| / max |ref| over a row; INFINITY when a value is not finite */
 static inline double rel_max_diff(const float *a, const float *ref, int n) {
+    if (!all_finite_f32(a, n) || !all_finite_f32(ref, n)) return INFINITY;
     double md = 0, mx = 0;
     for (int i = 0; i < n; i++) {
         const double d = fabs((double)a[i] - (double)ref[i]);
@@ -27,8 +37,9 @@ static inline double rel_max_diff(const float *a, const float *ref, int n) {
     return mx > 0 ? md / mx : md;
 }
 
-/* KL(softmax(ref) || softmax(a)) in nats */
+/* KL(softmax(ref) || softmax(a)) in nats; INFINITY when a value is not finite */
 static inline double kl_div(const float *a, const float *ref, int n) {
+    if (!all_finite_f32(a, n) || !all_finite_f32(ref, n)) return INFINITY;
     double ma = a[0], mr = ref[0];
     for (int i = 1; i < n; i++) {
         if (a[i] > ma) ma = a[i];

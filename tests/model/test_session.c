@@ -213,9 +213,10 @@ static void test_two_sequences(void) {
     cera_engine *e = open_model(STORIES, 2, 256, CERA_KV_F16);
     cera_session *sa = NULL, *sb = NULL;
     cera_error err;
-    if (!ta || !tb || !e || cera_session_create(e, NULL, &sa, &err) ||
+    /* the batch below holds both prompts' first na tokens in arrays of 64 */
+    if (!ta || !tb || !e || na > 32 || nb < na || cera_session_create(e, NULL, &sa, &err) ||
         cera_session_create(e, NULL, &sb, &err)) {
-        CHECK(false, "setup");
+        CHECK(false, "setup (prompt lengths %zu and %zu: at most 32, and p3 not shorter)", na, nb);
         goto done;
     }
     const int nv = cera_engine_n_vocab(e);
@@ -579,7 +580,19 @@ done:
     free(greedy);
 }
 
+/* The comparison measures fail on non-finite logits (a NaN would pass any bound). */
+static void test_compare_measures(void) {
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4};
+    CHECK(rel_max_diff(a, b, 4) == 0 && kl_div(a, b, 4) == 0, "equal rows");
+    a[2] = NAN;
+    CHECK(isinf(rel_max_diff(a, b, 4)) && isinf(kl_div(a, b, 4)), "NaN in a row");
+    CHECK(isinf(rel_max_diff(b, a, 4)) && isinf(kl_div(b, a, 4)), "NaN in the reference");
+    a[2] = INFINITY;
+    CHECK(isinf(rel_max_diff(a, b, 4)) && isinf(kl_div(a, b, 4)), "infinity in a row");
+}
+
 int main(void) {
+    test_compare_measures();
     test_batch_vs_steps(STORIES, "golden/stories260K.p3.tokens");
     test_batch_vs_steps("golden/synth-llama-f32.gguf", "golden/synth-llama-f32.tokens");
     test_batch_vs_steps("golden/synth-qwen3-q8_0.gguf", "golden/synth-qwen3-q8_0.tokens");
