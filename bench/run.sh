@@ -82,7 +82,7 @@ START=$(date +%s)
 
 # ---- read bandwidth ---------------------------------------------------------------
 log "measuring read bandwidth with $THREADS threads"
-MEMBW_JSON=$("$BUILD/bench/membw" -t "$THREADS" -s 1024 -r 5 --json)
+MEMBW_JSON=$("$BUILD/bench/membw" -t "$THREADS" -s 1024 -r 10 --json)
 MEMBW=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["read_gbps"])' "$MEMBW_JSON")
 log "read bandwidth $MEMBW GB/s"
 
@@ -137,6 +137,13 @@ done
 
 # ---- the section ---------------------------------------------------------------------
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+BUSY=
+if awk -v a="${LOAD_BEFORE%% *}" -v b="${LOAD_AFTER%% *}" -v n="$(nproc)" 'BEGIN { exit !(a > n || b > n) }'; then
+  BUSY="
+- **The machine was oversubscribed (load above its $(nproc) cores).** Engines that wait for descheduled
+  threads at each barrier lose the most, and the bandwidth figure is depressed too (shares above 100 %):
+  compare on an idle machine, or with one thread, before drawing conclusions."
+fi
 MINUTES=$(( ($(date +%s) - START + 59) / 60 ))
 CPU_NAME=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 MEM_GB=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)
@@ -161,14 +168,14 @@ print("""<!-- cpu-bench:begin (written by bench/run.sh; edit the script, not thi
 ## CPU: cera vs llama.cpp
 
 - Machine: ${CPU_NAME:-unknown CPU}, $(nproc) cores, ${MEM_GB} GB RAM, $(uname -sr); measured read bandwidth
-  **${MEMBW} GB/s** with $THREADS threads (bench/membw, best of 5 passes over 1 GiB).
+  **${MEMBW} GB/s** with $THREADS threads (bench/membw, best of 10 passes over 1 GiB).
 - Date: $(date -u '+%Y-%m-%d %H:%M UTC') ($MINUTES min); cera commit $COMMIT; llama.cpp from \`$LLAMA_CPP_BIN\`.
   Load average (1, 5, 15 min) before: $LOAD_BEFORE, after: $LOAD_AFTER (a shared machine makes numbers noisy).
 - Command: \`LLAMA_CPP_BIN=$LLAMA_CPP_BIN bench/run.sh $ARGS\`: both engines with \`-t $THREADS -r $REPS -n $N\`,
   \`-p $P\` (SmolLM2) and \`-p $P1B\` ($SHAPE), as \`llama-bench -o json\` and \`cera bench --device cpu -o json\`.
 - t/s: mean ± sample standard deviation over the repetitions. GB/s (tg only): weight bytes read per
   generated token (every tensor; one row of an untied token-embedding table) × tokens/s, the same bytes for
-  both engines, and in parentheses the share of the measured read bandwidth.
+  both engines, and in parentheses the share of the measured read bandwidth.$BUSY
 """)
 print("| model | size | test | llama.cpp t/s | cera t/s | cera / llama.cpp | llama.cpp GB/s | cera GB/s |")
 print("|---|---:|---|---:|---:|---:|---:|---:|")
