@@ -96,6 +96,8 @@ CERA_API cera_engine_params cera_engine_default_params(void);
 /* Opens a GGUF model. Weights are memory-mapped, not copied. */
 CERA_API cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
                                       cera_error *err);
+/* Frees the engine. Its sessions and adapters must be freed first: none may outlive it
+ * (they use its weights, tokenizer and backend). */
 CERA_API void cera_engine_close(cera_engine *engine);
 
 CERA_API int cera_engine_n_vocab(const cera_engine *engine);
@@ -195,16 +197,25 @@ CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_
 
 /* ---- Generation ------------------------------------------------------------ */
 
-/* Called for each generated token with its text piece (UTF-8, never half a character;
- * may be empty). Return false to stop. */
+/* Called once for each generated token, in order, never twice for one token, with the
+ * text that is ready to show (UTF-8, never half a character; may be empty). Return false
+ * to stop. The text may lag the tokens: with stop strings, bytes that may begin one are
+ * held back until the next pieces decide, and a stop string is never passed on (nor
+ * anything after it). When generation ends with text still held back (a stop string's
+ * beginning that was not completed, the bytes of an unfinished character), one last call
+ * passes it with token -1; its return value is ignored. */
 typedef bool (*cera_token_callback)(cera_token token, const char *piece, size_t len, void *user);
 
 typedef struct cera_generate_params {
     int n_predict;           /* tokens to generate at most; -1 = until the context is full */
-    const char *const *stop; /* stop strings (generation ends when one appears) */
+    const char *const *stop; /* stop strings (generation ends when one appears; not passed on) */
     int n_stop;
-    bool ignore_eog;            /* keep going past end-of-generation tokens */
-    const volatile int *cancel; /* when non-NULL and set non-zero, stops with CERA_ERR_CANCELLED */
+    bool ignore_eog; /* keep going past end-of-generation tokens */
+    /* When non-NULL and set non-zero (from any thread), stops before the next token with
+     * CERA_ERR_CANCELLED. cera reads it with a relaxed atomic load
+     * (__atomic_load_n(cancel, __ATOMIC_RELAXED)); set it with an atomic store too
+     * (__atomic_store_n(flag, 1, __ATOMIC_RELAXED)) so that neither side is a data race. */
+    const volatile int *cancel;
 } cera_generate_params;
 
 CERA_API cera_generate_params cera_generate_default_params(void);

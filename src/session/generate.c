@@ -3,8 +3,9 @@
  * a time, streaming each token's text to the caller.
  *
  * Text comes from the tokenizer's streaming detokenizer (never half a UTF-8
- * character). Stop strings are matched on the generated text: a window of the most
- * recent bytes, long enough to hold any stop string together with the newest piece.
+ * character). With stop strings, text that may be the beginning of one is held back
+ * until the next pieces decide (at most the longest stop string less a byte); a stop
+ * string found ends generation and neither it nor anything after it is passed on.
  * Generation stops at n_predict, an end-of-generation token (not streamed), a stop
  * string, the callback's false, a full context, or the cancel flag. The buffers are
  * allocated once per call, never per token.
@@ -22,30 +23,33 @@ cera_generate_params cera_generate_default_params(void) {
     return p;
 }
 
-/* Appends bytes to the window, dropping the oldest beyond cap; returns true when a stop
- * string now appears in it. */
-static bool window_push(char *win, size_t *len, size_t cap, const char *bytes, size_t n,
-                        const cera_generate_params *p) {
-    if (n >= cap) {
-        memcpy(win, bytes + (n - cap), cap);
-        *len = cap;
-    } else {
-        if (*len + n > cap) {
-            const size_t drop = *len + n - cap;
-            memmove(win, win + drop, *len - drop);
-            *len -= drop;
-        }
-        memcpy(win + *len, bytes, n);
-        *len += n;
-    }
+/* The earliest full stop string in h[0..n): its offset, or n when none. */
+static size_t find_stop(const char *h, size_t n, const cera_generate_params *p) {
+    size_t best = n;
     for (int i = 0; i < p->n_stop; i++) {
-        const char *s = p->stop[i];
-        const size_t sl = s ? strlen(s) : 0;
-        if (!sl || sl > *len) continue;
-        for (size_t off = 0; off + sl <= *len; off++)
-            if (!memcmp(win + off, s, sl)) return true;
+        const char *st = p->stop[i];
+        const size_t sl = st ? strlen(st) : 0;
+        if (!sl || sl > n) continue;
+        for (size_t off = 0; off + sl <= n && off < best; off++)
+            if (!memcmp(h + off, st, sl)) best = off;
     }
-    return false;
+    return best;
+}
+
+/* The length of the longest suffix of h[0..n) that begins some stop string (a stop string
+ * that may be completed by the next pieces): that text is held back. */
+static size_t stop_prefix_len(const char *h, size_t n, const cera_generate_params *p) {
+    size_t keep = 0;
+    for (int i = 0; i < p->n_stop; i++) {
+        const char *st = p->stop[i];
+        const size_t sl = st ? strlen(st) : 0;
+        for (size_t k = (sl - 1 < n ? sl - 1 : n); k > keep && sl; k--)
+            if (!memcmp(h + n - k, st, k)) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
 }
 
 cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_prompt,
@@ -70,23 +74,24 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     for (int i = 0; i < p.n_stop; i++)
         if (p.stop[i] && strlen(p.stop[i]) > max_stop) max_stop = strlen(p.stop[i]);
     const size_t piece_cap = cera_tokenizer_max_piece_len(e->tok) + 8;
-    const size_t win_cap = max_stop ? 2 * max_stop + piece_cap : 1;
+    /* held-back text (at most max_stop - 1 bytes) and the newest piece */
+    const size_t held_cap = max_stop + piece_cap;
     char *piece = malloc(piece_cap);
-    char *win = malloc(win_cap);
-    if (!piece || !win) {
+    char *held = malloc(held_cap);
+    if (!piece || !held) {
         free(piece);
-        free(win);
+        free(held);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cera_generate buffers");
     }
-    size_t win_len = 0;
+    size_t held_len = 0;
     cera_detok dt;
     cera_detok_init(&dt, e->tok, false);
 
     int n_gen = 0;
-    cera_token last = -1;
+    bool stopped = false; /* by a stop string: nothing after it is passed on */
     st = CERA_OK;
     while (p.n_predict < 0 || n_gen < p.n_predict) {
-        if (p.cancel && *p.cancel) {
+        if (p.cancel && __atomic_load_n(p.cancel, __ATOMIC_RELAXED)) {
             st = cera_fail(err, CERA_ERR_CANCELLED, "generation cancelled");
             break;
         }
@@ -98,24 +103,45 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
             break;
         }
         if (!p.ignore_eog && cera_tokenizer_is_eog(e->tok, t)) break;
-        last = t;
         int len = cera_detok_push(&dt, t, piece, piece_cap);
         if (len < 0) len = 0;
         n_gen++;
         /* part of the timeline from here on; evaluated when anything follows (the next
          * round, or the next eval/sample/generate), never when nothing does */
         s->pending_eval = t;
-        const bool stop = max_stop && window_push(win, &win_len, win_cap, piece, (size_t)len, &p);
-        if (cb && !cb(t, piece, (size_t)len, user)) break;
-        if (stop) break;
+        const char *out = piece;
+        size_t n_out = (size_t)len;
+        if (max_stop) {
+            /* as llama.cpp's server: text that may begin a stop string waits for the next
+             * pieces; a stop string and what follows it are never passed on */
+            memcpy(held + held_len, piece, (size_t)len);
+            held_len += (size_t)len;
+            const size_t at = find_stop(held, held_len, &p);
+            stopped = at < held_len;
+            n_out = stopped ? at : held_len - stop_prefix_len(held, held_len, &p);
+            out = held;
+        }
+        const bool go_on = !cb || cb(t, out, n_out, user);
+        if (max_stop) {
+            memmove(held, held + n_out, held_len - n_out);
+            held_len -= n_out;
+        }
+        if (!go_on || stopped) break;
         if (p.n_predict >= 0 && n_gen >= p.n_predict) break;
         if (cera_session_n_past(s) >= e->params.n_ctx) break; /* context full: a normal end */
     }
-    /* bytes of an unfinished character, passed on as they are */
-    const int rest = cera_detok_flush(&dt, piece, piece_cap);
-    if (rest > 0 && cb && last >= 0) cb(last, piece, (size_t)rest, user);
+    if (!stopped) {
+        /* held-back text that no stop string completed, then the bytes of an unfinished
+         * character as they are: one last call, with no token of its own */
+        const int rest = cera_detok_flush(&dt, piece, piece_cap);
+        if (rest > 0) {
+            memcpy(held + held_len, piece, (size_t)rest);
+            held_len += (size_t)rest;
+        }
+        if (held_len && cb) cb(-1, held, held_len, user);
+    }
     free(piece);
-    free(win);
+    free(held);
     if (n_generated) *n_generated = n_gen;
     return st;
 }

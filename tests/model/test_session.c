@@ -366,11 +366,15 @@ typedef struct collect {
     size_t len;
     volatile int *cancel;
     int cancel_after;
+    int n_final; /* calls with token -1 (held-back text after the last token) */
 } collect;
 
 static bool on_token(cera_token t, const char *piece, size_t len, void *user) {
     collect *c = user;
-    if (c->n < 512) c->ids[c->n++] = t;
+    if (t < 0)
+        c->n_final++;
+    else if (c->n < 512)
+        c->ids[c->n++] = t;
     if (c->len + len < sizeof c->text) {
         memcpy(c->text + c->len, piece, len);
         c->len += len;
@@ -411,10 +415,16 @@ static void test_generate(void) {
           "greedy generation differs from llama.cpp's (%d tokens)", n_gen);
     CHECK(cera_session_n_past(s) == (int)(np + ng - 1), "n_past %d", cera_session_n_past(s));
 
-    /* a stop string taken from the middle of that text ends generation right there */
+    CHECK(c->n_final == 0, "a final call without stop strings or unfinished characters");
+
+    /* a stop string taken from the middle of that text ends generation right there: the
+     * text before it is passed on, the stop string itself is not */
     char stop[16] = {0};
     const size_t full_len = c->len;
+    char *full = malloc(full_len + 1);
+    if (full) memcpy(full, c->text, full_len + 1);
     if (full_len > 60) memcpy(stop, c->text + 40, 8);
+    const size_t stop_at = full && strstr(full, stop) ? (size_t)(strstr(full, stop) - full) : 0;
     const char *stops[1] = {stop};
     memset(c, 0, sizeof *c);
     CHECK(cera_session_truncate(s, 0, &err) == CERA_OK, "truncate");
@@ -422,8 +432,29 @@ static void test_generate(void) {
     gp.stop = stops;
     gp.n_stop = 1;
     CHECK(cera_generate(s, prompt, np, &gp, on_token, c, &n_gen, &err) == CERA_OK, "generate with stop");
-    CHECK(strstr(c->text, stop) != NULL && c->len < full_len && n_gen < (int)ng,
-          "stop string '%s': %d tokens, %zu bytes", stop, n_gen, c->len);
+    CHECK(full && stop_at > 0 && c->len == stop_at && !memcmp(c->text, full, stop_at) && n_gen < (int)ng &&
+              c->n == n_gen && c->n_final == 0,
+          "stop string '%s': %d tokens, %zu bytes (want the %zu before it)", stop, n_gen, c->len, stop_at);
+
+    /* stop strings that begin in the text but never complete hold text back, and give it
+     * all: mid-stream, or after the last token in one call with token -1 */
+    char never_mid[16] = {0}, never_end[16] = {0};
+    if (full_len > 60) {
+        memcpy(never_mid, full + 40, 4);
+        never_mid[4] = '\x01';
+        memcpy(never_end, full + full_len - 3, 3);
+        never_end[3] = '\x01';
+    }
+    const char *stops2[2] = {never_mid, never_end};
+    memset(c, 0, sizeof *c);
+    CHECK(cera_session_truncate(s, 0, &err) == CERA_OK, "truncate");
+    gp.stop = stops2;
+    gp.n_stop = 2;
+    CHECK(cera_generate(s, prompt, np, &gp, on_token, c, &n_gen, &err) == CERA_OK, "generate, held text");
+    CHECK(full && c->len == full_len && !memcmp(c->text, full, full_len) && n_gen == (int)ng &&
+              c->n == (int)ng && c->n_final == 1,
+          "held-back text: %zu bytes of %zu, %d token calls, %d final", c->len, full_len, c->n, c->n_final);
+    free(full);
 
     /* the cancel flag */
     volatile int cancel = 0;

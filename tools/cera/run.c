@@ -37,10 +37,11 @@ typedef struct run_state {
 
 static bool on_token(cera_token token, const char *piece, size_t len, void *user) {
     const run_state *rs = user;
-    if (rs->ids)
-        printf(" %d", token);
-    else
+    if (rs->ids) {
+        if (token >= 0) printf(" %d", token); /* -1: held-back text only, no token */
+    } else {
         fwrite(piece, 1, len, stdout);
+    }
     fflush(stdout);
     return true;
 }
