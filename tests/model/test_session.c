@@ -8,8 +8,12 @@
  *   - two sequences in one forward batch give what each gives alone (paged KV cache);
  *   - truncating and re-evaluating reproduces the logits; an F32 KV cache stays close;
  *   - errors: unsupported architecture (named), full context, bad token ids;
- *   - cera_generate: greedy ids equal llama.cpp's, stop strings, cancel flag, n_predict;
- *   - tokenization adds BOS as the metadata asks (the golden prompt's tokens).
+ *   - cera_generate: greedy ids equal llama.cpp's, stop strings (never passed on; held-back
+ *     text all delivered), cancel flag, n_predict; two calls equal one of their total length;
+ *   - truncate follows the timeline (pending token, penalty history); set_sampler errors;
+ *   - engine open refuses n_ctx/n_batch that would overflow; NaN fails the compare measures;
+ *   - tokenization adds BOS as the metadata asks (the golden prompt's tokens);
+ *   - the engine's n_ctx, BOS/EOS, EOG set and token pieces (stories260K, SmolLM2).
  */
 #include <limits.h>
 #include <pthread.h>
@@ -622,6 +626,69 @@ static void test_compare_measures(void) {
     CHECK(isinf(rel_max_diff(a, b, 4)) && isinf(kl_div(a, b, 4)), "infinity in a row");
 }
 
+/* The engine's token facts and cera_token_to_piece, against the files' metadata and
+ * llama.cpp's vocabulary rules (EOG: EOS plus <|endoftext|>-like control tokens). */
+static void check_piece(cera_engine *e, cera_token t, bool special, const char *want) {
+    char buf[64];
+    const int n = cera_token_to_piece(e, t, buf, sizeof buf, special);
+    CHECK(n == (int)strlen(want) && !memcmp(buf, want, strlen(want)),
+          "piece of %d (special %d): %d bytes '%.*s', want '%s'", t, (int)special, n, n > 0 && n < 64 ? n : 0,
+          buf, want);
+}
+
+static void test_engine_info(void) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CPU;
+    cera_engine *e = NULL;
+    cera_error err;
+    CHECK(cera_engine_open(shared_path(STORIES), &ep, &e, &err) == CERA_OK, "open: %s", err.message);
+    if (e) {
+        CHECK(cera_engine_n_ctx(e) == 2048, "n_ctx %d: the model's 2048", cera_engine_n_ctx(e));
+        CHECK(cera_engine_bos(e) == 1 && cera_engine_eos(e) == 2, "bos %d eos %d", cera_engine_bos(e),
+              cera_engine_eos(e));
+        CHECK(cera_engine_is_eog(e, 2) && !cera_engine_is_eog(e, 1) && !cera_engine_is_eog(e, 403) &&
+                  !cera_engine_is_eog(e, -1) && !cera_engine_is_eog(e, 512),
+              "stories260K EOG");
+        check_piece(e, 403, false, " Once");
+        check_piece(e, 378, false, " time");
+        check_piece(e, 1, true, "<s>");
+        check_piece(e, 1, false, "");
+        char small[2];
+        CHECK(cera_token_to_piece(e, 403, small, sizeof small, false) == 5,
+              "piece longer than cap: its length");
+        CHECK(cera_token_to_piece(e, -1, small, sizeof small, false) == -1 &&
+                  cera_token_to_piece(e, 512, small, sizeof small, false) == -1,
+              "invalid tokens");
+        cera_engine_close(e);
+        e = NULL;
+    }
+    ep.n_ctx = 256;
+    CHECK(cera_engine_open(shared_path(STORIES), &ep, &e, &err) == CERA_OK && cera_engine_n_ctx(e) == 256,
+          "n_ctx 256");
+    cera_engine_close(e);
+    e = NULL;
+
+    const char *smol = models_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!file_exists(smol)) {
+        printf("skipped: %s not present (scripts/setup.sh fetches it)\n", smol);
+        return;
+    }
+    ep.n_ctx = 0;
+    CHECK(cera_engine_open(smol, &ep, &e, &err) == CERA_OK, "open SmolLM2: %s", err.message);
+    if (!e) return;
+    CHECK(cera_engine_n_ctx(e) == 4096, "SmolLM2 n_ctx %d: its 8192 capped at 4096", cera_engine_n_ctx(e));
+    CHECK(cera_engine_bos(e) == 1 && cera_engine_eos(e) == 2, "SmolLM2 bos %d eos %d", cera_engine_bos(e),
+          cera_engine_eos(e));
+    CHECK(cera_engine_is_eog(e, 2) && cera_engine_is_eog(e, 0) && !cera_engine_is_eog(e, 1) &&
+              !cera_engine_is_eog(e, 19556),
+          "SmolLM2 EOG: <|im_end|> and <|endoftext|>, not <|im_start|>");
+    check_piece(e, 19556, false, "Hello");
+    check_piece(e, 905, false, " world");
+    check_piece(e, 2, true, "<|im_end|>");
+    check_piece(e, 2, false, "");
+    cera_engine_close(e);
+}
+
 int main(void) {
     test_compare_measures();
     test_batch_vs_steps(STORIES, "golden/stories260K.p3.tokens");
@@ -639,5 +706,6 @@ int main(void) {
     test_generate_continue();
     test_truncate_timeline();
     test_set_sampler();
+    test_engine_info();
     return test_finish();
 }
