@@ -94,6 +94,31 @@ static inline int X86_FN(kind_offset)(int kind) {
     }
 }
 
+/* Bytes of one block of the weight kind; every kind's block starts with its F16 scale d. */
+static inline size_t X86_FN(kind_bytes)(int kind) {
+    switch (kind) {
+    case KIND_Q4_0: return sizeof(block_q4_0);
+    case KIND_Q5_0: return sizeof(block_q5_0);
+    case KIND_Q8_0: return sizeof(block_q8_0);
+    case KIND_IQ4_NL: return sizeof(block_iq4_nl);
+    case KIND_Q4_1: return sizeof(block_q4_1);
+    default: return sizeof(block_q5_1);
+    }
+}
+
+/* Four F16 values (the first two bytes at p0..p3) as floats, converted in one instruction;
+ * the halves are gathered with integer moves. */
+static inline __m128 X86_FN(scales4)(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                                     const uint8_t *p3) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p0, 2);
+    memcpy(&h1, p1, 2);
+    memcpy(&h2, p2, 2);
+    memcpy(&h3, p3, 2);
+    const uint64_t packed = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
+}
+
 static inline __attribute__((always_inline)) void X86_FN(tile_32)(int kind, int64_t n, float *s,
                                                                   size_t s_stride, const void *w,
                                                                   size_t w_stride, const void *a,
@@ -111,22 +136,42 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32)(int kind, int6
             acc[r][c] = _mm256_setzero_ps();
             summs[r][c] = 0.0f;
         }
+    const size_t xbytes = X86_FN(kind_bytes)(kind), ybytes = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    /* rows/columns past nr/nc read row/column 0's scale (a valid block; the product is unused) */
+    const uint8_t *wrow[4], *acol[4];
+    for (int i = 0; i < 4; i++) {
+        wrow[i] = wr + (i < nr ? (size_t)i * w_stride : 0);
+        acol[i] = ar + (i < nc ? (size_t)i * a_stride : 0);
+    }
     for (int64_t b = 0; b < n / 32; b++) {
         __m256i y[TILE_C], start[TILE_C];
-        __m256 dy[TILE_C];
         float sy[TILE_C];
+        /* The scale products dx * dy of the tile, two columns per vector: pr[c / 2] lane
+         * (c % 2) * 4 + r holds row r times column c. They are exact in float (two 11-bit
+         * mantissas), so the same values as one multiply per output, which bound the tile on
+         * the multiply ports; a lane broadcast (a shuffle) takes its place. */
+        __m256 pr[(TILE_C + 1) / 2];
+        {
+            const size_t xo = (size_t)b * xbytes, yo = (size_t)b * ybytes;
+            const __m128 dxv = X86_FN(scales4)(wrow[0] + xo, wrow[1] + xo, wrow[2] + xo, wrow[3] + xo);
+            const __m256 dyv = _mm256_castps128_ps256(
+                X86_FN(scales4)(acol[0] + yo, acol[1] + yo, acol[2] + yo, acol[3] + yo));
+            const __m256 dx2 = _mm256_set_m128(dxv, dxv);
+            for (int h = 0; h < (TILE_C + 1) / 2; h++)
+                pr[h] = _mm256_mul_ps(dx2, _mm256_permutevar8x32_ps(
+                                               dyv, _mm256_setr_epi32(2 * h, 2 * h, 2 * h, 2 * h, 2 * h + 1,
+                                                                      2 * h + 1, 2 * h + 1, 2 * h + 1)));
+        }
         for (int c = 0; c < nc; c++) {
             const uint8_t *blk =
                 ar + (size_t)c * a_stride + (size_t)b * (q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0));
             if (q8_1) {
                 const block_q8_1 *yb = (const block_q8_1 *)blk;
                 y[c] = X86_FN(load32)(yb->qs);
-                dy[c] = _mm256_set1_ps(F16(yb->d));
                 sy[c] = F16(yb->s);
             } else {
                 const block_q8_0 *yb = (const block_q8_0 *)blk;
                 y[c] = X86_FN(load32)(yb->qs);
-                dy[c] = _mm256_set1_ps(F16(yb->d));
             }
             /* -k * sum(y), spread over the lanes exactly as the byte dot spreads sum(u y). */
             start[c] = off ? _mm256_sub_epi32(_mm256_setzero_si256(), X86_FN(dot_u8s8)(offv, y[c]))
@@ -135,10 +180,11 @@ static inline __attribute__((always_inline)) void X86_FN(tile_32)(int kind, int6
         for (int r = 0; r < nr; r++) {
             float d, m = 0.0f;
             const __m256i u = X86_FN(unpack32)(kind, wr + (size_t)r * w_stride, b, &d, &m);
-            const __m256 dx = _mm256_set1_ps(d);
+            (void)d;
             for (int c = 0; c < nc; c++) {
                 const __m256i p = sgn ? X86_FN(dot_s8s8)(u, y[c]) : X86_FN(dpbusd)(start[c], u, y[c]);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, dy[c]), acc[r][c]);
+                const __m256 sc = _mm256_permutevar8x32_ps(pr[c / 2], _mm256_set1_epi32((c % 2) * 4 + r));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][c]);
                 if (q8_1) summs[r][c] += m * sy[c];
             }
         }
