@@ -6,8 +6,8 @@
  * thread and the workers claim one at a time from a shared counter, so a worker that
  * the OS has not scheduled yet simply finds no chunk left (on a busy machine the caller
  * does the work itself instead of waiting for it). Workers spin briefly after a job (the
- * next op usually follows within microseconds), then sleep on a condition variable so an
- * idle engine costs no CPU.
+ * next op usually follows within microseconds), then poll while yielding the core to other
+ * threads, then sleep on a condition variable so an idle engine costs no CPU.
  */
 #ifndef CERA_BACKEND_CPU_THREADPOOL_H
 #define CERA_BACKEND_CPU_THREADPOOL_H
