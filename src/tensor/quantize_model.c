@@ -37,12 +37,7 @@ bool cera_quantize_type_from_name(const char *name, cera_type *out) {
             *out = type_aliases[i].type;
             return true;
         }
-    cera_type t;
-    if (!cera_type_from_name(name, &t)) return false;
-    uint32_t ftype;
-    if (!cera_type_file_type(t, &ftype)) return false; /* q8_1, q8_k: activations only */
-    *out = t;
-    return true;
+    return cera_type_from_name(name, out);
 }
 
 bool cera_type_file_type(cera_type type, uint32_t *ftype) {
@@ -191,9 +186,12 @@ static cera_status plan_tensor(const gguf_tensor *t, const char *name, cera_type
 
 cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_type type, int n_threads,
                                 cera_error *err) {
+    /* q8_1 and q8_k have no llama_ftype number (llama.cpp uses them for activations only):
+     * their files carry no general.file_type. */
     uint32_t ftype;
+    const bool has_ftype = cera_type_file_type(type, &ftype);
     const cera_type_traits *target = cera_type_get(type);
-    if (!target || !cera_type_file_type(type, &ftype))
+    if (!target || !target->from_float_ref)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s is not a type a model file can be quantized to",
                          target ? target->name : "this");
     if (same_file(in_path, out_path))
@@ -228,7 +226,10 @@ cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_
 
     for (uint64_t i = 0; i < in->n_kv; i++) gguf_writer_set_value(w, in->kv[i].key, &in->kv[i].value);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
-    gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (has_ftype)
+        gguf_writer_set_u32(w, "general.file_type", ftype);
+    else
+        gguf_writer_remove(w, "general.file_type");
 
     for (uint64_t i = 0; i < nt; i++) {
         const gguf_tensor *t = &in->tensors[i];

@@ -21,9 +21,9 @@
 #include "cera.h"
 #include "tensor/types.h"
 
-/* The target type for a name: a type name ("q4_0", "Q4_K") or llama-quantize's name for
- * the pure variant ("q3_k_s", "q4_k_s", "q5_k_s"). False for unknown names and for the
- * activation-only types q8_1 and q8_k, which no model file uses. */
+/* The target type for a name: a type name ("q4_0", "Q4_K", also the activation types
+ * "q8_1" and "q8_k") or llama-quantize's name for the pure variant ("q3_k_s", "q4_k_s",
+ * "q5_k_s"). False for unknown names. */
 bool cera_quantize_type_from_name(const char *name, cera_type *out);
 
 /* llama.cpp's llama_ftype number stored in general.file_type for a model of this type

@@ -19,6 +19,7 @@ static void usage(FILE *out) {
                  "tensors stay F32, metadata is copied with general.file_type set.\n"
                  "\n"
                  "TYPE: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs\n"
+                 "      q8_1 q8_k (llama.cpp's activation types: written without general.file_type)\n"
                  "      (also q3_k_s, q4_k_s, q5_k_s: the same as q3_k, q4_k, q5_k)\n"
                  "\n"
                  "  --threads N   threads converting rows (default: every CPU)\n");
