@@ -22,7 +22,7 @@ check "builds against the shared library" \
     "$cc '$src' -o '$prefix/use_shared' \$(pkg-config --cflags --libs cera) -Wl,-rpath,'$libdir'"
 check "shared program runs" "'$prefix/use_shared' '$model' | grep -q 'vocab 512 arch llama'"
 check "builds against the static library" \
-    "$cc '$src' -o '$prefix/use_static' \$(pkg-config --cflags cera) '$libdir/libcera.a' \$(pkg-config --libs-only-l --static cera | sed 's/-lcera//') -lpthread -lm"
+    "$cc '$src' -o '$prefix/use_static' \$(pkg-config --cflags cera) '$libdir/libcera.a' \$(pkg-config --libs --static cera | sed 's/-lcera\\b//')"
 check "static program runs" "'$prefix/use_static' '$model' | grep -q 'vocab 512 arch llama'"
 # The exported functions are exactly the ones cera.h marks CERA_API.
 api=$(grep -ozE 'CERA_API[^;]*;' "$prefix/include/cera.h" | tr '\0' '\n' | grep -oE '\bcera_[a-z0-9_]+\(' |
