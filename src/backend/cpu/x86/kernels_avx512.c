@@ -166,8 +166,11 @@ static void tile_f16_avx512(int64_t n, float *s, size_t ss, const void *w, size_
                             size_t as, int nr, int nc) {
     if (nr == 4 && nc == 4)
         tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 4);
-    else if (nr == 4 && nc == 1)
-        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 1);
+    else if (nc == 1)
+        /* a decode step: one row after another, one sequential stream per thread (4 rows side by
+         * side ran 12.4 t/s, this 14.9: tinyllama-1.1b F16, 2 threads); same bits per output */
+        for (int r = 0; r < nr; r++)
+            tile_float(FT_F16, n, s + r, ss, (const uint8_t *)w + (size_t)r * ws, ws, a, as, 1, 1);
     else
         tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
 }
