@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cpus.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "tensor/quant.h"
@@ -197,8 +198,7 @@ cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_
     if (same_file(in_path, out_path))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: the output would overwrite the input", out_path);
     if (n_threads <= 0) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
+        n_threads = cera_cpu_count();
     }
 
     gguf_file *in = NULL;

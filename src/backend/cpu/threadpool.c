@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/cpus.h"
 #include "core/error.h"
 
 /* A waiting thread first spins with the CPU's pause hint for PAUSE_ITERS rounds (the next
@@ -112,8 +113,7 @@ static void *worker_main(void *p) {
 cera_status cera_pool_new(int n_threads, cera_pool **out, cera_error *err) {
     *out = NULL;
     if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
+        n_threads = cera_cpu_count();
     }
     if (n_threads > 512) return cera_fail(err, CERA_ERR_INVALID_ARG, "n_threads %d is too many", n_threads);
     cera_pool *pool = calloc(1, sizeof *pool);
