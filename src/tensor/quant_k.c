@@ -35,14 +35,8 @@
  * L receives the levels offset by nmax. Returns the scale.
  */
 static float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = qu_signed_absmax(x, n, &amax);
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
@@ -85,14 +79,8 @@ static float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L) {
  * offset by nmax. Returns the least-squares scale.
  */
 static float fit_q3_scale(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = qu_signed_absmax(x, n, &amax);
     if (amax < GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;

@@ -1,6 +1,7 @@
 /*
  * quant_util.h — small arithmetic helpers shared by the reference quantizers
- * (quant_legacy.c, quant_k.c, quant_iq.c); internal to src/tensor.
+ * (quant_legacy.c, quant_k.c, quant_iq.c) and the CPU activation quantizers
+ * (backend/cpu/quant_act.c), which must round exactly as they do.
  *
  * They reproduce the exact rounding behaviour of llama.cpp's reference quantizers,
  * which the byte-exact tests depend on, and make the float->int conversions defined
@@ -16,6 +17,22 @@
 static inline int qu_min(int a, int b) { return a < b ? a : b; }
 static inline int qu_max(int a, int b) { return a > b ? a : b; }
 static inline int qu_clamp(int v, int lo, int hi) { return qu_max(lo, qu_min(hi, v)); }
+
+/* The value of largest magnitude among n (the first one on ties), with its sign: the sign
+ * decides the sign of the scale and of every quant, so it matters for the bytes. *amax
+ * receives its magnitude (0 for an all-zero group). */
+static inline float qu_signed_absmax(const float *x, int n, float *amax) {
+    float max = 0.0f, am = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > am) {
+            am = ax;
+            max = x[i];
+        }
+    }
+    *amax = am;
+    return max;
+}
 
 /* a > b ? a : b, as the reference's MAX macro (not fmaxf: the NaN behaviour differs). */
 static inline float qu_maxf(float a, float b) { return a > b ? a : b; }

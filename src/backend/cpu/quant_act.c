@@ -13,6 +13,7 @@
 #include "backend/cpu/kernels_impl.h"
 #include "core/fp16.h"
 #include "tensor/blocks.h"
+#include "tensor/quant_util.h"
 
 #include <math.h>
 #include <string.h>
@@ -73,16 +74,8 @@ void cera_quantize_act_q8_1(const float *x, void *vy, int64_t n) {
 void cera_quantize_act_q8_k(const float *x, void *vy, int64_t n) {
     block_q8_k *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        /* The signed value of largest magnitude, the first one on ties: its sign decides the
-         * sign of d and of every quant, so it matters for the bytes (not for the products). */
-        float max = 0.0f, amax = 0.0f;
-        for (int j = 0; j < QK_K; j++) {
-            const float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = qu_signed_absmax(x, QK_K, &amax);
         if (amax == 0.0f) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
