@@ -9,10 +9,11 @@
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
 #   steps: any of tests sanitize matvec bench variants profile (default: tests sanitize matvec bench); BENCH_TYPES overrides the
-#   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp).
+#   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp); CARRY names
+#   the packed folder (default .devcarry).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-C=$ROOT/.devcarry
+C=$ROOT/${CARRY:-.devcarry}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${*:-tests sanitize matvec bench}

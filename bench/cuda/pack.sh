@@ -3,13 +3,14 @@
 # them, the shared libraries the device machine lacks and the golden files the tests read,
 # for bench/cuda/device_run.sh (the `run` tool carries .devcarry).
 #   BUILD (default build-cuda-dev) is configured with -DCERA_CUDA=ON and
-#   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines).
+#   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines). CARRY (default .devcarry)
+#   names the folder, so that two engineers can pack different builds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 BUILD=${BUILD:-build-cuda-dev}
-C=.devcarry
-grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >>.git/info/exclude
+C=${CARRY:-.devcarry}
+grep -qx "/$C/" .git/info/exclude 2>/dev/null || echo "/$C/" >>.git/info/exclude
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
 cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden test_cuda_engine cuda_bench -j"${JOBS:-2}"
