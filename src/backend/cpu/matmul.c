@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,7 +29,10 @@ typedef struct mm_job {
     uint8_t *act_out;   /* where the quantize step writes them */
     size_t act_stride, w_stride;
     int64_t n_row_chunks, n_tok_chunks;
-    bool rowdot_one; /* a single token takes vec_dot */
+    bool rowdot_one;              /* a single token takes vec_dot */
+    const cera_matmul_hook *hook; /* or NULL */
+    int64_t n_pre;                /* the hook's pre chunks, numbered first */
+    _Atomic int64_t pre_done;     /* pre chunks finished */
 } mm_job;
 
 static void quantize_row(void *arg, int64_t t, int ith) {
@@ -106,18 +110,41 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
     }
 }
 
+/* A tile's hook waits for the pre chunks, all claimed already by running threads (the
+ * pool hands chunks out in order): spin briefly, then yield the core to them. */
+static void wait_pre(mm_job *j) {
+    for (int i = 0; atomic_load_explicit(&j->pre_done, memory_order_acquire) < j->n_pre; i++) {
+        if (i >= 64) sched_yield();
+    }
+}
+
 static void compute(void *arg, int64_t c, int ith) {
-    const mm_job *j = arg;
+    mm_job *j = arg;
+    if (c < j->n_pre) {
+        j->hook->pre(j->hook->arg, c, ith);
+        atomic_fetch_add_explicit(&j->pre_done, 1, memory_order_release);
+        return;
+    }
+    c -= j->n_pre;
     const int64_t rows = j->w->n;
     const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
     const int64_t r0 = rc * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
     const int t0 = (int)tc * TOKEN_CHUNK;
     const int t1 = t0 + TOKEN_CHUNK < j->n_tokens ? t0 + TOKEN_CHUNK : j->n_tokens;
     compute_chunk(j, r0, r1, t0, t1);
+    if (j->hook && j->hook->tile) {
+        wait_pre(j);
+        j->hook->tile(j->hook->arg, r0, r1, t0, t1, ith);
+    }
 }
 
 void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
                  int n_tokens, float *y, size_t ldy, void *act) {
+    cera_matmul_ex(pool, w, ops, x, n_tokens, y, ldy, act, NULL);
+}
+
+void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
+                    int n_tokens, float *y, size_t ldy, void *act, const cera_matmul_hook *hook) {
     mm_job j = {
         .w = w,
         .ops = ops,
@@ -127,7 +154,10 @@ void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops 
         .ldy = ldy,
         .act_stride = cera_row_size(ops->act_type, w->k),
         .w_stride = cera_row_size(w->type, w->k),
+        .hook = hook,
+        .n_pre = hook ? hook->n_pre : 0,
     };
+    atomic_init(&j.pre_done, 0);
     if (ops->act_type == CERA_TYPE_F32) {
         j.act = (const uint8_t *)x; /* F32 weights read the activations as they are */
     } else {
@@ -138,5 +168,5 @@ void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops 
     j.rowdot_one = use_rowdot_for_one(w->type, ops);
     j.n_row_chunks = (w->n + ROW_CHUNK - 1) / ROW_CHUNK;
     j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
-    cera_pool_for(pool, j.n_row_chunks * j.n_tok_chunks, compute, &j);
+    cera_pool_for(pool, j.n_pre + j.n_row_chunks * j.n_tok_chunks, compute, &j);
 }

@@ -33,4 +33,22 @@ cera_status cera_matmul_prepare(const cera_weight *w, cera_error *err);
 void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
                  int n_tokens, float *y, size_t ldy, void *act);
 
+/* Extra work fused into a matmul's own pool job (a LoRA adapter: t = A·x, then
+ * y += s·B·t), so it costs no extra wake-up of the pool. The job's first n_pre chunks are
+ * pre(arg, i, ith) for i < n_pre; then, after each output tile y[t0..t1) x [o0..o1) is
+ * computed, tile(arg, o0, o1, t0, t1, ith) may update exactly those outputs. The pool
+ * hands out chunks in order, so every pre chunk is claimed (by a running thread) before
+ * any tile; a tile's callback waits until all pre chunks are done (release/acquire), so
+ * it sees their results. Nothing of the hook may depend on which thread runs what. */
+typedef struct cera_matmul_hook {
+    int64_t n_pre;
+    void (*pre)(void *arg, int64_t i, int ith);
+    void (*tile)(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith); /* NULL: none */
+    void *arg;
+} cera_matmul_hook;
+
+/* cera_matmul with a hook (NULL: none). */
+void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
+                    int n_tokens, float *y, size_t ldy, void *act, const cera_matmul_hook *hook);
+
 #endif
