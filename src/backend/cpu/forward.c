@@ -26,6 +26,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -53,6 +54,7 @@ typedef struct cpu_backend {
     void *act;         /* activation scratch of the largest matmul */
     uint8_t *attn_tmp; /* per-thread attention scratch */
     size_t attn_tmp_size;
+    cera_packed_set *packed; /* Q4_0 weights repacked at open (repack.h), hung on their dev fields */
 } cpu_backend;
 
 /* ---- projections ------------------------------------------------------------ */
@@ -296,6 +298,7 @@ static void cpu_free(cera_backend *base) {
     free(be->row_seq);
     free(be->act);
     free(be->attn_tmp);
+    cera_cpu_repack_free(be->packed);
     free(be);
 }
 
@@ -343,6 +346,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
                            nb, err)))
         goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
+    if ((st = cera_cpu_repack_model(m, &be->packed, err))) goto fail;
 
     const size_t n_q = (size_t)hp->n_head * hp->head_dim, n_kv = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t rows = (size_t)nb;

@@ -16,10 +16,13 @@
  *
  * Rounding: the activation quantizers give llama.cpp's x86 bytes in every tier. The scalar
  * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86
- * vec_dots, so on an AVX-512 CPU most golden cases agree to the bit. Not q4_0/iq4_nl/q4_k/
- * q2_k, which llama.cpp repacks: its GEMMs for them run a serial chain of per-block FMAs per
- * output, which we can only match at about 2/3 of the decode speed (measured), and for
- * q4_k/q2_k they round differently for a prompt's groups of 4 tokens and for single tokens.
+ * vec_dots, so on an AVX-512 CPU most golden cases agree to the bit. llama.cpp repacks q4_0,
+ * iq4_nl, q4_k and q2_k at load, and its GEMMs for them run a serial chain of per-block FMAs per
+ * output; cera's own repacked q4_0 (repack.h, avx2/avx512 tiers) runs the same chain, so q4_0
+ * agrees to the bit too where a weight is repacked (rows a multiple of 16). In the file layout
+ * that chain ran at about 2/3 of the decode speed (measured), so iq4_nl/q4_k/q2_k keep their
+ * vec_dot order, and for q4_k/q2_k llama.cpp rounds differently for a prompt's groups of 4
+ * tokens and for single tokens.
  *
  * Contract of the row functions: n is a multiple of the weight type's block size (and of
  * the activation type's, which is the same); rows need only their type's natural alignment
@@ -47,6 +50,14 @@ typedef void (*cera_vec_dot_fn)(int64_t n, float *s, const void *w, const void *
 typedef void (*cera_gemm_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride,
                                   const void *a, size_t a_stride, int nr, int nc);
 
+/* The tile over weights repacked at load (repack.h): s[c * s_stride + r] = dot(packed row r,
+ * activation row c) for the CERA_PACK_ROWS rows of one packed group (w) and nc <= packed_cols
+ * activation rows (stride a_stride bytes), with each activation row's per-block terms from
+ * cera_packed_prep at aux (stride aux_stride bytes). Every output has the same arithmetic
+ * whatever nc, so a decode step (nc = 1) equals the same token in a prompt. */
+typedef void (*cera_packed_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                    size_t a_stride, const void *aux, size_t aux_stride, int nc);
+
 /* Quantizes one activation row of n floats into the activation type. */
 typedef void (*cera_quantize_row_fn)(const float *x, void *y, int64_t n);
 
@@ -56,6 +67,8 @@ typedef struct cera_cpu_type_ops {
     cera_vec_dot_fn vec_dot;           /* weight row (this type) · activation row (act_type) */
     cera_gemm_tile_fn gemm_tile;       /* optional (NULL): a multi-row/multi-column tile */
     int tile_rows, tile_cols;          /* the largest nr and nc gemm_tile takes */
+    cera_packed_tile_fn packed_tile;   /* optional (NULL): weights of this type repacked at load */
+    int packed_cols;                   /* the largest nc packed_tile takes */
 } cera_cpu_type_ops;
 
 /* The ops for a weight type at the selected tier; NULL for types without CPU kernels. */

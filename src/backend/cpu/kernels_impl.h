@@ -59,6 +59,9 @@ void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
 /* has_bf16: the CPU has AVX512_BF16 (vdpbf16ps) as well as F/BW/DQ/VL/VNNI. */
 void cera_cpu_register_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT], bool has_bf16);
 void cera_cpu_register_amx(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
+/* The tiles over repacked weights (repack.h), x86/repack_*.c; called by the avx2/avx512 tiers. */
+void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
+void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
 #endif
 #if defined(__aarch64__)
 void cera_cpu_register_neon(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);

@@ -1,6 +1,7 @@
 /* matmul.c — the CPU matmul driver (see matmul.h). */
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/repack.h"
 #include "core/error.h"
 
 #include <sched.h>
@@ -15,7 +16,9 @@
 size_t cera_matmul_scratch_size(cera_type t, int64_t k, int n_tokens) {
     const cera_cpu_type_ops *ops = cera_cpu_ops(t);
     if (!ops) return 0;
-    return cera_row_size(ops->act_type, k) * (size_t)n_tokens;
+    /* + a repacked weight's per-row activation terms, 64-byte aligned after the rows */
+    const size_t aux = cera_packed_aux_size(t, k);
+    return cera_row_size(ops->act_type, k) * (size_t)n_tokens + (aux ? 64 + aux * (size_t)n_tokens : 0);
 }
 
 typedef struct mm_job {
@@ -33,11 +36,17 @@ typedef struct mm_job {
     const cera_matmul_hook *hook; /* or NULL */
     int64_t n_pre;                /* the hook's pre chunks, numbered first */
     _Atomic int64_t pre_done;     /* pre chunks finished */
+    const cera_packed_weight *pk; /* the weight's repacked copy (repack.h), or NULL */
+    uint8_t *aux;                 /* with pk: per activation row, cera_packed_prep's terms */
+    size_t aux_stride;
 } mm_job;
 
 static void quantize_row(void *arg, int64_t t, int ith) {
     mm_job *j = arg;
     j->ops->quantize_act(j->x + (size_t)t * j->w->k, j->act_out + (size_t)t * j->act_stride, j->w->k);
+    if (j->pk)
+        cera_packed_prep(j->pk->type, j->act_out + (size_t)t * j->act_stride,
+                         j->aux + (size_t)t * j->aux_stride, j->w->k);
 }
 
 /* Per weight type: does a single token take the row dot rather than a one-column tile?
@@ -92,6 +101,18 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
     const cera_cpu_type_ops *ops = j->ops;
     const uint8_t *wd = j->w->data;
     const int64_t k = j->w->k;
+    if (j->pk) { /* 16-row groups; every chunk starts on a group (ROW_CHUNK is a multiple of 16) */
+        const cera_packed_weight *pk = j->pk;
+        for (int64_t r = r0; r < r1; r += CERA_PACK_ROWS)
+            for (int t = t0; t < t1; t += pk->tile_cols) {
+                const int nc = t1 - t < pk->tile_cols ? t1 - t : pk->tile_cols;
+                pk->tile(k, j->y + (size_t)t * j->ldy + r, j->ldy,
+                         (const uint8_t *)pk->data + (size_t)(r / CERA_PACK_ROWS) * pk->group_bytes,
+                         j->act + (size_t)t * j->act_stride, j->act_stride,
+                         j->aux + (size_t)t * j->aux_stride, j->aux_stride, nc);
+            }
+        return;
+    }
     if (ops->gemm_tile && (t1 - t0 > 1 || !j->rowdot_one)) {
         for (int64_t r = r0; r < r1; r += ops->tile_rows) {
             const int nr = (int)(r1 - r < ops->tile_rows ? r1 - r : ops->tile_rows);
@@ -163,6 +184,12 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_o
     } else {
         j.act_out = act;
         j.act = act;
+        if (w->dev && ops->packed_tile) { /* only the CPU backend sets dev on a CPU matmul's weight */
+            j.pk = w->dev;
+            j.aux_stride = cera_packed_aux_size(w->type, w->k);
+            const size_t rows = j.act_stride * (size_t)n_tokens;
+            j.aux = (uint8_t *)act + ((rows + 63) & ~(size_t)63);
+        }
         cera_pool_for(pool, n_tokens, quantize_row, &j);
     }
     j.rowdot_one = use_rowdot_for_one(w->type, ops);

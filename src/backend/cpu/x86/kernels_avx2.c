@@ -136,6 +136,7 @@ static void tile_bf16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t
 void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     register_body_avx2(ops);
     register_tiles_avx2(ops);
+    cera_cpu_register_repack_avx2(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx2;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx2;
     ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx2;

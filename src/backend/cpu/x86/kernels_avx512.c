@@ -187,6 +187,7 @@ static void tile_bf16_avx512bf16(int64_t n, float *s, size_t ss, const void *w, 
 void cera_cpu_register_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT], bool has_bf16) {
     register_body_avx512(ops);
     register_tiles_avx512(ops);
+    cera_cpu_register_repack_avx512(ops);
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx512;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx512;
     set_tile_avx512(&ops[CERA_TYPE_F32], tile_f32_avx512, 4, 4);

@@ -1,0 +1,116 @@
+/*
+ * repack.h — weights copied at backend open into a row-interleaved layout, so the SIMD lanes of
+ * a matmul kernel hold 16 output rows at once (CERA_PACK_ROWS) instead of one row's elements.
+ *
+ * Why: in the file layout a Q4_0 row is multiplied one 18-byte block at a time and every block
+ * ends in a horizontal float step (convert, scale, multiply-add) for a single output; decode was
+ * compute-bound on that at about 5 cycles per block. Interleaved, one 512-bit byte dot
+ * (vpdpbusd) covers 4 elements of 16 rows, the 16 block scales convert in one instruction, and
+ * the float step serves 16 outputs. llama.cpp does the same (8 rows) for Q4_0; this is cera's
+ * own layout.
+ *
+ * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: first the nibbles of every
+ * block, 256 bytes each (four 64-byte vectors), then the 16 F16 scales of every block (32 bytes
+ * each), the group padded to 64 bytes; so every vector load is aligned and a group is two
+ * sequential streams. Byte 4r + j of vector i of a block (r = row in the group, j < 4) is byte
+ * 4i + j of row r's original block: its low nibble is element 4i + j, its high nibble element
+ * 16 + 4i + j. So a 32-bit lane of a vector is one row, and one activation word (4 bytes,
+ * broadcast) feeds all 16 rows.
+ *
+ * Arithmetic (every tier, and the scalar reference, the same): each output is a serial chain
+ * over the blocks b of acc = fma((float)isum_b, dx_b * dy_b, acc) from 0, where isum_b is the
+ * exact integer dot of the block and dx_b * dy_b is exact in float (two 11-bit mantissas). So
+ * the results are identical bit for bit across tiers, tile widths and batch sizes (a decode
+ * step equals the same token inside a prompt), and equal llama.cpp's repacked Q4_0 GEMV/GEMM,
+ * which use the same per-output chain.
+ *
+ * The Q4_0 offset of 8 goes in through the activations: isum = sum(u * y) - 8 * sum(y), with
+ * u the raw nibble; the per-block activation terms (cera_q8_0_aux: -8 * sum(y) and dy as a
+ * float) are computed once per activation row by cera_packed_prep, next to the quantized row.
+ *
+ * Which weights: those whose type has a packed tile at the selected tier (kernels.h
+ * packed_tile; today Q4_0 on the avx2 and avx512 tiers) and whose row count is a multiple of
+ * 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
+ * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
+ * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
+ * repacking off (for A/B measurements).
+ */
+#ifndef CERA_BACKEND_CPU_REPACK_H
+#define CERA_BACKEND_CPU_REPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "model/model.h"
+
+#define CERA_PACK_ROWS 16
+
+/* Bytes of one packed block's nibbles and scales (16 rows x 32 elements). */
+#define CERA_PACK_Q4_0_QS 256
+#define CERA_PACK_Q4_0_D  32
+
+/* The nibbles and the scales of block b in a group of nb blocks. */
+static inline const uint8_t *cera_pack_q4_0_qs(const void *group, int64_t b) {
+    return (const uint8_t *)group + (size_t)b * CERA_PACK_Q4_0_QS;
+}
+static inline const cera_f16 *cera_pack_q4_0_d(const void *group, int64_t nb, int64_t b) {
+    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * CERA_PACK_Q4_0_QS) + (size_t)b * 16;
+}
+
+/* Per activation block (Q8_0 activations of a packed Q4_0 weight). */
+typedef struct cera_q8_0_aux {
+    int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset */
+    float d;      /* the block's scale as a float */
+} cera_q8_0_aux;
+
+/* One repacked weight: n rows of k inputs of type `type`, in groups of 16 rows. */
+typedef struct cera_packed_weight {
+    cera_type type;
+    int64_t n, k;
+    void *data;         /* [n / 16] packed groups, 64-byte aligned */
+    size_t group_bytes; /* bytes of one group of 16 rows */
+    cera_packed_tile_fn tile;
+    int tile_cols; /* the largest nc the tile takes */
+} cera_packed_weight;
+
+/* Bytes of per-row activation terms a packed weight of type t with rows of k needs (0 when the
+ * type has no packed layout). */
+size_t cera_packed_aux_size(cera_type t, int64_t k);
+
+/* Fills the per-block activation terms of one activation row (k elements, already quantized to
+ * the type's activation type) for a packed weight of type t. */
+void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k);
+
+/* Whether a weight would be repacked at the selected tier (type, shape, tier, environment). */
+bool cera_packed_wanted(const cera_weight *w);
+
+/* Repacks one weight (cera_packed_wanted must hold); *out is freed with cera_packed_free. */
+cera_status cera_packed_new(const cera_weight *w, cera_packed_weight **out, cera_error *err);
+void cera_packed_free(cera_packed_weight *p);
+
+/* The repacked copies of a model's matmul weights (the projections and the output head). */
+typedef struct cera_packed_set cera_packed_set;
+
+/* Repacks every weight of m that cera_packed_wanted accepts and sets its dev field to the copy;
+ * *out is NULL when none was. */
+cera_status cera_cpu_repack_model(const cera_model *m, cera_packed_set **out, cera_error *err);
+
+/* Clears the dev fields set by cera_cpu_repack_model and frees the copies; NULL is fine. */
+void cera_cpu_repack_free(cera_packed_set *set);
+
+/* The scalar reference of the packed Q4_0 tile, with the arithmetic described above: the SIMD
+ * tiles must give the same bits (tests/cpu). Same arguments as cera_packed_tile_fn. */
+void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
+
+/* Bytes of one packed group of 16 rows of k elements (a multiple of 64). */
+size_t cera_pack_q4_0_group_bytes(int64_t k);
+
+/* Interleaves 16 rows of Q4_0 (row stride w_stride bytes, k elements) into one packed group at
+ * dst (cera_pack_q4_0_group_bytes(k) bytes). */
+void cera_repack_q4_0x16(const void *rows, size_t w_stride, int64_t k, void *dst);
+
+#endif

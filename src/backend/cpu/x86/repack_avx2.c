@@ -1,0 +1,77 @@
+/*
+ * repack_avx2.c — the AVX2 tile over Q4_0 weights repacked into 16-row groups (repack.h): a
+ * 256-bit vector holds 8 of the 16 rows (the low or high 32 bytes of each 64-byte vector of the
+ * layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
+ * and pmaddwd (int16 pairs into int32); a nibble times an activation is at most 15 * 127, so the
+ * 8 pair sums of a block (at most 8 * 2 * 1905 = 30480) add up exactly in int16 before the
+ * single widening. Registered by the avx2 tier (kernels_avx2.c); the arithmetic is repack.c's
+ * scalar reference, bit for bit.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_impl.h"
+#include "backend/cpu/repack.h"
+#include "tensor/blocks.h"
+
+#define COLS 4 /* activation columns per pass */
+
+static inline __m256i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Rows 8h .. 8h + 7 of the group against nc activation columns. */
+static inline __attribute__((always_inline)) void q4_0x8_cols(int64_t nb, int h, float *s, size_t s_stride,
+                                                              const uint8_t *x, const uint8_t *a,
+                                                              size_t a_stride, const uint8_t *aux,
+                                                              size_t aux_stride, int nc) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[COLS];
+    for (int c = 0; c < COLS; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i lo[4], hi[4];
+        for (int i = 0; i < 4; i++) {
+            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_q4_0_qs(x, b) + 64 * i + 32 * h));
+            lo[i] = _mm256_and_si256(v, low4);
+            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        }
+        const __m256 dx =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_q4_0_d(x, nb, b) + 8 * h)));
+        for (int c = 0; c < nc; c++) {
+            const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
+            const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
+            __m256i p0 = _mm256_maddubs_epi16(lo[0], bcast32(yq));
+            __m256i p1 = _mm256_maddubs_epi16(hi[0], bcast32(yq + 16));
+            for (int i = 1; i < 4; i++) {
+                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(lo[i], bcast32(yq + 4 * i)));
+                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(hi[i], bcast32(yq + 16 + 4 * i)));
+            }
+            const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones),
+                                                  _mm256_set1_epi32(ax->corr));
+            const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax->d));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, acc[c]);
+}
+
+static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK4_0;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    for (int h = 0; h < 2; h++) {
+        if (nc == 1)
+            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+        else if (nc == COLS)
+            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
+        else
+            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+    }
+}
+
+void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx2;
+    ops[CERA_TYPE_Q4_0].packed_cols = COLS;
+}

@@ -1,0 +1,73 @@
+/*
+ * repack_avx512.c — the AVX-512 VNNI tile over Q4_0 weights repacked into 16-row groups
+ * (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a
+ * broadcast activation word adds 4 products to each of the 16 rows, and the block's float step
+ * (convert, scale, fused multiply-add) serves 16 outputs at once. Registered by the avx512 tier
+ * (kernels_avx512.c); the arithmetic is repack.c's scalar reference, bit for bit.
+ *
+ * Per block and group: 4 loads of 64 nibble bytes unpacked into 8 vectors (low and high
+ * nibbles) shared by every activation column; per column 8 vpdpbusd in two independent chains
+ * (their sum is exact), started from the Q4_0 offset term -8 * sum(y).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_impl.h"
+#include "backend/cpu/repack.h"
+#include "tensor/blocks.h"
+
+#define COLS 8 /* activation columns per pass: 8 accumulators + 8 unpacked vectors in registers */
+
+static inline __m512i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float *s, size_t s_stride,
+                                                               const uint8_t *x, const uint8_t *a,
+                                                               size_t a_stride, const uint8_t *aux,
+                                                               size_t aux_stride, int nc) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[COLS];
+    for (int c = 0; c < COLS; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i lo[4], hi[4];
+        for (int i = 0; i < 4; i++) {
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_q4_0_qs(x, b) + 64 * i));
+            lo[i] = _mm512_and_si512(v, low4);
+            hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_q4_0_d(x, nb, b)));
+        for (int c = 0; c < nc; c++) {
+            const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
+            const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
+            __m512i i0 = _mm512_set1_epi32(ax->corr), i1 = _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) {
+                i0 = _mm512_dpbusd_epi32(i0, lo[i], bcast32(yq + 4 * i));
+                i1 = _mm512_dpbusd_epi32(i1, hi[i], bcast32(yq + 16 + 4 * i));
+            }
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(ax->d));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), d, acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, acc[c]);
+}
+
+static void packed_q4_0_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK4_0;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    /* constant column counts for the common cases, so the accumulators stay in registers */
+    if (nc == 1)
+        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+    else if (nc == COLS)
+        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
+    else
+        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+}
+
+void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx512;
+    ops[CERA_TYPE_Q4_0].packed_cols = COLS;
+}
