@@ -12,39 +12,69 @@
 
 #include "tensor/blocks.h"
 
+bool cera_pack_type_ok(cera_type t) { return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1; }
+
 size_t cera_packed_aux_size(cera_type t, int64_t k) {
-    return t == CERA_TYPE_Q4_0 ? (size_t)(k / QK4_0) * sizeof(cera_q8_0_aux) : 0;
+    switch (t) {
+    case CERA_TYPE_Q4_0: return (size_t)(k / QK8_0) * sizeof(cera_q8_0_aux);
+    case CERA_TYPE_Q4_1: return (size_t)(k / QK8_1) * sizeof(cera_q8_1_aux);
+    default: return 0;
+    }
 }
 
 void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k) {
-    if (t != CERA_TYPE_Q4_0) return;
-    const block_q8_0 *y = act_row;
-    cera_q8_0_aux *o = aux_row;
-    for (int64_t b = 0; b < k / QK8_0; b++) {
-        int32_t sum = 0;
-        for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
-        o[b].corr = -8 * sum;
-        o[b].d = cera_f16_to_f32(y[b].d);
-    }
-}
-
-size_t cera_pack_q4_0_group_bytes(int64_t k) {
-    const size_t nb = (size_t)(k / QK4_0);
-    return (nb * (CERA_PACK_Q4_0_QS + CERA_PACK_Q4_0_D) + 63) & ~(size_t)63;
-}
-
-void cera_repack_q4_0x16(const void *rows, size_t w_stride, int64_t k, void *dst) {
-    const int64_t nb = k / QK4_0;
-    memset(dst, 0, cera_pack_q4_0_group_bytes(k));
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *qs = (uint8_t *)cera_pack_q4_0_qs(dst, b);
-        cera_f16 *d = (cera_f16 *)cera_pack_q4_0_d(dst, nb, b);
-        for (int r = 0; r < CERA_PACK_ROWS; r++) {
-            const block_q4_0 *x = (const block_q4_0 *)((const uint8_t *)rows + (size_t)r * w_stride) + b;
-            d[r] = x->d;
-            for (int i = 0; i < 4; i++) memcpy(qs + 64 * i + 4 * r, x->qs + 4 * i, 4);
+    if (t == CERA_TYPE_Q4_0) {
+        const block_q8_0 *y = act_row;
+        cera_q8_0_aux *o = aux_row;
+        for (int64_t b = 0; b < k / QK8_0; b++) {
+            int32_t sum = 0;
+            for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
+            o[b].corr = -8 * sum;
+            o[b].d = cera_f16_to_f32(y[b].d);
+        }
+    } else if (t == CERA_TYPE_Q4_1) {
+        const block_q8_1 *y = act_row;
+        cera_q8_1_aux *o = aux_row;
+        for (int64_t b = 0; b < k / QK8_1; b++) {
+            o[b].d = cera_f16_to_f32(y[b].d);
+            o[b].s = cera_f16_to_f32(y[b].s);
         }
     }
+}
+
+size_t cera_pack_group_bytes(cera_type t, int64_t k) {
+    const size_t nb = (size_t)(k / 32), fields = t == CERA_TYPE_Q4_1 ? 2 : 1;
+    return (nb * (CERA_PACK_QS + fields * CERA_PACK_FIELD) + 63) & ~(size_t)63;
+}
+
+/* Q4_0 and Q4_1 blocks: the scale d first, Q4_1's minimum m next, then the 16 nibble bytes. */
+void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst) {
+    const int64_t nb = k / 32;
+    const size_t bsz = cera_row_size(t, 32);
+    const size_t qs_off = t == CERA_TYPE_Q4_1 ? 4 : 2;
+    memset(dst, 0, cera_pack_group_bytes(t, k));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *qs = (uint8_t *)cera_pack_qs(dst, b);
+        cera_f16 *d = (cera_f16 *)cera_pack_d(dst, nb, b);
+        cera_f16 *m = (cera_f16 *)cera_pack_m(dst, nb, b);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            const uint8_t *blk = (const uint8_t *)rows + (size_t)r * w_stride + (size_t)b * bsz;
+            memcpy(&d[r], blk, 2);
+            if (t == CERA_TYPE_Q4_1) memcpy(&m[r], blk + 2, 2);
+            for (int i = 0; i < 4; i++) memcpy(qs + 64 * i + 4 * r, blk + qs_off + 4 * i, 4);
+        }
+    }
+}
+
+/* The 4-element integer dot of word l (l < 4: low nibbles of vector l, l >= 4: high nibbles of
+ * vector l - 4) of row r in a packed block, against the matching activation quants. */
+static int32_t word_dot(const uint8_t *qs, const int8_t *y, int r, int l) {
+    int32_t p = 0;
+    for (int j = 0; j < 4; j++) {
+        const uint8_t q = qs[64 * (l & 3) + 4 * r + j];
+        p += (l < 4 ? q & 0x0F : q >> 4) * y[4 * l + j];
+    }
+    return p;
 }
 
 void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
@@ -56,18 +86,43 @@ void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void 
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *qs = cera_pack_q4_0_qs(w, b);
                 int32_t isum = ax[b].corr;
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) {
-                        const uint8_t q = qs[64 * i + 4 * r + j];
-                        isum += (q & 0x0F) * y[b].qs[4 * i + j] + (q >> 4) * y[b].qs[16 + 4 * i + j];
-                    }
-                const float dx = cera_f16_to_f32(cera_pack_q4_0_d(w, nb, b)[r]);
+                for (int l = 0; l < 8; l++) isum += word_dot(cera_pack_qs(w, b), y[b].qs, r, l);
+                const float dx = cera_f16_to_f32(cera_pack_d(w, nb, b)[r]);
                 acc = fmaf((float)isum, dx * ax[b].d, acc);
             }
             s[(size_t)c * s_stride + r] = acc;
         }
+    }
+}
+
+void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK4_1;
+    for (int c = 0; c < nc; c++) {
+        const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + (size_t)c * a_stride);
+        const cera_q8_1_aux *ax = (const cera_q8_1_aux *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            float acc[8] = {0}, summs = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const float dx = cera_f16_to_f32(cera_pack_d(w, nb, b)[r]);
+                const float mx = cera_f16_to_f32(cera_pack_m(w, nb, b)[r]);
+                summs = fmaf(mx, ax[b].s, summs); /* the product is exact: the same as summs += mx * s */
+                for (int l = 0; l < 8; l++)
+                    acc[l] = fmaf(dx * ax[b].d, (float)word_dot(cera_pack_qs(w, b), y[b].qs, r, l), acc[l]);
+            }
+            const float lo = (acc[0] + acc[4]) + (acc[2] + acc[6]),
+                        hi = (acc[1] + acc[5]) + (acc[3] + acc[7]);
+            s[(size_t)c * s_stride + r] = (lo + hi) + summs;
+        }
+    }
+}
+
+cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
+    switch (t) {
+    case CERA_TYPE_Q4_0: return cera_packed_tile_q4_0_ref;
+    case CERA_TYPE_Q4_1: return cera_packed_tile_q4_1_ref;
+    default: return NULL;
     }
 }
 
@@ -77,10 +132,10 @@ static bool repack_enabled(void) {
 }
 
 bool cera_packed_wanted(const cera_weight *w) {
-    if (!w->data || w->type != CERA_TYPE_Q4_0) return false;
+    if (!w->data || !cera_pack_type_ok(w->type)) return false;
     const cera_cpu_type_ops *ops = cera_cpu_ops(w->type);
     if (!ops || !ops->packed_tile) return false;
-    return w->n > 0 && w->n % CERA_PACK_ROWS == 0 && w->k > 0 && w->k % QK4_0 == 0 && repack_enabled();
+    return w->n > 0 && w->n % CERA_PACK_ROWS == 0 && w->k > 0 && w->k % 32 == 0 && repack_enabled();
 }
 
 cera_status cera_packed_new(const cera_weight *w, cera_packed_weight **out, cera_error *err) {
@@ -91,7 +146,7 @@ cera_status cera_packed_new(const cera_weight *w, cera_packed_weight **out, cera
     p->type = w->type;
     p->n = w->n;
     p->k = w->k;
-    p->group_bytes = cera_pack_q4_0_group_bytes(w->k);
+    p->group_bytes = cera_pack_group_bytes(w->type, w->k);
     p->tile = ops->packed_tile;
     p->tile_cols = ops->packed_cols;
     const size_t bytes = p->group_bytes * (size_t)(w->n / CERA_PACK_ROWS);
@@ -103,8 +158,8 @@ cera_status cera_packed_new(const cera_weight *w, cera_packed_weight **out, cera
     }
     const size_t w_stride = cera_row_size(w->type, w->k);
     for (int64_t g = 0; g < w->n / CERA_PACK_ROWS; g++)
-        cera_repack_q4_0x16((const uint8_t *)w->data + (size_t)g * CERA_PACK_ROWS * w_stride, w_stride, w->k,
-                            (uint8_t *)p->data + (size_t)g * p->group_bytes);
+        cera_repack_x16(w->type, (const uint8_t *)w->data + (size_t)g * CERA_PACK_ROWS * w_stride, w_stride,
+                        w->k, (uint8_t *)p->data + (size_t)g * p->group_bytes);
     *out = p;
     return CERA_OK;
 }

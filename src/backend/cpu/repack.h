@@ -10,26 +10,32 @@
  * own layout.
  *
  * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: first the nibbles of every
- * block, 256 bytes each (four 64-byte vectors), then the 16 F16 scales of every block (32 bytes
- * each), the group padded to 64 bytes; so every vector load is aligned and a group is two
- * sequential streams. Byte 4r + j of vector i of a block (r = row in the group, j < 4) is byte
- * 4i + j of row r's original block: its low nibble is element 4i + j, its high nibble element
- * 16 + 4i + j. So a 32-bit lane of a vector is one row, and one activation word (4 bytes,
+ * block, 256 bytes each (four 64-byte vectors), then the 16 F16 scales d of every block (32 bytes
+ * each), for Q4_1 then the 16 F16 minimums m of every block, the group padded to 64 bytes; so
+ * every vector load is aligned and a group is a few sequential streams. Byte 4r + j of vector i of a block (r
+ * = row in the group, j < 4) is byte 4i + j of row r's original block: its low nibble is element 4i + j, its
+ * high nibble element 16 + 4i + j. So a 32-bit lane of a vector is one row, and one activation word (4 bytes,
  * broadcast) feeds all 16 rows.
  *
- * Arithmetic (every tier, and the scalar reference, the same): each output is a serial chain
- * over the blocks b of acc = fma((float)isum_b, dx_b * dy_b, acc) from 0, where isum_b is the
- * exact integer dot of the block and dx_b * dy_b is exact in float (two 11-bit mantissas). So
- * the results are identical bit for bit across tiers, tile widths and batch sizes (a decode
- * step equals the same token inside a prompt), and equal llama.cpp's repacked Q4_0 GEMV/GEMM,
- * which use the same per-output chain.
+ * Arithmetic (every tier, and the scalar references, the same), chosen to be llama.cpp's:
+ *   Q4_0: each output is a serial chain over the blocks b of acc = fma((float)isum_b,
+ *     dx_b * dy_b, acc) from 0, where isum_b is the exact integer dot of the block and
+ *     dx_b * dy_b is exact in float (two 11-bit mantissas): llama.cpp's repacked Q4_0 GEMV/GEMM
+ *     per output. The offset of 8 goes in through the activations: isum = sum(u * y) - 8 sum(y)
+ *     with u the raw nibble.
+ *   Q4_1 (which llama.cpp does not repack): its x86 vec_dot per output, i.e. 8 float partial
+ *     sums, partial l taking the 4-element integer dot of word l of the unpacked block (elements
+ *     4l..4l+3 for l < 4, 16+4(l-4).. for l >= 4) as acc_l = fma(dx dy, (float)p_l, acc_l), and
+ *     a serial sum of m_b * s_b; at the end ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) + summs.
+ * So the results are identical bit for bit across tiers, tile widths and batch sizes (a decode
+ * step equals the same token inside a prompt) and equal llama.cpp's.
  *
- * The Q4_0 offset of 8 goes in through the activations: isum = sum(u * y) - 8 * sum(y), with
- * u the raw nibble; the per-block activation terms (cera_q8_0_aux: -8 * sum(y) and dy as a
- * float) are computed once per activation row by cera_packed_prep, next to the quantized row.
+ * The per-block activation terms (cera_q8_0_aux: -8 sum(y) and dy as a float; cera_q8_1_aux: dy
+ * and s as floats) are computed once per activation row by cera_packed_prep, next to the
+ * quantized row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0 on the avx2 and avx512 tiers) and whose row count is a multiple of
+ * packed_tile; today Q4_0 on the avx2 and avx512 tiers, Q4_1 on avx512) and whose row count is a multiple of
  * 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
  * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
  * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
@@ -38,6 +44,7 @@
 #ifndef CERA_BACKEND_CPU_REPACK_H
 #define CERA_BACKEND_CPU_REPACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,23 +55,30 @@
 
 #define CERA_PACK_ROWS 16
 
-/* Bytes of one packed block's nibbles and scales (16 rows x 32 elements). */
-#define CERA_PACK_Q4_0_QS 256
-#define CERA_PACK_Q4_0_D  32
+/* Bytes per packed block (16 rows x 32 elements): the nibbles, and each F16 field (d, m). */
+#define CERA_PACK_QS    256
+#define CERA_PACK_FIELD 32
 
-/* The nibbles and the scales of block b in a group of nb blocks. */
-static inline const uint8_t *cera_pack_q4_0_qs(const void *group, int64_t b) {
-    return (const uint8_t *)group + (size_t)b * CERA_PACK_Q4_0_QS;
+/* Block b's nibbles, scales d and (Q4_1) minimums m in a group of nb blocks. */
+static inline const uint8_t *cera_pack_qs(const void *group, int64_t b) {
+    return (const uint8_t *)group + (size_t)b * CERA_PACK_QS;
 }
-static inline const cera_f16 *cera_pack_q4_0_d(const void *group, int64_t nb, int64_t b) {
-    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * CERA_PACK_Q4_0_QS) + (size_t)b * 16;
+static inline const cera_f16 *cera_pack_d(const void *group, int64_t nb, int64_t b) {
+    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * CERA_PACK_QS) + (size_t)b * 16;
+}
+static inline const cera_f16 *cera_pack_m(const void *group, int64_t nb, int64_t b) {
+    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * (CERA_PACK_QS + CERA_PACK_FIELD)) +
+           (size_t)b * 16;
 }
 
-/* Per activation block (Q8_0 activations of a packed Q4_0 weight). */
+/* Per activation block: Q8_0 activations of a packed Q4_0 weight, Q8_1 ones of a Q4_1 weight. */
 typedef struct cera_q8_0_aux {
     int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset */
     float d;      /* the block's scale as a float */
 } cera_q8_0_aux;
+typedef struct cera_q8_1_aux {
+    float d, s; /* the block's scale and d * sum(q), as floats */
+} cera_q8_1_aux;
 
 /* One repacked weight: n rows of k inputs of type `type`, in groups of 16 rows. */
 typedef struct cera_packed_weight {
@@ -75,6 +89,16 @@ typedef struct cera_packed_weight {
     cera_packed_tile_fn tile;
     int tile_cols; /* the largest nc the tile takes */
 } cera_packed_weight;
+
+/* Whether type t has a packed layout (Q4_0, Q4_1). */
+bool cera_pack_type_ok(cera_type t);
+
+/* Bytes of one packed group of 16 rows of k elements of type t (a multiple of 64). */
+size_t cera_pack_group_bytes(cera_type t, int64_t k);
+
+/* Interleaves 16 rows of type t (row stride w_stride bytes, k elements) into one packed group at
+ * dst (cera_pack_group_bytes(t, k) bytes). */
+void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst);
 
 /* Bytes of per-row activation terms a packed weight of type t with rows of k needs (0 when the
  * type has no packed layout). */
@@ -101,16 +125,14 @@ cera_status cera_cpu_repack_model(const cera_model *m, cera_packed_set **out, ce
 /* Clears the dev fields set by cera_cpu_repack_model and frees the copies; NULL is fine. */
 void cera_cpu_repack_free(cera_packed_set *set);
 
-/* The scalar reference of the packed Q4_0 tile, with the arithmetic described above: the SIMD
+/* The scalar references of the packed tiles, with the arithmetic described above: the SIMD
  * tiles must give the same bits (tests/cpu). Same arguments as cera_packed_tile_fn. */
 void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
 
-/* Bytes of one packed group of 16 rows of k elements (a multiple of 64). */
-size_t cera_pack_q4_0_group_bytes(int64_t k);
-
-/* Interleaves 16 rows of Q4_0 (row stride w_stride bytes, k elements) into one packed group at
- * dst (cera_pack_q4_0_group_bytes(k) bytes). */
-void cera_repack_q4_0x16(const void *rows, size_t w_stride, int64_t k, void *dst);
+/* The reference for type t (NULL when none). */
+cera_packed_tile_fn cera_packed_tile_ref(cera_type t);
 
 #endif

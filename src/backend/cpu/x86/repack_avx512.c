@@ -34,11 +34,11 @@ static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_q4_0_qs(x, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, b) + 64 * i));
             lo[i] = _mm512_and_si512(v, low4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_q4_0_d(x, nb, b)));
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, nb, b)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
             const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
@@ -67,7 +67,63 @@ static void packed_q4_0_avx512(int64_t n, float *s, size_t s_stride, const void 
         q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
 }
 
+/* Q4_1: llama.cpp's vec_dot order per output (repack.h), so 8 float partials per column (one
+ * per 4-element word of the block) instead of one; the integer words are not summed. */
+#define COLS_Q4_1 2 /* 16 partials + 2 minimum sums + 8 unpacked vectors in registers */
+
+static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float *s, size_t s_stride,
+                                                               const uint8_t *x, const uint8_t *a,
+                                                               size_t a_stride, const uint8_t *aux,
+                                                               size_t aux_stride, int nc) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[COLS_Q4_1][8], summ[COLS_Q4_1];
+    for (int c = 0; c < COLS_Q4_1; c++) {
+        summ[c] = _mm512_setzero_ps();
+        for (int l = 0; l < 8; l++) acc[c][l] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i u[8]; /* word l: low nibbles of vector l (l < 4), high nibbles of vector l - 4 */
+        for (int i = 0; i < 4; i++) {
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, b) + 64 * i));
+            u[i] = _mm512_and_si512(v, low4);
+            u[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, nb, b)));
+        const __m512 mx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, nb, b)));
+        for (int c = 0; c < nc; c++) {
+            const int8_t *yq = ((const block_q8_1 *)(a + (size_t)c * a_stride))[b].qs;
+            const cera_q8_1_aux *ax = (const cera_q8_1_aux *)(aux + (size_t)c * aux_stride) + b;
+            summ[c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(ax->s), summ[c]); /* exact product */
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(ax->d));
+            for (int l = 0; l < 8; l++)
+                acc[c][l] = _mm512_fmadd_ps(d,
+                                            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                                                _mm512_setzero_si512(), u[l], bcast32(yq + 4 * l))),
+                                            acc[c][l]);
+        }
+    }
+    for (int c = 0; c < nc; c++) {
+        const __m512 lo =
+            _mm512_add_ps(_mm512_add_ps(acc[c][0], acc[c][4]), _mm512_add_ps(acc[c][2], acc[c][6]));
+        const __m512 hi =
+            _mm512_add_ps(_mm512_add_ps(acc[c][1], acc[c][5]), _mm512_add_ps(acc[c][3], acc[c][7]));
+        _mm512_storeu_ps(s + (size_t)c * s_stride, _mm512_add_ps(_mm512_add_ps(lo, hi), summ[c]));
+    }
+}
+
+static void packed_q4_1_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK4_1;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    if (nc == 1)
+        q4_1x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+    else
+        q4_1x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_1);
+}
+
 void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx512;
+    ops[CERA_TYPE_Q4_1].packed_cols = COLS_Q4_1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx512;
     ops[CERA_TYPE_Q4_0].packed_cols = COLS;
 }
