@@ -7,8 +7,11 @@
  *
  *   lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] [--reps R]
  *
- * Adapters are random (factors ~ N(0, 0.02), alpha = 2·rank): the cost does not depend
- * on the values. Prints one table (markdown), best of R repetitions per line.
+ * -b 0 (or 1) skips the batch tests. Adapters are random (factors ~ N(0, 0.02), alpha =
+ * 2·rank): the cost does not depend on the values. Prints what was measured (model shape,
+ * weight type, factor bytes, threads, kernel tier, load average) and one table (markdown),
+ * best of R repetitions per line; prefill and decode alternate runs without and with the
+ * adapter so that a shared machine's load hits both alike.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/kernels.h"
+#include "core/cpus.h"
 #include "session/engine_impl.h"
 
 static double now_s(void) {
@@ -59,33 +64,58 @@ static cera_adapter *random_adapter(const cera_model *m, int rank) {
     return a;
 }
 
+/* The 1-minute load average (a shared machine makes numbers noisy), or -1. */
+static double load_avg(void) {
+    double v = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
 static void die(const cera_error *err) {
     fprintf(stderr, "lora_bench: %s\n", err->message);
     exit(1);
 }
 
-/* Prompt of n tokens as one eval, then n_gen single-token evals: tokens/s of each. */
-static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp,
-                   double *tg) {
+/* One prompt of n_prompt tokens as one eval, then n_gen single-token evals, with adapter
+ * a (NULL: none): tokens/s of each. */
+static void one_run(cera_engine *e, cera_adapter *a, const cera_token *t, int n_prompt, int n_gen, double *pp,
+                    double *tg) {
     cera_error err;
+    cera_session *s;
+    if (cera_session_create(e, NULL, &s, &err)) die(&err);
+    if (a && cera_session_set_adapter(s, a, 1.0f, &err)) die(&err);
+    double t0 = now_s();
+    if (cera_session_eval(s, t, (size_t)n_prompt, false, &err)) die(&err);
+    double t1 = now_s();
+    if (n_prompt / (t1 - t0) > *pp) *pp = n_prompt / (t1 - t0);
+    cera_token tok = t[0];
+    t0 = now_s();
+    for (int i = 0; i < n_gen; i++)
+        if (cera_session_eval(s, &tok, 1, false, &err)) die(&err);
+    t1 = now_s();
+    if (n_gen / (t1 - t0) > *tg) *tg = n_gen / (t1 - t0);
+    cera_session_free(s);
+}
+
+/* Without and with the adapter, interleaved (A B B A A B ...) so that a shared machine's
+ * load changes hit both sides alike; best of reps each. */
+static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp0,
+                   double *tg0, double *pp1, double *tg1) {
     cera_token *t = malloc((size_t)n_prompt * sizeof *t);
     for (int i = 0; i < n_prompt; i++) t[i] = 1 + (i * 7919) % (cera_engine_n_vocab(e) - 1);
-    *pp = *tg = 0;
+    *pp0 = *tg0 = *pp1 = *tg1 = 0;
     for (int r = 0; r < reps; r++) {
-        cera_session *s;
-        if (cera_session_create(e, NULL, &s, &err)) die(&err);
-        if (a && cera_session_set_adapter(s, a, 1.0f, &err)) die(&err);
-        double t0 = now_s();
-        if (cera_session_eval(s, t, (size_t)n_prompt, false, &err)) die(&err);
-        double t1 = now_s();
-        if (n_prompt / (t1 - t0) > *pp) *pp = n_prompt / (t1 - t0);
-        cera_token tok = t[0];
-        t0 = now_s();
-        for (int i = 0; i < n_gen; i++)
-            if (cera_session_eval(s, &tok, 1, false, &err)) die(&err);
-        t1 = now_s();
-        if (n_gen / (t1 - t0) > *tg) *tg = n_gen / (t1 - t0);
-        cera_session_free(s);
+        if (r % 2 == 0) {
+            one_run(e, NULL, t, n_prompt, n_gen, pp0, tg0);
+            one_run(e, a, t, n_prompt, n_gen, pp1, tg1);
+        } else {
+            one_run(e, a, t, n_prompt, n_gen, pp1, tg1);
+            one_run(e, NULL, t, n_prompt, n_gen, pp0, tg0);
+        }
     }
     free(t);
 }
@@ -175,7 +205,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || rank < 1 || rank > CERA_LORA_MAX_RANK || n_prompt < 1 || n_gen < 1 || B < 1 || reps < 1) {
+    if (!model || rank < 1 || rank > CERA_LORA_MAX_RANK || n_prompt < 1 || n_gen < 1 || B < 0 || reps < 1) {
         fprintf(stderr, "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
                         "[--reps R]\n");
         return 2;
@@ -184,6 +214,7 @@ int main(int argc, char **argv) {
     ep.n_threads = threads;
     ep.n_ctx = n_prompt + n_gen + 16 > 256 ? n_prompt + n_gen + 16 : 256;
     ep.n_batch = n_prompt > B ? n_prompt : B;
+    if (B < 1) B = 1; /* -b 0: no batch tests; one adapter for prefill and decode */
     ep.device = CERA_DEVICE_CPU;
     cera_engine *e;
     cera_error err;
@@ -192,18 +223,49 @@ int main(int argc, char **argv) {
     for (int i = 0; i < B; i++) ad[i] = random_adapter(&e->model, rank);
 
     double pp0, tg0, pp1, tg1;
-    single(e, NULL, n_prompt, n_gen, reps, &pp0, &tg0);
-    single(e, ad[0], n_prompt, n_gen, reps, &pp1, &tg1);
-    const double b0 = batched(e, ad, B, 0, n_gen, reps), b1 = batched(e, ad, B, 1, n_gen, reps),
-                 bn = batched(e, ad, B, 2, n_gen, reps);
-    printf("model %s, %d threads (0 = all cores), rank %d on all 7 projections of %d layers\n\n", model,
-           threads, rank, e->model.hp.n_layer);
-    printf("| test | no adapter (tok/s) | with adapter(s) (tok/s) | cost |\n|---|---:|---:|---:|\n");
-    printf("| prefill pp%d | %.1f | %.1f | %+.1f %% |\n", n_prompt, pp0, pp1, 100 * (pp0 / pp1 - 1));
-    printf("| decode tg%d | %.2f | %.2f | %+.1f %% |\n", n_gen, tg0, tg1, 100 * (tg0 / tg1 - 1));
-    printf("| batch of %d, 1 shared adapter | %.1f | %.1f | %+.1f %% |\n", B, b0, b1, 100 * (b0 / b1 - 1));
-    printf("| batch of %d, %d different adapters | %.1f | %.1f | %+.1f %% (vs 1 shared: %+.1f %%) |\n", B, B,
-           b0, bn, 100 * (b0 / bn - 1), 100 * (b1 / bn - 1));
+    const double la0 = load_avg();
+    const double start = now_s();
+    single(e, ad[0], n_prompt, n_gen, reps, &pp0, &tg0, &pp1, &tg1);
+    double b0 = 0, b1 = 0, bn = 0;
+    if (B > 1) {
+        b0 = batched(e, ad, B, 0, n_gen, reps);
+        b1 = batched(e, ad, B, 1, n_gen, reps);
+        bn = batched(e, ad, B, 2, n_gen, reps);
+    }
+    const double secs = now_s() - start, la1 = load_avg();
+
+    /* what a decoded token reads: every projection weight, and the adapter's F32 factors */
+    const cera_hparams *hp = &e->model.hp;
+    double w_bytes = 0, f_bytes = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            const cera_weight *w = &e->model.layers[l].proj[p];
+            w_bytes += (double)cera_row_size(w->type, w->k) * (double)w->n;
+            f_bytes += 4.0 * rank * (double)(w->k + w->n);
+        }
+    const cera_type_traits *wt = cera_type_get(e->model.layers[0].proj[0].type);
+    printf("model %s: %d layers, n_embd %d, n_ff %d, weights %s (projections %.0f MB)\n", model, hp->n_layer,
+           hp->n_embd, hp->n_ff, wt ? wt->name : "?", w_bytes / 1e6);
+    printf("adapter: rank %d on all 7 projections of every layer, F32 factors %.1f MB (+%.1f %% of the "
+           "projection bytes per decoded token)\n",
+           rank, f_bytes / 1e6, 100 * f_bytes / w_bytes);
+    printf(
+        "threads %d (-t %d), CPU kernels %s; prefill/decode best of %d interleaved runs each, batches best "
+        "of %d; %.0f s; load average %.2f before, %.2f after\n\n",
+        e->params.n_threads > 0 ? e->params.n_threads : cera_cpu_count(), threads, cera_cpu_tier_name(), reps,
+        reps, secs, la0, la1);
+    printf("| threads | test | no adapter (tok/s) | with adapter(s) (tok/s) | cost "
+           "|\n|---:|---|---:|---:|---:|\n");
+    const int nt = e->params.n_threads > 0 ? e->params.n_threads : cera_cpu_count();
+    printf("| %d | prefill pp%d | %.1f | %.1f | %+.1f %% |\n", nt, n_prompt, pp0, pp1, 100 * (pp0 / pp1 - 1));
+    printf("| %d | decode tg%d | %.2f | %.2f | %+.1f %% |\n", nt, n_gen, tg0, tg1, 100 * (tg0 / tg1 - 1));
+    if (B > 1) {
+        printf("| %d | batch of %d, 1 shared adapter | %.1f | %.1f | %+.1f %% |\n", nt, B, b0, b1,
+               100 * (b0 / b1 - 1));
+        printf(
+            "| %d | batch of %d, %d different adapters | %.1f | %.1f | %+.1f %% (vs 1 shared: %+.1f %%) |\n",
+            nt, B, B, b0, bn, 100 * (b0 / bn - 1), 100 * (b1 / bn - 1));
+    }
     for (int i = 0; i < B; i++) cera_adapter_free(ad[i]);
     free(ad);
     cera_engine_close(e);

@@ -1,50 +1,41 @@
 /*
- * lora_cpu.c — the CPU backend's LoRA hook: applies a batch plan over the engine's thread
- * pool right after a projection's matmul (forward.c, proj_matmul).
+ * lora_cpu.c — the CPU backend's LoRA hook (see lora_cpu.h), fused into the projection's
+ * matmul job (forward.c, proj_matmul) through cera_matmul_ex's hook.
  *
  * The two products are computed with the CPU table's F32 kernels (the register tile, or
  * the row dot where a type has no tile), exactly as cera_matmul computes an F32 weight:
  * llama.cpp applies an adapter as two F32 matmuls (ggml_mul_mat(b, ggml_mul_mat(a, x))),
  * then scales and adds, so an engine whose F32 matmul rounds as llama.cpp's gives the same
- * adapter contribution bit for bit. The work is split in two phases over the pool, the
- * rank·rows dots of t = A·x, then the output columns of y += (B·t)·s, so every thread has
- * work even for one row and every factor row is read about once; a decode step's few rows
- * take one pool run (each thread computing A·x itself), tiny work stays on the calling
- * thread. Each element is computed the same way whatever the split, the batch or
- * the thread count, so prefill equals decode and a mixed batch equals its sequences run
- * alone, bit for bit.
+ * adapter contribution bit for bit. Inside the matmul's one pool job:
+ *   - pre chunks (handed out first): t = A·x for every group's rows, into the plan's
+ *     scratch, in items of (a few A rows) x (a few batch rows);
+ *   - on each output tile the matmul finishes (its columns [o0, o1) of rows [t0, t1)):
+ *     y += (B[o0:o1]·t)·s for the groups' rows in [t0, t1), while the tile is in cache.
+ * Before, the hook ran its own pool job(s) after each matmul (one or two per projection:
+ * 128 extra per decoded token of a 16-layer model, each a wake-up and a wait for the
+ * slowest thread); now there are none.
+ * Each element is computed by the same kernel calls whatever the split, the batch or the
+ * thread count (the F32 tile gives each output the same bits whatever nr and nc), so
+ * prefill equals decode and a mixed batch equals its sequences run alone, bit for bit.
  */
 #include "session/lora_cpu.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend/cpu/kernels.h"
-
-/* Multiply-adds below which one thread applies an adapter to a projection alone. */
-#define CERA_LORA_CPU_SERIAL_WORK (1 << 15)
-/* Multiply-adds of A·x up to which a decode step takes one pool job (A of 256 KB). */
-#define CERA_LORA_CPU_ONE_RUN_A_WORK (1 << 16)
-#define MAX_TILE_ROWS                64
-#define MAX_TILE_COLS                8
-
-typedef struct lora_job {
-    const cera_lora_batch *b;
-    const cera_cpu_type_ops *ops;
-    int tr, tc; /* weight rows and activation rows per kernel call */
-    int layer;
-    cera_proj proj;
-    const float *x;
-    size_t x_stride;
-    float *y;
-    size_t y_stride;
-} lora_job;
+/* Multiply-adds an A·x pre chunk should have at least (its claim costs an atomic). */
+#define PRE_MIN_WORK  4096
+#define MAX_TILE_ROWS 64
+#define MAX_TILE_COLS 8
+/* Output columns per tile of cera_lora_cpu_apply (the matmul's tiles are its own). */
+#define APPLY_COLS 32
+#define APPLY_ROWS 32
 
 /* out[c * out_stride + i] = dot(w row i, a row c) for i < nr (<= j->tr) and c < nc (<= j->tc);
  * w rows hold k floats, a rows are a_stride floats apart: the F32 tile, as cera_matmul
  * computes it (each element the same whatever nr and nc). */
-static void dot_tile(const lora_job *j, int64_t k, float *out, size_t out_stride, const float *w, int nr,
-                     const float *a, size_t a_stride, int nc) {
+static void dot_tile(const cera_lora_cpu_job *j, int64_t k, float *out, size_t out_stride, const float *w,
+                     int nr, const float *a, size_t a_stride, int nc) {
     if (j->ops->gemm_tile) {
         j->ops->gemm_tile(k, out, out_stride, w, (size_t)k * sizeof(float), a, a_stride * sizeof(float), nr,
                           nc);
@@ -55,69 +46,84 @@ static void dot_tile(const lora_job *j, int64_t k, float *out, size_t out_stride
             j->ops->vec_dot(k, &out[c * out_stride + i], w + (size_t)i * k, a + c * a_stride);
 }
 
-/* Phase A: work items (group, block of tr A rows, block of tc group rows), numbered
- * A-block-major within a group so that a thread's contiguous share touches few A rows.
- * A block of rows that are consecutive in the batch (a prompt) is one tile call. */
-static void phase_a(const lora_job *j, int ith, int nth) {
+/* A·x items of group gr: (block of a_rows A rows) x (block of tc group rows). */
+static int64_t group_items(const cera_lora_cpu_job *j, const cera_lora_group *gr, const cera_lora_pair *p) {
+    return (int64_t)((gr->n_rows + j->tc - 1) / j->tc) * ((p->rank + j->a_rows - 1) / j->a_rows);
+}
+
+/* Pre chunk c: A·x items [c·per_pre, (c+1)·per_pre), numbered A-block-major within a group
+ * so that a chunk touches few A rows. A block of rows that are consecutive in the batch (a
+ * prompt) is one tile call. */
+static void pre_chunk(void *arg, int64_t c, int ith) {
+    (void)ith;
+    const cera_lora_cpu_job *j = arg;
     const cera_lora_batch *b = j->b;
-    int64_t total = 0;
-    for (int g = 0; g < b->n_groups; g++) {
-        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, j->layer, j->proj);
-        if (p)
-            total += (int64_t)((b->groups[g].n_rows + j->tc - 1) / j->tc) * ((p->rank + j->tr - 1) / j->tr);
-    }
-    const int64_t per = (total + nth - 1) / nth, i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    const int64_t i0 = c * j->per_pre, i1 = i0 + j->per_pre;
     int64_t base = 0;
     for (int g = 0; g < b->n_groups && base < i1; g++) {
         const cera_lora_group *gr = &b->groups[g];
         const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
         if (!p) continue;
         const int n_rb = (gr->n_rows + j->tc - 1) / j->tc;
-        const int64_t n = (int64_t)n_rb * ((p->rank + j->tr - 1) / j->tr);
+        const int64_t n = group_items(j, gr, p);
         const size_t ts = (size_t)gr->adapter->max_rank;
         for (int64_t i = i0 > base ? i0 - base : 0; i < n && base + i < i1; i++) {
             const int blk = (int)(i / n_rb), r0 = (int)(i % n_rb) * j->tc;
-            const int j0 = blk * j->tr, nr = p->rank - j0 < j->tr ? p->rank - j0 : j->tr;
+            const int a0 = blk * j->a_rows, nr = p->rank - a0 < j->a_rows ? p->rank - a0 : j->a_rows;
             const int nc = gr->n_rows - r0 < j->tc ? gr->n_rows - r0 : j->tc;
             bool consecutive = true;
-            for (int c = 1; c < nc; c++) consecutive &= gr->rows[r0 + c] == gr->rows[r0] + c;
-            const float *w = p->a + (size_t)j0 * p->k;
+            for (int q = 1; q < nc; q++) consecutive &= gr->rows[r0 + q] == gr->rows[r0] + q;
+            const float *w = p->a + (size_t)a0 * p->k;
             if (consecutive) {
-                dot_tile(j, p->k, gr->t + (size_t)r0 * ts + j0, ts, w, nr,
+                dot_tile(j, p->k, gr->t + (size_t)r0 * ts + a0, ts, w, nr,
                          j->x + (size_t)gr->rows[r0] * j->x_stride, j->x_stride, nc);
             } else {
-                for (int c = 0; c < nc; c++)
-                    dot_tile(j, p->k, gr->t + (size_t)(r0 + c) * ts + j0, ts, w, nr,
-                             j->x + (size_t)gr->rows[r0 + c] * j->x_stride, j->x_stride, 1);
+                for (int q = 0; q < nc; q++)
+                    dot_tile(j, p->k, gr->t + (size_t)(r0 + q) * ts + a0, ts, w, nr,
+                             j->x + (size_t)gr->rows[r0 + q] * j->x_stride, j->x_stride, 1);
             }
         }
         base += n;
     }
 }
 
-/* Phase B: output columns in chunks of tr, split over the threads, for blocks of tc rows
- * at once (their t rows are contiguous in the scratch); y + u·s as llama.cpp's scale then
- * add. */
-static void phase_b(const lora_job *j, int ith, int nth) {
+/* The first index of the ascending rows[0..n) that is >= v. */
+static int lower_bound(const int *rows, int n, int v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (rows[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A finished output tile: columns [o0, o1) of batch rows [t0, t1). For every group in
+ * adapter-id order, its rows in [t0, t1) in blocks of tc (their t rows are contiguous in
+ * the scratch): y + u·s, as llama.cpp's scale then add. */
+static void tile_done(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith) {
+    (void)ith;
+    const cera_lora_cpu_job *j = arg;
     const cera_lora_batch *b = j->b;
     float u[MAX_TILE_COLS * MAX_TILE_ROWS];
     for (int g = 0; g < b->n_groups; g++) {
         const cera_lora_group *gr = &b->groups[g];
         const cera_lora_pair *p = cera_lora_pair_get(gr->adapter, j->layer, j->proj);
         if (!p) continue;
-        const int64_t chunks = (p->d + j->tr - 1) / j->tr, per = (chunks + nth - 1) / nth;
-        const int64_t d0 = per * ith * j->tr, d1 = d0 + per * j->tr < p->d ? d0 + per * j->tr : p->d;
+        const int lo = lower_bound(gr->rows, gr->n_rows, t0), hi = lower_bound(gr->rows, gr->n_rows, t1);
         const size_t ts = (size_t)gr->adapter->max_rank;
-        for (int r0 = 0; r0 < gr->n_rows; r0 += j->tc) {
-            const int nc = gr->n_rows - r0 < j->tc ? gr->n_rows - r0 : j->tc;
+        for (int r0 = lo; r0 < hi; r0 += j->tc) {
+            const int nc = hi - r0 < j->tc ? hi - r0 : j->tc;
             float s[MAX_TILE_COLS];
             float *yr[MAX_TILE_COLS];
             for (int c = 0; c < nc; c++) {
                 s[c] = cera_lora_scale(gr->adapter, p, gr->scales[r0 + c]);
                 yr[c] = j->y + (size_t)gr->rows[r0 + c] * j->y_stride;
             }
-            for (int64_t c0 = d0; c0 < d1; c0 += j->tr) {
-                const int nr = d1 - c0 < j->tr ? (int)(d1 - c0) : j->tr;
+            for (int64_t c0 = o0; c0 < o1; c0 += j->tr) {
+                const int nr = o1 - c0 < j->tr ? (int)(o1 - c0) : j->tr;
                 dot_tile(j, p->rank, u, (size_t)j->tr, p->b + (size_t)c0 * p->rank, nr,
                          gr->t + (size_t)r0 * ts, ts, nc);
                 for (int c = 0; c < nc; c++)
@@ -127,70 +133,93 @@ static void phase_b(const lora_job *j, int ith, int nth) {
     }
 }
 
-/* Few rows (a decode step): one pool run instead of two. Every thread computes the
- * groups' t = A·x itself (the same calls as phase A, into its own copy: rank·k
- * multiply-adds per row, cheaper than a second wake-up of the pool), then its columns. */
-#define FEW_ROWS 4
-static void one_run_worker(void *arg, int ith, int nth) {
-    const lora_job *j = arg;
-    float t[FEW_ROWS * CERA_LORA_MAX_RANK];
-    lora_job mine = *j;
-    cera_lora_group groups[CERA_LORA_MAX_SET * FEW_ROWS];
-    cera_lora_batch b = *j->b;
-    size_t off = 0;
-    for (int g = 0; g < b.n_groups; g++) {
-        groups[g] = j->b->groups[g];
-        groups[g].t = t + off;
-        off += (size_t)groups[g].n_rows * groups[g].adapter->max_rank;
+const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool *pool,
+                                           const cera_lora_batch *b, int layer, cera_proj proj,
+                                           const float *x, size_t x_stride, float *y, size_t y_stride) {
+    *j = (cera_lora_cpu_job){.b = b,
+                             .ops = cera_cpu_ops(CERA_TYPE_F32),
+                             .tr = 1,
+                             .tc = 1,
+                             .layer = layer,
+                             .proj = proj,
+                             .x = x,
+                             .x_stride = x_stride,
+                             .y = y,
+                             .y_stride = y_stride};
+    if (!b || !cera_lora_batch_targets(b, layer, proj)) return NULL;
+    if (!j->ops || !cera_lora_batch_two_phase(b)) {
+        /* no F32 kernels or no scratch (out of memory): the portable kernels, after */
+        j->after = true;
+        return NULL;
     }
-    b.groups = groups;
-    mine.b = &b;
-    phase_a(&mine, 0, 1);
-    phase_b(&mine, ith, nth);
+    if (j->ops->gemm_tile) {
+        j->tr = j->ops->tile_rows < MAX_TILE_ROWS ? j->ops->tile_rows : MAX_TILE_ROWS;
+        j->tc = j->ops->tile_cols < MAX_TILE_COLS ? j->ops->tile_cols : MAX_TILE_COLS;
+    }
+    /* A·x items of tr A rows; where that leaves fewer items than threads (a decode step:
+     * rank/tr items), one A row per item so the (memory-bound) reads of A spread over more
+     * threads. Either way every t element is the same tile call's (any nr gives the same
+     * bits). */
+    const int nth = cera_pool_size(pool);
+    int64_t items = 0, work = 0;
+    j->a_rows = j->tr;
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
+        if (!p) continue;
+        items += group_items(j, &b->groups[g], p);
+        work += (int64_t)b->groups[g].n_rows * p->rank * p->k;
+    }
+    if (items < 2 * (int64_t)nth && j->a_rows > 1) {
+        j->a_rows = 1;
+        items = 0;
+        for (int g = 0; g < b->n_groups; g++) {
+            const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
+            if (p) items += group_items(j, &b->groups[g], p);
+        }
+    }
+    const int64_t item_work = work / (items ? items : 1);
+    j->per_pre = item_work >= PRE_MIN_WORK ? 1 : (PRE_MIN_WORK + item_work - 1) / (item_work ? item_work : 1);
+    j->hook = (cera_matmul_hook){
+        .n_pre = (items + j->per_pre - 1) / j->per_pre, .pre = pre_chunk, .tile = tile_done, .arg = j};
+    return &j->hook;
 }
 
-static void phase_a_worker(void *arg, int ith, int nth) { phase_a(arg, ith, nth); }
-static void phase_b_worker(void *arg, int ith, int nth) { phase_b(arg, ith, nth); }
+void cera_lora_cpu_after(const cera_lora_cpu_job *j) {
+    if (j->after)
+        cera_lora_batch_apply(j->b, j->layer, j->proj, j->x, j->x_stride, j->y, j->y_stride, 0, INT64_MAX);
+}
+
+/* cera_lora_cpu_apply's output tiles: APPLY_COLS columns x APPLY_ROWS batch rows. */
+typedef struct apply_job {
+    cera_lora_cpu_job *j;
+    int64_t d, n_col_chunks;
+    int n_rows;
+} apply_job;
+
+static void apply_tile(void *arg, int64_t c, int ith) {
+    const apply_job *a = arg;
+    const int64_t o0 = (c % a->n_col_chunks) * APPLY_COLS,
+                  o1 = o0 + APPLY_COLS < a->d ? o0 + APPLY_COLS : a->d;
+    const int t0 = (int)(c / a->n_col_chunks) * APPLY_ROWS;
+    const int t1 = t0 + APPLY_ROWS < a->n_rows ? t0 + APPLY_ROWS : a->n_rows;
+    tile_done(a->j, o0, o1, t0, t1, ith);
+}
+
+static void apply_pre(void *arg, int64_t c, int ith) { pre_chunk(((apply_job *)arg)->j, c, ith); }
 
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride) {
-    if (!b || !cera_lora_batch_targets(b, layer, proj)) return;
-    const cera_cpu_type_ops *ops = cera_cpu_ops(CERA_TYPE_F32);
-    if (!ops || !cera_lora_batch_two_phase(b)) {
-        /* no F32 kernels or no scratch (out of memory): the portable kernels */
-        cera_lora_batch_apply(b, layer, proj, x, x_stride, y, y_stride, 0, INT64_MAX);
-        return;
+    cera_lora_cpu_job j;
+    const cera_matmul_hook *h = cera_lora_cpu_hook(&j, pool, b, layer, proj, x, x_stride, y, y_stride);
+    if (h) {
+        int64_t d = 0;
+        for (int g = 0; g < b->n_groups; g++) {
+            const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
+            if (p) d = p->d;
+        }
+        apply_job a = {&j, d, (d + APPLY_COLS - 1) / APPLY_COLS, b->n_rows};
+        cera_pool_for(pool, h->n_pre, apply_pre, &a);
+        cera_pool_for(pool, a.n_col_chunks * ((b->n_rows + APPLY_ROWS - 1) / APPLY_ROWS), apply_tile, &a);
     }
-    lora_job j = {b, ops, 1, 1, layer, proj, x, x_stride, y, y_stride};
-    if (ops->gemm_tile) {
-        j.tr = ops->tile_rows < MAX_TILE_ROWS ? ops->tile_rows : MAX_TILE_ROWS;
-        j.tc = ops->tile_cols < MAX_TILE_COLS ? ops->tile_cols : MAX_TILE_COLS;
-    }
-    int64_t work = 0;
-    for (int g = 0; g < b->n_groups; g++) {
-        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
-        if (p) work += (int64_t)b->groups[g].n_rows * p->rank * (p->k + p->d);
-    }
-    if (work < CERA_LORA_CPU_SERIAL_WORK || cera_pool_size(pool) == 1) {
-        /* tiny work: waking the pool twice would cost more */
-        phase_a(&j, 0, 1);
-        phase_b(&j, 0, 1);
-        return;
-    }
-    /* One run suits a decode step whose A is small enough that every thread reading it
-     * (from the shared cache) costs less than a second pool job; a large A (a wide FFN's
-     * down projection) is better split. The bound is an estimate (L2-sized A), not tuned. */
-    int64_t t_need = 0, a_work = 0;
-    for (int g = 0; g < b->n_groups; g++) {
-        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
-        t_need += (int64_t)b->groups[g].n_rows * b->groups[g].adapter->max_rank;
-        if (p) a_work += (int64_t)b->groups[g].n_rows * p->rank * p->k;
-    }
-    if (b->n_rows <= FEW_ROWS && b->n_groups <= CERA_LORA_MAX_SET * FEW_ROWS &&
-        t_need <= FEW_ROWS * CERA_LORA_MAX_RANK && a_work <= CERA_LORA_CPU_ONE_RUN_A_WORK) {
-        cera_pool_run(pool, one_run_worker, &j);
-        return;
-    }
-    cera_pool_run(pool, phase_a_worker, &j);
-    cera_pool_run(pool, phase_b_worker, &j);
+    cera_lora_cpu_after(&j);
 }

@@ -6,6 +6,9 @@
  *     different scales) gives every row the same bits as that row evaluated alone, both in
  *     the portable kernels and in the CPU backend's hook (over 1 to 4 threads, whose bits
  *     must not change, and within float rounding of the portable kernels);
+ *   - the hook fused into a matmul's own job (cera_matmul_ex on an F32 weight) gives the
+ *     bits of the matmul followed by the standalone hook, over 1 to 4 threads, for the
+ *     mixed batch and for each sequence's rows alone;
  *   - a scale of 0 leaves y untouched bit for bit (even -0.0);
  *   - set bookkeeping: attach, rescale, detach, reference counts.
  */
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "session/lora.h"
 #include "session/lora_cpu.h"
@@ -132,6 +136,24 @@ static void kernel_cases(test_rng *r) {
 
 #define ROWS 13
 
+/* The projection's F32 weight with its adapters fused into the matmul job, against the
+ * matmul then the standalone hook: the same bits? x [n_rows, k] dense, y rows FF apart. */
+static bool fused_same(cera_pool *pool, const cera_lora_batch *plan, int l, cera_proj p, const cera_weight *w,
+                       const float *x, int n_rows) {
+    static float yf[ROWS][FF], yr[ROWS][FF];
+    const cera_cpu_type_ops *ops = cera_cpu_ops(CERA_TYPE_F32);
+    memset(yf, 0x7f, sizeof yf);
+    memset(yr, 0x7f, sizeof yr);
+    /* fused first: the plan's A·x scratch then holds the previous case's values */
+    cera_lora_cpu_job lj;
+    const cera_matmul_hook *h = cera_lora_cpu_hook(&lj, pool, plan, l, p, x, (size_t)w->k, &yf[0][0], FF);
+    cera_matmul_ex(pool, w, ops, x, n_rows, &yf[0][0], FF, NULL, h);
+    cera_lora_cpu_after(&lj);
+    cera_matmul(pool, w, ops, x, n_rows, &yr[0][0], FF, NULL);
+    cera_lora_cpu_apply(pool, plan, l, p, x, (size_t)w->k, &yr[0][0], FF);
+    return h && !memcmp(yf, yr, sizeof yf);
+}
+
 static void batch_cases(test_rng *r) {
     cera_adapter *A = make_adapter(r, 32, 16.0f, -1), *B = make_adapter(r, 4, 0.0f, -1),
                  *C = make_adapter(r, 16, 32.0f, CERA_PROJ_DOWN);
@@ -162,6 +184,7 @@ static void batch_cases(test_rng *r) {
         CHECK(batch.groups[g - 1].adapter->id < batch.groups[g].adapter->id, "groups in id order");
 
     static float x[ROWS][FF], y0[ROWS][FF], yb[ROWS][FF], ys[ROWS][FF], yp[ROWS][FF], yc[ROWS][FF];
+    static float wdata[FF * FF], xd[ROWS * FF];
     for (int l = 0; l < N_LAYER; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             const int64_t k = layers[l].proj[p].k, d = layers[l].proj[p].n;
@@ -225,6 +248,24 @@ static void batch_cases(test_rng *r) {
                 for (int i = 0; i < nr; i++) part_same &= !memcmp(ysq[i], yc[rows_of[i]], (size_t)d * 4);
             }
             CHECK(part_same, "layer %d %s: the CPU hook's bits depend on threads or batch", l,
+                  cera_lora_proj_gguf_name((cera_proj)p));
+            /* fused into the projection's matmul job (x dense for the matmul) */
+            const cera_weight w = {.type = CERA_TYPE_F32, .k = k, .n = d, .data = wdata};
+            fill(r, wdata, (size_t)(k * d));
+            for (int row = 0; row < ROWS; row++) memcpy(xd + row * k, x[row], (size_t)k * 4);
+            bool fused = true;
+            for (int nt = 0; nt < 4; nt++)
+                fused &= fused_same(pools[nt], &batch, l, (cera_proj)p, &w, xd, ROWS);
+            for (int sq = 0; sq < 6; sq++) {
+                int32_t zero[ROWS] = {0};
+                int nr = 0;
+                for (int row = 0; row < ROWS; row++)
+                    if (row_seq[row] == sq) memcpy(xd + nr++ * k, x[row], (size_t)k * 4);
+                cera_lora_batch_build(&solo_n, zero, &seq_sets[sq], nr);
+                if (nr && cera_lora_batch_targets(&solo_n, l, (cera_proj)p))
+                    fused &= fused_same(pools[(sq + 1) % 4], &solo_n, l, (cera_proj)p, &w, xd, nr);
+            }
+            CHECK(fused, "layer %d %s: the hook fused into the matmul differs from matmul + hook", l,
                   cera_lora_proj_gguf_name((cera_proj)p));
             CHECK(cera_lora_batch_targets(&batch, l, (cera_proj)p), "targets");
         }

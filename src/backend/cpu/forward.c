@@ -68,12 +68,16 @@ typedef struct proj_ctx {
 /* y[n_rows, w.n] = x[n_rows, w.k] · Wᵀ for projection `proj` of layer `il`.
  * LoRA hook: after this matmul and before any bias, norm or rope, an adapter adds
  * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
- * (row_seq[r]). Every projection goes through here, so that is the one place. */
+ * (row_seq[r]). Every projection goes through here, so that is the one place; the
+ * adapter work runs inside the matmul's own pool job (lora_cpu.h). */
 static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const float *x, float *y, int n_rows) {
     cpu_backend *be = ctx->be;
     const cera_weight *w = &be->m->layers[il].proj[proj];
-    cera_matmul(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)w->n, be->act);
-    cera_lora_cpu_apply(be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)w->n);
+    cera_lora_cpu_job lj;
+    const cera_matmul_hook *hook =
+        cera_lora_cpu_hook(&lj, be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)w->n);
+    cera_matmul_ex(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)w->n, be->act, hook);
+    cera_lora_cpu_after(&lj);
 }
 
 static void add_bias(float *y, const cera_weight *b, int n_rows) {
