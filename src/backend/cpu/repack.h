@@ -9,10 +9,10 @@
  * the float step serves 16 outputs. llama.cpp does the same (8 rows) for Q4_0; this is cera's
  * own layout.
  *
- * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: first the nibbles of every
- * block, 256 bytes each (four 64-byte vectors), then the 16 F16 scales d of every block (32 bytes
- * each), for Q4_1 then the 16 F16 minimums m of every block, the group padded to 64 bytes; so
- * every vector load is aligned and a group is a few sequential streams. Byte 4r + j of vector i of a block (r
+ * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: per block 256 bytes of
+ * nibbles (four 64-byte vectors), the 16 F16 scales d (32 bytes) and for Q4_1 the 16 F16
+ * minimums m, arranged in units of two blocks (below) so every load is aligned and a group is
+ * one sequential stream. Byte 4r + j of vector i of a block (r
  * = row in the group, j < 4) is byte 4i + j of row r's original block: its low nibble is element 4i + j, its
  * high nibble element 16 + 4i + j. So a 32-bit lane of a vector is one row, and one activation word (4 bytes,
  * broadcast) feeds all 16 rows.
@@ -55,20 +55,31 @@
 
 #define CERA_PACK_ROWS 16
 
-/* Bytes per packed block (16 rows x 32 elements): the nibbles, and each F16 field (d, m). */
+/* A group is a sequence of units of 2 blocks (the last one padded when nb is odd): the 16 F16
+ * scales d of both blocks (64 bytes), for Q4_1 the 16 F16 minimums m of both (64 bytes), then
+ * both blocks' nibbles (256 bytes each). Units are multiples of 64 bytes, so every load is
+ * aligned, and a group is one sequential stream (with the scales in a stream of their own,
+ * measured slower: the prefetcher lagged on the second stream). fields: 1 for Q4_0, 2 for Q4_1. */
 #define CERA_PACK_QS    256
 #define CERA_PACK_FIELD 32
 
-/* Block b's nibbles, scales d and (Q4_1) minimums m in a group of nb blocks. */
-static inline const uint8_t *cera_pack_qs(const void *group, int64_t b) {
-    return (const uint8_t *)group + (size_t)b * CERA_PACK_QS;
+static inline size_t cera_pack_unit_bytes(int fields) {
+    return (size_t)fields * 2 * CERA_PACK_FIELD + 2 * CERA_PACK_QS;
 }
-static inline const cera_f16 *cera_pack_d(const void *group, int64_t nb, int64_t b) {
-    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * CERA_PACK_QS) + (size_t)b * 16;
+static inline const uint8_t *cera_pack_unit(const void *group, int fields, int64_t b) {
+    return (const uint8_t *)group + (size_t)(b >> 1) * cera_pack_unit_bytes(fields);
 }
-static inline const cera_f16 *cera_pack_m(const void *group, int64_t nb, int64_t b) {
-    return (const cera_f16 *)((const uint8_t *)group + (size_t)nb * (CERA_PACK_QS + CERA_PACK_FIELD)) +
-           (size_t)b * 16;
+/* Block b's nibbles, scales d and (Q4_1) minimums m. */
+static inline const uint8_t *cera_pack_qs(const void *group, int fields, int64_t b) {
+    return cera_pack_unit(group, fields, b) + (size_t)fields * 2 * CERA_PACK_FIELD +
+           (size_t)(b & 1) * CERA_PACK_QS;
+}
+static inline const cera_f16 *cera_pack_d(const void *group, int fields, int64_t b) {
+    return (const cera_f16 *)(cera_pack_unit(group, fields, b) + (size_t)(b & 1) * CERA_PACK_FIELD);
+}
+static inline const cera_f16 *cera_pack_m(const void *group, int64_t b) {
+    return (const cera_f16 *)(cera_pack_unit(group, 2, b) + 2 * CERA_PACK_FIELD +
+                              (size_t)(b & 1) * CERA_PACK_FIELD);
 }
 
 /* Per activation block: Q8_0 activations of a packed Q4_0 weight, Q8_1 ones of a Q4_1 weight. */

@@ -33,11 +33,11 @@ static inline __attribute__((always_inline)) void q4_0x8_cols(int64_t nb, int h,
     for (int64_t b = 0; b < nb; b++) {
         __m256i lo[4], hi[4];
         for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, b) + 64 * i + 32 * h));
+            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, 1, b) + 64 * i + 32 * h));
             lo[i] = _mm256_and_si256(v, low4);
             hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, nb, b) + 8 * h)));
+        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, 1, b) + 8 * h)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
             const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;

@@ -16,6 +16,9 @@
 #include "backend/cpu/repack.h"
 #include "tensor/blocks.h"
 
+#ifndef PREFETCH_BLOCKS
+#define PREFETCH_BLOCKS 0
+#endif
 #define COLS 8 /* activation columns per pass: 8 accumulators + 8 unpacked vectors in registers */
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -33,12 +36,15 @@ static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float
     for (int c = 0; c < COLS; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
+        if (PREFETCH_BLOCKS && b + PREFETCH_BLOCKS < nb)
+            for (int i = 0; i < 4; i++)
+                _mm_prefetch((const char *)cera_pack_qs(x, 1, b + PREFETCH_BLOCKS) + 64 * i, _MM_HINT_T0);
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, 1, b) + 64 * i));
             lo[i] = _mm512_and_si512(v, low4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, nb, b)));
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, 1, b)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
             const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
@@ -84,12 +90,12 @@ static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float
     for (int64_t b = 0; b < nb; b++) {
         __m512i u[8]; /* word l: low nibbles of vector l (l < 4), high nibbles of vector l - 4 */
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, 2, b) + 64 * i));
             u[i] = _mm512_and_si512(v, low4);
             u[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, nb, b)));
-        const __m512 mx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, nb, b)));
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, 2, b)));
+        const __m512 mx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, b)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_1 *)(a + (size_t)c * a_stride))[b].qs;
             const cera_q8_1_aux *ax = (const cera_q8_1_aux *)(aux + (size_t)c * aux_stride) + b;
