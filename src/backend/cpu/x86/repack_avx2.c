@@ -1,11 +1,11 @@
 /*
- * repack_avx2.c — the AVX2 tile over Q4_0 weights repacked into 16-row groups (repack.h): a
+ * repack_avx2.c — the AVX2 tiles over Q4_0 and Q4_1 weights repacked into 16-row groups (repack.h): a
  * 256-bit vector holds 8 of the 16 rows (the low or high 32 bytes of each 64-byte vector of the
  * layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
  * and pmaddwd (int16 pairs into int32); a nibble times an activation is at most 15 * 127, so the
  * 8 pair sums of a block (at most 8 * 2 * 1905 = 30480) add up exactly in int16 before the
- * single widening. Registered by the avx2 tier (kernels_avx2.c); the arithmetic is repack.c's
- * scalar reference, bit for bit.
+ * single widening (Q4_1 keeps its 8 word dots apart, as its reference). Registered by the avx2
+ * tier (kernels_avx2.c); the arithmetic is repack.c's scalar references, bit for bit.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -70,7 +70,47 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     }
 }
 
+/* Q4_1, rows 8h .. 8h + 7 against one activation column: 8 float partials (one per 4-element
+ * word) and the minimum sum, as repack.c's reference. One column per pass: the 8 partials and
+ * 8 unpacked words fill the 16 registers. */
+static void q4_1x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const block_q8_1 *y = (const block_q8_1 *)a;
+    const cera_q8_1_aux *ax = (const cera_q8_1_aux *)aux;
+    __m256 acc[8], summ = _mm256_setzero_ps();
+    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, 2, b) + 8 * h)));
+        const __m256 mx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, b) + 8 * h)));
+        summ = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax[b].s), summ); /* exact product */
+        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d));
+        for (int i = 0; i < 4; i++) {
+            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, 2, b) + 64 * i + 32 * h));
+            const __m256i lo = _mm256_and_si256(v, low4),
+                          hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast32(y[b].qs + 4 * i)), ones);
+            const __m256i phi =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast32(y[b].qs + 16 + 4 * i)), ones);
+            acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), acc[i]);
+            acc[4 + i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), acc[4 + i]);
+        }
+    }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), summ));
+}
+
+static void packed_q4_1_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    for (int c = 0; c < nc; c++)
+        for (int h = 0; h < 2; h++)
+            q4_1x8_col(n / QK4_1, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
+                       (const uint8_t *)aux + (size_t)c * aux_stride);
+}
+
 void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx2;
+    ops[CERA_TYPE_Q4_1].packed_cols = 1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx2;
     ops[CERA_TYPE_Q4_0].packed_cols = COLS;
 }

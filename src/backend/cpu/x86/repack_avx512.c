@@ -1,13 +1,14 @@
 /*
- * repack_avx512.c — the AVX-512 VNNI tile over Q4_0 weights repacked into 16-row groups
+ * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0 and Q4_1 weights repacked into 16-row groups
  * (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a
  * broadcast activation word adds 4 products to each of the 16 rows, and the block's float step
  * (convert, scale, fused multiply-add) serves 16 outputs at once. Registered by the avx512 tier
  * (kernels_avx512.c); the arithmetic is repack.c's scalar reference, bit for bit.
  *
  * Per block and group: 4 loads of 64 nibble bytes unpacked into 8 vectors (low and high
- * nibbles) shared by every activation column; per column 8 vpdpbusd in two independent chains
- * (their sum is exact), started from the Q4_0 offset term -8 * sum(y).
+ * nibbles) shared by every activation column; for Q4_0, per column 8 vpdpbusd in two independent
+ * chains (their sum is exact) started from the offset term -8 * sum(y); for Q4_1, 8 separate
+ * word dots each scaled into its own float partial (llama.cpp's vec_dot order, repack.h).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -16,9 +17,6 @@
 #include "backend/cpu/repack.h"
 #include "tensor/blocks.h"
 
-#ifndef PREFETCH_BLOCKS
-#define PREFETCH_BLOCKS 0
-#endif
 #define COLS 8 /* activation columns per pass: 8 accumulators + 8 unpacked vectors in registers */
 
 static inline __m512i bcast32(const int8_t *p) {
@@ -36,9 +34,6 @@ static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float
     for (int c = 0; c < COLS; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
-        if (PREFETCH_BLOCKS && b + PREFETCH_BLOCKS < nb)
-            for (int i = 0; i < 4; i++)
-                _mm_prefetch((const char *)cera_pack_qs(x, 1, b + PREFETCH_BLOCKS) + 64 * i, _MM_HINT_T0);
         for (int i = 0; i < 4; i++) {
             const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, 1, b) + 64 * i));
             lo[i] = _mm512_and_si512(v, low4);
