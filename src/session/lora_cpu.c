@@ -20,8 +20,11 @@
  */
 #include "session/lora_cpu.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Multiply-adds an A·x pre chunk should have at least (its claim costs an atomic). */
 #define PRE_MIN_WORK  4096
@@ -44,6 +47,57 @@ static void dot_tile(const cera_lora_cpu_job *j, int64_t k, float *out, size_t o
     for (int c = 0; c < nc; c++)
         for (int i = 0; i < nr; i++)
             j->ops->vec_dot(k, &out[c * out_stride + i], w + (size_t)i * k, a + c * a_stride);
+}
+
+/* Whether B·t may take cera_lora_bt16_avx512 (16 outputs' reduction trees side by side):
+ * where the CPU has AVX-512 and the kernel gives the selected F32 tile's bits, which a
+ * check on pseudo-random factors (every tail length, one to three 16-lane chunks, several
+ * row counts, every column count) decides once per process. 0 unknown, 1 yes, -1 no. */
+static _Atomic int bt16_state;
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool bt16_check(const cera_cpu_type_ops *ops) {
+    if (!ops->gemm_tile || !cera_cpu_tier_available("avx512")) return false;
+    enum { N = 48 };
+    float *b = malloc(16 * N * sizeof(float)), *t = malloc(4 * N * sizeof(float));
+    bool ok = b && t;
+    uint32_t state = 2024;
+    for (int i = 0; ok && i < 16 * N; i++) {
+        state = state * 1664525u + 1013904223u;
+        b[i] = (float)((int32_t)state >> 8) * 0x1p-23f;
+        if (i < 4 * N) t[i] = (float)((int32_t)(state * 747796405u) >> 8) * 0x1p-20f;
+    }
+    for (int n = 1; ok && n <= N; n++)
+        for (int nr = 1; ok && nr <= 16; nr += nr < 4 ? 1 : 5)
+            for (int nc = 1; ok && nc <= 4 && nc <= ops->tile_cols; nc++) {
+                float u[4 * 16], v[4 * 16];
+                cera_lora_bt16_avx512(n, u, 16, b, nr, t, N, nc);
+                for (int r0 = 0; r0 < nr; r0 += ops->tile_rows) {
+                    const int m = nr - r0 < ops->tile_rows ? nr - r0 : ops->tile_rows;
+                    ops->gemm_tile(n, v + r0, 16, b + (size_t)r0 * n, (size_t)n * sizeof(float), t,
+                                   N * sizeof(float), m, nc);
+                }
+                for (int c = 0; c < nc; c++)
+                    ok = ok && !memcmp(u + 16 * c, v + 16 * c, (size_t)nr * sizeof(float));
+            }
+    free(b);
+    free(t);
+    return ok;
+}
+#else
+static bool bt16_check(const cera_cpu_type_ops *ops) {
+    (void)ops;
+    return false;
+}
+#endif
+
+static bool use_bt16(const cera_cpu_type_ops *ops) {
+    int s = atomic_load_explicit(&bt16_state, memory_order_acquire);
+    if (s == 0) {
+        s = bt16_check(ops) ? 1 : -1;
+        atomic_store_explicit(&bt16_state, s, memory_order_release);
+    }
+    return s == 1;
 }
 
 /* A·x items of group gr: (block of a_rows A rows) x (block of tc group rows). */
@@ -122,12 +176,18 @@ static void tile_done(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith
                 s[c] = cera_lora_scale(gr->adapter, p, gr->scales[r0 + c]);
                 yr[c] = j->y + (size_t)gr->rows[r0 + c] * j->y_stride;
             }
-            for (int64_t c0 = o0; c0 < o1; c0 += j->tr) {
-                const int nr = o1 - c0 < j->tr ? (int)(o1 - c0) : j->tr;
-                dot_tile(j, p->rank, u, (size_t)j->tr, p->b + (size_t)c0 * p->rank, nr,
-                         gr->t + (size_t)r0 * ts, ts, nc);
+            /* u = B[c0 : c0+nr] · t, as the F32 tile computes it, nr outputs at a time */
+            const int step = j->bt16 ? 16 : j->tr;
+            for (int64_t c0 = o0; c0 < o1; c0 += step) {
+                const int nr = o1 - c0 < step ? (int)(o1 - c0) : step;
+                if (j->bt16)
+                    cera_lora_bt16_avx512(p->rank, u, (size_t)step, p->b + (size_t)c0 * p->rank, nr,
+                                          gr->t + (size_t)r0 * ts, ts, nc);
+                else
+                    dot_tile(j, p->rank, u, (size_t)step, p->b + (size_t)c0 * p->rank, nr,
+                             gr->t + (size_t)r0 * ts, ts, nc);
                 for (int c = 0; c < nc; c++)
-                    for (int i = 0; i < nr; i++) yr[c][c0 + i] = yr[c][c0 + i] + u[c * j->tr + i] * s[c];
+                    for (int i = 0; i < nr; i++) yr[c][c0 + i] = yr[c][c0 + i] + u[c * step + i] * s[c];
             }
         }
     }
@@ -156,6 +216,7 @@ const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool
         j->tr = j->ops->tile_rows < MAX_TILE_ROWS ? j->ops->tile_rows : MAX_TILE_ROWS;
         j->tc = j->ops->tile_cols < MAX_TILE_COLS ? j->ops->tile_cols : MAX_TILE_COLS;
     }
+    j->bt16 = use_bt16(j->ops);
     /* A·x items of tr A rows; where that leaves fewer items than threads (a decode step:
      * rank/tr items), one A row per item so the (memory-bound) reads of A spread over more
      * threads. Either way every t element is the same tile call's (any nr gives the same

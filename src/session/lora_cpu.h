@@ -34,6 +34,7 @@ typedef struct cera_lora_cpu_job {
     int64_t per_pre; /* A·x items per pre chunk */
     int a_rows;      /* A rows per A·x item (<= tr) */
     bool after;      /* cera_lora_cpu_after has the work (the portable kernels) */
+    bool bt16;       /* B·t with cera_lora_bt16_avx512 */
 } cera_lora_cpu_job;
 
 /* Prepares y[r] += s_r · B(A·x[r]) for every adapter of every row of the plan b (NULL: no
@@ -53,5 +54,11 @@ void cera_lora_cpu_after(const cera_lora_cpu_job *j);
  * bit, for tests and benchmarks. */
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride);
+
+/* u[c * u_stride + i] = dot(b row i, t row c) for i < nr <= 16 and c < nc, rows of n
+ * floats (b rows n apart, t rows t_stride apart), each rounded exactly as the AVX-512 F32
+ * tile rounds it (lora_cpu_avx512.c; x86 only, callable only where the CPU has AVX-512). */
+void cera_lora_bt16_avx512(int64_t n, float *u, size_t u_stride, const float *b, int nr, const float *t,
+                           size_t t_stride, int nc);
 
 #endif

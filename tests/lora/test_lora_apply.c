@@ -9,10 +9,13 @@
  *   - the hook fused into a matmul's own job (cera_matmul_ex on an F32 weight) gives the
  *     bits of the matmul followed by the standalone hook, over 1 to 4 threads, for the
  *     mixed batch and for each sequence's rows alone;
+ *   - the AVX-512 B·t kernel (16 outputs' reductions side by side) gives the AVX-512 F32
+ *     tile's bits for every rank 1..70, row count 1..16 and column count 1..4;
  *   - a scale of 0 leaves y untouched bit for bit (even -0.0);
  *   - set bookkeeping: attach, rescale, detach, reference counts.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +135,38 @@ static void kernel_cases(test_rng *r) {
     CHECK(worst < 1e-5, "accuracy vs double: relative error %g", worst);
     free(a);
     free(b);
+}
+
+/* cera_lora_bt16_avx512 against the AVX-512 F32 tile it must equal, bit for bit. */
+static void bt16_cases(test_rng *r) {
+    const cera_cpu_type_ops *ops = cera_cpu_ops_tier("avx512", CERA_TYPE_F32);
+    if (!ops || !ops->gemm_tile) {
+        printf("no AVX-512 on this CPU: B·t kernel not checked\n");
+        return;
+    }
+    enum { N = 70 };
+    static float b[16 * N], t[4 * N];
+    int bad = 0, n_cases = 0;
+    for (int n = 1; n <= N; n++) {
+        fill(r, b, 16 * (size_t)n);
+        fill(r, t, 4 * N);
+        for (int nr = 1; nr <= 16; nr++)
+            for (int nc = 1; nc <= 4; nc++) {
+                float u[4 * 16], v[4 * 16];
+                cera_lora_bt16_avx512(n, u, 16, b, nr, t, N, nc);
+                for (int r0 = 0; r0 < nr; r0 += ops->tile_rows) {
+                    const int m = nr - r0 < ops->tile_rows ? nr - r0 : ops->tile_rows;
+                    for (int c0 = 0; c0 < nc; c0 += ops->tile_cols) {
+                        const int k = nc - c0 < ops->tile_cols ? nc - c0 : ops->tile_cols;
+                        ops->gemm_tile(n, v + 16 * c0 + r0, 16, b + (size_t)r0 * n, (size_t)n * 4, t + c0 * N,
+                                       N * 4, m, k);
+                    }
+                }
+                for (int c = 0; c < nc; c++) bad += memcmp(u + 16 * c, v + 16 * c, (size_t)nr * 4) != 0;
+                n_cases++;
+            }
+    }
+    CHECK(bad == 0, "B·t kernel differs from the F32 tile in %d of %d cases", bad, n_cases);
 }
 
 #define ROWS 13
@@ -319,6 +354,7 @@ int main(void) {
     test_rng r = {0x5eed10a};
     make_model();
     kernel_cases(&r);
+    bt16_cases(&r);
     batch_cases(&r);
     return test_finish();
 }
