@@ -2,14 +2,15 @@
  * test_repack.c — weights repacked at load (src/backend/cpu/repack.h) on fresh random inputs.
  *
  *   - the per-row activation terms (cera_packed_prep): Q4_0 -8 * sum(q) and the scale, Q4_1 the
- *     scale and s as floats;
- *   - the scalar reference of each packed tile (Q4_0, Q4_1) agrees with the scalar tier's
+ *     scale and s as floats, Q8_0 -128 * the sum of each 4-element word and the scale;
+ *   - the scalar reference of each packed tile (Q4_0, Q4_1, Q8_0) agrees with the scalar tier's
  *     file-layout dot within 2^-20 of M = sum |w_i a_i| (same integers, other float order),
  *     which also checks the interleaving itself;
  *   - every tier's packed tile gives exactly the reference's bits, at every column count up to
  *     its maximum (so a decode step equals the same token in a prompt, on every tier);
  *   - cera_matmul over a repacked weight (dev set, as the CPU backend does) gives each token the
- *     same bits in a batch of 37 tokens as alone, and agrees with the file-layout path.
+ *     same bits in a batch of 37 tokens as alone, and agrees with the file-layout path (Q4_1 and
+ *     Q8_0: bit for bit, their packed order being the file-layout x86 tiles').
  * Run with a seed argument to reproduce a failure.
  */
 #include <math.h>
@@ -57,19 +58,30 @@ static void check_group(test_rng *rng, cera_type t, int64_t k, int nc) {
         sc->quantize_act(x, a + (size_t)c * as, k);
         cera_packed_prep(t, a + (size_t)c * as, aux + (size_t)c * xs, k);
         for (int64_t b = 0; b < nb; b++) {
+            if (t == CERA_TYPE_Q4_1) {
+                const block_q8_1 *y = (const block_q8_1 *)(a + (size_t)c * as) + b;
+                const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * xs) + b;
+                CHECK(ax->d == cera_f16_to_f32(y->d) && ax->s == cera_f16_to_f32(y->s),
+                      "prep q4_1 k=%lld block %lld (seed %llu)", (long long)k, (long long)b,
+                      (unsigned long long)seed);
+                continue;
+            }
+            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)c * as) + b;
+            int word[8] = {0}, sum = 0;
+            for (int j = 0; j < QK8_0; j++) {
+                word[j / 4] += y->qs[j];
+                sum += y->qs[j];
+            }
             if (t == CERA_TYPE_Q4_0) {
-                const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)c * as) + b;
-                const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * xs) + b;
-                int sum = 0;
-                for (int j = 0; j < QK8_0; j++) sum += y->qs[j];
+                const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)(aux + (size_t)c * xs) + b;
                 CHECK(ax->corr == -8 * sum && ax->d == cera_f16_to_f32(y->d),
                       "prep q4_0 k=%lld block %lld: %d %g vs %d %g (seed %llu)", (long long)k, (long long)b,
                       ax->corr, ax->d, -8 * sum, cera_f16_to_f32(y->d), (unsigned long long)seed);
             } else {
-                const block_q8_1 *y = (const block_q8_1 *)(a + (size_t)c * as) + b;
-                const cera_q8_1_aux *ax = (const cera_q8_1_aux *)(aux + (size_t)c * xs) + b;
-                CHECK(ax->d == cera_f16_to_f32(y->d) && ax->s == cera_f16_to_f32(y->s),
-                      "prep q4_1 k=%lld block %lld (seed %llu)", (long long)k, (long long)b,
+                const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)(aux + (size_t)c * xs) + b;
+                bool ok = ax->d == cera_f16_to_f32(y->d);
+                for (int l = 0; l < 8; l++) ok = ok && ax->corr[l] == -128 * word[l];
+                CHECK(ok, "prep q8_0 k=%lld block %lld (seed %llu)", (long long)k, (long long)b,
                       (unsigned long long)seed);
             }
         }
@@ -161,6 +173,11 @@ static void check_matmul(test_rng *rng, cera_type type, int64_t n, int64_t k, in
         CHECK(top > 0 && worst <= 1e-5 * top,
               "matmul %s %lldx%lld: repacked vs file layout differ by %.3g (largest output %.3g, seed %llu)",
               cera_type_get(type)->name, (long long)n, (long long)k, worst, top, (unsigned long long)seed);
+        /* Q4_1 and Q8_0 keep the file-layout x86 tiles' order (llama.cpp's): the same bits */
+        if (type != CERA_TYPE_Q4_0)
+            CHECK(memcmp(batch, plain, sizeof(float) * (size_t)n * n_tokens) == 0,
+                  "matmul %s %lldx%lld: repacked not bit-identical to the file layout (seed %llu)",
+                  cera_type_get(type)->name, (long long)n, (long long)k, (unsigned long long)seed);
         cera_packed_free(p);
     }
     cera_pool_free(pool);
@@ -177,7 +194,7 @@ int main(int argc, char **argv) {
     test_rng rng = {seed};
     static const int64_t block_counts[] = {1, 2, 3, 5, 8, 13, 64};
     static const int col_counts[] = {1, 3, 8, 11};
-    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1};
+    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1, CERA_TYPE_Q8_0};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         for (size_t i = 0; i < sizeof block_counts / sizeof block_counts[0]; i++)
             for (size_t c = 0; c < sizeof col_counts / sizeof col_counts[0]; c++)

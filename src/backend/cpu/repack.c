@@ -13,12 +13,15 @@
 
 #include "tensor/blocks.h"
 
-bool cera_pack_type_ok(cera_type t) { return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1; }
+bool cera_pack_type_ok(cera_type t) {
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q8_0;
+}
 
 size_t cera_packed_aux_size(cera_type t, int64_t k) {
     switch (t) {
-    case CERA_TYPE_Q4_0: return (size_t)(k / QK8_0) * sizeof(cera_q8_0_aux);
-    case CERA_TYPE_Q4_1: return (size_t)(k / QK8_1) * sizeof(cera_q8_1_aux);
+    case CERA_TYPE_Q4_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q4_0);
+    case CERA_TYPE_Q4_1: return (size_t)(k / QK8_1) * sizeof(cera_pack_aux_q4_1);
+    case CERA_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q8_0);
     default: return 0;
     }
 }
@@ -26,7 +29,7 @@ size_t cera_packed_aux_size(cera_type t, int64_t k) {
 void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k) {
     if (t == CERA_TYPE_Q4_0) {
         const block_q8_0 *y = act_row;
-        cera_q8_0_aux *o = aux_row;
+        cera_pack_aux_q4_0 *o = aux_row;
         for (int64_t b = 0; b < k / QK8_0; b++) {
             int32_t sum = 0;
             for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
@@ -35,41 +38,52 @@ void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k
         }
     } else if (t == CERA_TYPE_Q4_1) {
         const block_q8_1 *y = act_row;
-        cera_q8_1_aux *o = aux_row;
+        cera_pack_aux_q4_1 *o = aux_row;
         for (int64_t b = 0; b < k / QK8_1; b++) {
             o[b].d = cera_f16_to_f32(y[b].d);
             o[b].s = cera_f16_to_f32(y[b].s);
+        }
+    } else if (t == CERA_TYPE_Q8_0) {
+        const block_q8_0 *y = act_row;
+        cera_pack_aux_q8_0 *o = aux_row;
+        for (int64_t b = 0; b < k / QK8_0; b++) {
+            for (int l = 0; l < 8; l++)
+                o[b].corr[l] =
+                    -128 * (y[b].qs[4 * l] + y[b].qs[4 * l + 1] + y[b].qs[4 * l + 2] + y[b].qs[4 * l + 3]);
+            o[b].d = cera_f16_to_f32(y[b].d);
         }
     }
 }
 
 size_t cera_pack_group_bytes(cera_type t, int64_t k) {
-    const int64_t nb = k / 32;
-    return (size_t)((nb + 1) / 2) * cera_pack_unit_bytes(t == CERA_TYPE_Q4_1 ? 2 : 1);
+    return (size_t)((k / 32 + 1) / 2) * cera_pack_unit_bytes(t);
 }
 
-/* Q4_0 and Q4_1 blocks: the scale d first, Q4_1's minimum m next, then the 16 nibble bytes. */
+/* Q4_0, Q4_1 and Q8_0 blocks: the scale d first, Q4_1's minimum m next, then the quants. */
 void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst) {
     const int64_t nb = k / 32;
     const size_t bsz = cera_row_size(t, 32);
     const size_t qs_off = t == CERA_TYPE_Q4_1 ? 4 : 2;
+    const int words = t == CERA_TYPE_Q8_0 ? 8 : 4; /* 4-byte words of quants per row and block */
     memset(dst, 0, cera_pack_group_bytes(t, k));
     for (int64_t b = 0; b < nb; b++) {
-        const int fields = t == CERA_TYPE_Q4_1 ? 2 : 1;
-        uint8_t *qs = (uint8_t *)cera_pack_qs(dst, fields, b);
-        cera_f16 *d = (cera_f16 *)cera_pack_d(dst, fields, b);
+        uint8_t *qs = (uint8_t *)cera_pack_qs(dst, t, b);
+        cera_f16 *d = (cera_f16 *)cera_pack_d(dst, t, b);
         cera_f16 *m = t == CERA_TYPE_Q4_1 ? (cera_f16 *)cera_pack_m(dst, b) : NULL;
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             const uint8_t *blk = (const uint8_t *)rows + (size_t)r * w_stride + (size_t)b * bsz;
             memcpy(&d[r], blk, 2);
             if (m) memcpy(&m[r], blk + 2, 2);
-            for (int i = 0; i < 4; i++) memcpy(qs + 64 * i + 4 * r, blk + qs_off + 4 * i, 4);
+            for (int i = 0; i < words; i++) memcpy(qs + 64 * i + 4 * r, blk + qs_off + 4 * i, 4);
+            if (t == CERA_TYPE_Q8_0)
+                for (int i = 0; i < words; i++)
+                    for (int j = 0; j < 4; j++) qs[64 * i + 4 * r + j] ^= 0x80;
         }
     }
 }
 
-/* The 4-element integer dot of word l (l < 4: low nibbles of vector l, l >= 4: high nibbles of
- * vector l - 4) of row r in a packed block, against the matching activation quants. */
+/* The 4-element integer dot of word l of row r in a packed nibble block (l < 4: low nibbles of
+ * vector l, l >= 4: high nibbles of vector l - 4, i.e. elements 4l..4l+3) with its activations. */
 static int32_t word_dot(const uint8_t *qs, const int8_t *y, int r, int l) {
     int32_t p = 0;
     for (int j = 0; j < 4; j++) {
@@ -84,13 +98,15 @@ void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void 
     const int64_t nb = n / QK4_0;
     for (int c = 0; c < nc; c++) {
         const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
-        const cera_q8_0_aux *ax = (const cera_q8_0_aux *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        const cera_pack_aux_q4_0 *ax =
+            (const cera_pack_aux_q4_0 *)((const uint8_t *)aux + (size_t)c * aux_stride);
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t isum = ax[b].corr;
-                for (int l = 0; l < 8; l++) isum += word_dot(cera_pack_qs(w, 1, b), y[b].qs, r, l);
-                const float dx = cera_f16_to_f32(cera_pack_d(w, 1, b)[r]);
+                for (int l = 0; l < 8; l++)
+                    isum += word_dot(cera_pack_qs(w, CERA_TYPE_Q4_0, b), y[b].qs, r, l);
+                const float dx = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q4_0, b)[r]);
                 acc = fmaf((float)isum, dx * ax[b].d, acc);
             }
             s[(size_t)c * s_stride + r] = acc;
@@ -98,25 +114,52 @@ void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void 
     }
 }
 
+/* The end of the 8-partial order (Q4_1, Q8_0): llama.cpp's horizontal sum of 8 lanes. */
+static float hsum8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
 void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK4_1;
     for (int c = 0; c < nc; c++) {
         const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + (size_t)c * a_stride);
-        const cera_q8_1_aux *ax = (const cera_q8_1_aux *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        const cera_pack_aux_q4_1 *ax =
+            (const cera_pack_aux_q4_1 *)((const uint8_t *)aux + (size_t)c * aux_stride);
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             float acc[8] = {0}, summs = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                const float dx = cera_f16_to_f32(cera_pack_d(w, 2, b)[r]);
+                const float dx = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q4_1, b)[r]);
                 const float mx = cera_f16_to_f32(cera_pack_m(w, b)[r]);
                 summs = fmaf(mx, ax[b].s, summs); /* the product is exact: the same as summs += mx * s */
                 for (int l = 0; l < 8; l++)
-                    acc[l] =
-                        fmaf(dx * ax[b].d, (float)word_dot(cera_pack_qs(w, 2, b), y[b].qs, r, l), acc[l]);
+                    acc[l] = fmaf(dx * ax[b].d,
+                                  (float)word_dot(cera_pack_qs(w, CERA_TYPE_Q4_1, b), y[b].qs, r, l), acc[l]);
             }
-            const float lo = (acc[0] + acc[4]) + (acc[2] + acc[6]),
-                        hi = (acc[1] + acc[5]) + (acc[3] + acc[7]);
-            s[(size_t)c * s_stride + r] = (lo + hi) + summs;
+            s[(size_t)c * s_stride + r] = hsum8(acc) + summs;
+        }
+    }
+}
+
+void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK8_0;
+    for (int c = 0; c < nc; c++) {
+        const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
+        const cera_pack_aux_q8_0 *ax =
+            (const cera_pack_aux_q8_0 *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            float acc[8] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *qs = cera_pack_qs(w, CERA_TYPE_Q8_0, b);
+                const float d = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q8_0, b)[r]) * ax[b].d;
+                for (int l = 0; l < 8; l++) {
+                    int32_t p = ax[b].corr[l];
+                    for (int j = 0; j < 4; j++) p += qs[64 * l + 4 * r + j] * y[b].qs[4 * l + j];
+                    acc[l] = fmaf((float)p, d, acc[l]);
+                }
+            }
+            s[(size_t)c * s_stride + r] = hsum8(acc) + 0.0f; /* as the tile's (no minimums) */
         }
     }
 }
@@ -125,6 +168,7 @@ cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
     switch (t) {
     case CERA_TYPE_Q4_0: return cera_packed_tile_q4_0_ref;
     case CERA_TYPE_Q4_1: return cera_packed_tile_q4_1_ref;
+    case CERA_TYPE_Q8_0: return cera_packed_tile_q8_0_ref;
     default: return NULL;
     }
 }

@@ -27,15 +27,17 @@
  *     sums, partial l taking the 4-element integer dot of word l of the unpacked block (elements
  *     4l..4l+3 for l < 4, 16+4(l-4).. for l >= 4) as acc_l = fma(dx dy, (float)p_l, acc_l), and
  *     a serial sum of m_b * s_b; at the end ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) + summs.
+ *   Q8_0: the same 8 partials over words of 4 elements (no minimums; + 0.0 at the end), which is
+ *     the file-layout tile's order (tile_x86_body.h) and so llama.cpp's tinyBLAS order.
  * So the results are identical bit for bit across tiers, tile widths and batch sizes (a decode
  * step equals the same token inside a prompt) and equal llama.cpp's.
  *
- * The per-block activation terms (cera_q8_0_aux: -8 sum(y) and dy as a float; cera_q8_1_aux: dy
- * and s as floats) are computed once per activation row by cera_packed_prep, next to the
- * quantized row.
+ * The per-block activation terms (cera_pack_aux_*: offsets through the activation sums, scales
+ * as floats) are computed once per activation row by cera_packed_prep, next to the quantized
+ * row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0 on the avx2 and avx512 tiers, Q4_1 on avx512) and whose row count is a multiple of
+ * packed_tile; today Q4_0, Q4_1 and Q8_0 on the avx2 and avx512 tiers) and whose row count is a multiple of
  * 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
  * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
  * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
@@ -57,39 +59,47 @@
 
 /* A group is a sequence of units of 2 blocks (the last one padded when nb is odd): the 16 F16
  * scales d of both blocks (64 bytes), for Q4_1 the 16 F16 minimums m of both (64 bytes), then
- * both blocks' nibbles (256 bytes each). Units are multiples of 64 bytes, so every load is
- * aligned, and a group is one sequential stream (with the scales in a stream of their own,
- * measured slower: the prefetcher lagged on the second stream). fields: 1 for Q4_0, 2 for Q4_1. */
-#define CERA_PACK_QS    256
-#define CERA_PACK_FIELD 32
+ * both blocks' quants (256 bytes each for the nibble types, 512 for Q8_0). Units are multiples of
+ * 64 bytes, so every load is aligned, and a group is one sequential stream (with the scales in a
+ * stream of their own, measured slower: the prefetcher lagged on the second stream).
+ * Q8_0's quants are stored as unsigned bytes x + 128 (x ^ 0x80), 8 words of 4 per row and block:
+ * byte 4r + j of vector i is element 4i + j of row r. */
+#define CERA_PACK_FIELD 32 /* 16 F16 values */
 
-static inline size_t cera_pack_unit_bytes(int fields) {
-    return (size_t)fields * 2 * CERA_PACK_FIELD + 2 * CERA_PACK_QS;
+static inline int cera_pack_fields(cera_type t) { return t == CERA_TYPE_Q4_1 ? 2 : 1; }
+static inline size_t cera_pack_qs_bytes(cera_type t) { return t == CERA_TYPE_Q8_0 ? 512 : 256; }
+static inline size_t cera_pack_unit_bytes(cera_type t) {
+    return (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD + 2 * cera_pack_qs_bytes(t);
 }
-static inline const uint8_t *cera_pack_unit(const void *group, int fields, int64_t b) {
-    return (const uint8_t *)group + (size_t)(b >> 1) * cera_pack_unit_bytes(fields);
+static inline const uint8_t *cera_pack_unit(const void *group, cera_type t, int64_t b) {
+    return (const uint8_t *)group + (size_t)(b >> 1) * cera_pack_unit_bytes(t);
 }
-/* Block b's nibbles, scales d and (Q4_1) minimums m. */
-static inline const uint8_t *cera_pack_qs(const void *group, int fields, int64_t b) {
-    return cera_pack_unit(group, fields, b) + (size_t)fields * 2 * CERA_PACK_FIELD +
-           (size_t)(b & 1) * CERA_PACK_QS;
+/* Block b's quants, scales d and (Q4_1) minimums m. */
+static inline const uint8_t *cera_pack_qs(const void *group, cera_type t, int64_t b) {
+    return cera_pack_unit(group, t, b) + (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD +
+           (size_t)(b & 1) * cera_pack_qs_bytes(t);
 }
-static inline const cera_f16 *cera_pack_d(const void *group, int fields, int64_t b) {
-    return (const cera_f16 *)(cera_pack_unit(group, fields, b) + (size_t)(b & 1) * CERA_PACK_FIELD);
+static inline const cera_f16 *cera_pack_d(const void *group, cera_type t, int64_t b) {
+    return (const cera_f16 *)(cera_pack_unit(group, t, b) + (size_t)(b & 1) * CERA_PACK_FIELD);
 }
 static inline const cera_f16 *cera_pack_m(const void *group, int64_t b) {
-    return (const cera_f16 *)(cera_pack_unit(group, 2, b) + 2 * CERA_PACK_FIELD +
+    return (const cera_f16 *)(cera_pack_unit(group, CERA_TYPE_Q4_1, b) + 2 * CERA_PACK_FIELD +
                               (size_t)(b & 1) * CERA_PACK_FIELD);
 }
 
-/* Per activation block: Q8_0 activations of a packed Q4_0 weight, Q8_1 ones of a Q4_1 weight. */
-typedef struct cera_q8_0_aux {
+/* Per activation block, by weight type (the activations are Q8_0 for Q4_0 and Q8_0 weights,
+ * Q8_1 for Q4_1). */
+typedef struct cera_pack_aux_q4_0 {
     int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset */
     float d;      /* the block's scale as a float */
-} cera_q8_0_aux;
-typedef struct cera_q8_1_aux {
+} cera_pack_aux_q4_0;
+typedef struct cera_pack_aux_q4_1 {
     float d, s; /* the block's scale and d * sum(q), as floats */
-} cera_q8_1_aux;
+} cera_pack_aux_q4_1;
+typedef struct cera_pack_aux_q8_0 {
+    int32_t corr[8]; /* -128 * sum of word l's 4 quants: the offset of the stored x + 128 */
+    float d;
+} cera_pack_aux_q8_0;
 
 /* One repacked weight: n rows of k inputs of type `type`, in groups of 16 rows. */
 typedef struct cera_packed_weight {
@@ -101,7 +111,7 @@ typedef struct cera_packed_weight {
     int tile_cols; /* the largest nc the tile takes */
 } cera_packed_weight;
 
-/* Whether type t has a packed layout (Q4_0, Q4_1). */
+/* Whether type t has a packed layout (Q4_0, Q4_1, Q8_0). */
 bool cera_pack_type_ok(cera_type t);
 
 /* Bytes of one packed group of 16 rows of k elements of type t (a multiple of 64). */
@@ -141,6 +151,8 @@ void cera_cpu_repack_free(cera_packed_set *set);
 void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 
 /* The reference for type t (NULL when none). */

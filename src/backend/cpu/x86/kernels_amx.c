@@ -494,6 +494,7 @@ static void set_tile(cera_cpu_type_ops *ops, cera_gemm_tile_fn fn) {
 
 void cera_cpu_register_amx(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     set_tile(&ops[CERA_TYPE_Q8_0], tile_q8_0_amx);
+    ops[CERA_TYPE_Q8_0].packed_tile = NULL; /* prompts take the AMX tile, not the repacked one */
     set_tile(&ops[CERA_TYPE_Q4_0], tile_q4_0_amx);
     ops[CERA_TYPE_Q4_0].packed_tile = NULL; /* prompts take the AMX tile, not the repacked one */
     set_tile(&ops[CERA_TYPE_Q5_0], tile_q5_0_amx);

@@ -1,5 +1,5 @@
 /*
- * repack_avx2.c — the AVX2 tiles over Q4_0 and Q4_1 weights repacked into 16-row groups (repack.h): a
+ * repack_avx2.c — the AVX2 tiles over Q4_0, Q4_1 and Q8_0 weights repacked into 16-row groups (repack.h): a
  * 256-bit vector holds 8 of the 16 rows (the low or high 32 bytes of each 64-byte vector of the
  * layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
  * and pmaddwd (int16 pairs into int32); a nibble times an activation is at most 15 * 127, so the
@@ -33,14 +33,16 @@ static inline __attribute__((always_inline)) void q4_0x8_cols(int64_t nb, int h,
     for (int64_t b = 0; b < nb; b++) {
         __m256i lo[4], hi[4];
         for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, 1, b) + 64 * i + 32 * h));
+            const __m256i v =
+                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q4_0, b) + 64 * i + 32 * h));
             lo[i] = _mm256_and_si256(v, low4);
             hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, 1, b) + 8 * h)));
+        const __m256 dx =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_0, b) + 8 * h)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
-            const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
+            const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)(aux + (size_t)c * aux_stride) + b;
             __m256i p0 = _mm256_maddubs_epi16(lo[0], bcast32(yq));
             __m256i p1 = _mm256_maddubs_epi16(hi[0], bcast32(yq + 16));
             for (int i = 1; i < 4; i++) {
@@ -76,16 +78,18 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
 static void q4_1x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const block_q8_1 *y = (const block_q8_1 *)a;
-    const cera_q8_1_aux *ax = (const cera_q8_1_aux *)aux;
+    const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)aux;
     __m256 acc[8], summ = _mm256_setzero_ps();
     for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, 2, b) + 8 * h)));
+        const __m256 dx =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_1, b) + 8 * h)));
         const __m256 mx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, b) + 8 * h)));
         summ = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax[b].s), summ); /* exact product */
         const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d));
         for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, 2, b) + 64 * i + 32 * h));
+            const __m256i v =
+                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q4_1, b) + 64 * i + 32 * h));
             const __m256i lo = _mm256_and_si256(v, low4),
                           hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast32(y[b].qs + 4 * i)), ones);
@@ -108,7 +112,46 @@ static void packed_q4_1_avx2(int64_t n, float *s, size_t s_stride, const void *w
                        (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 
+/* Q8_0, rows 8h .. 8h + 7 against one activation column: 8 float partials, as repack.c's
+ * reference. The stored x + 128 does not fit pmaddubsw's pairs (255 * 127 * 2 > 2^15), so the
+ * bytes go back to signed x and the sign moves onto the activations (|x| * sign(y, x), exact:
+ * neither side holds -128), which needs no offset. */
+static void q8_0x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux;
+    __m256 acc[8];
+    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 dx =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8 * h)));
+        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d));
+        for (int l = 0; l < 8; l++) {
+            const __m256i v = _mm256_xor_si256(
+                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q8_0, b) + 64 * l + 32 * h)),
+                flip);
+            const __m256i yw = bcast32(y[b].qs + 4 * l);
+            const __m256i p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yw, v)), ones);
+            acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[l]);
+        }
+    }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
+}
+
+static void packed_q8_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    for (int c = 0; c < nc; c++)
+        for (int h = 0; h < 2; h++)
+            q8_0x8_col(n / QK8_0, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
+                       (const uint8_t *)aux + (size_t)c * aux_stride);
+}
+
 void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx2;
+    ops[CERA_TYPE_Q8_0].packed_cols = 1;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx2;
     ops[CERA_TYPE_Q4_1].packed_cols = 1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx2;

@@ -1,5 +1,5 @@
 /*
- * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0 and Q4_1 weights repacked into 16-row groups
+ * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0, Q4_1 and Q8_0 weights repacked into 16-row groups
  * (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a
  * broadcast activation word adds 4 products to each of the 16 rows, and the block's float step
  * (convert, scale, fused multiply-add) serves 16 outputs at once. Registered by the avx512 tier
@@ -8,7 +8,8 @@
  * Per block and group: 4 loads of 64 nibble bytes unpacked into 8 vectors (low and high
  * nibbles) shared by every activation column; for Q4_0, per column 8 vpdpbusd in two independent
  * chains (their sum is exact) started from the offset term -8 * sum(y); for Q4_1, 8 separate
- * word dots each scaled into its own float partial (llama.cpp's vec_dot order, repack.h).
+ * word dots each scaled into its own float partial (llama.cpp's vec_dot order, repack.h), and
+ * Q8_0 the same over 8 words of bytes.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -35,14 +36,15 @@ static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float
     for (int64_t b = 0; b < nb; b++) {
         __m512i lo[4], hi[4];
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, 1, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, CERA_TYPE_Q4_0, b) + 64 * i));
             lo[i] = _mm512_and_si512(v, low4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, 1, b)));
+        const __m512 dx =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, CERA_TYPE_Q4_0, b)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
-            const cera_q8_0_aux *ax = (const cera_q8_0_aux *)(aux + (size_t)c * aux_stride) + b;
+            const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)(aux + (size_t)c * aux_stride) + b;
             __m512i i0 = _mm512_set1_epi32(ax->corr), i1 = _mm512_setzero_si512();
             for (int i = 0; i < 4; i++) {
                 i0 = _mm512_dpbusd_epi32(i0, lo[i], bcast32(yq + 4 * i));
@@ -85,15 +87,16 @@ static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float
     for (int64_t b = 0; b < nb; b++) {
         __m512i u[8]; /* word l: low nibbles of vector l (l < 4), high nibbles of vector l - 4 */
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, 2, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, CERA_TYPE_Q4_1, b) + 64 * i));
             u[i] = _mm512_and_si512(v, low4);
             u[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, 2, b)));
+        const __m512 dx =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, CERA_TYPE_Q4_1, b)));
         const __m512 mx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, b)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_1 *)(a + (size_t)c * a_stride))[b].qs;
-            const cera_q8_1_aux *ax = (const cera_q8_1_aux *)(aux + (size_t)c * aux_stride) + b;
+            const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * aux_stride) + b;
             summ[c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(ax->s), summ[c]); /* exact product */
             const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(ax->d));
             for (int l = 0; l < 8; l++)
@@ -122,7 +125,55 @@ static void packed_q4_1_avx512(int64_t n, float *s, size_t s_stride, const void 
         q4_1x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_1);
 }
 
+/* Q8_0: the file-layout tile's order per output (repack.h), 8 float partials per column; the
+ * stored bytes are x + 128, each word's offset comes in as its starting value -128 * sum(y). */
+#define COLS_Q8_0 2
+
+static inline __attribute__((always_inline)) void q8_0x16_cols(int64_t nb, float *s, size_t s_stride,
+                                                               const uint8_t *x, const uint8_t *a,
+                                                               size_t a_stride, const uint8_t *aux,
+                                                               size_t aux_stride, int nc) {
+    __m512 acc[COLS_Q8_0][8];
+    for (int c = 0; c < COLS_Q8_0; c++)
+        for (int l = 0; l < 8; l++) acc[c][l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i u[8];
+        for (int l = 0; l < 8; l++)
+            u[l] = _mm512_load_si512((const void *)(cera_pack_qs(x, CERA_TYPE_Q8_0, b) + 64 * l));
+        const __m512 dx =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, CERA_TYPE_Q8_0, b)));
+        for (int c = 0; c < nc; c++) {
+            const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
+            const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)(aux + (size_t)c * aux_stride) + b;
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(ax->d));
+            for (int l = 0; l < 8; l++)
+                acc[c][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                                                _mm512_set1_epi32(ax->corr[l]), u[l], bcast32(yq + 4 * l))),
+                                            d, acc[c][l]);
+        }
+    }
+    for (int c = 0; c < nc; c++) {
+        const __m512 lo =
+            _mm512_add_ps(_mm512_add_ps(acc[c][0], acc[c][4]), _mm512_add_ps(acc[c][2], acc[c][6]));
+        const __m512 hi =
+            _mm512_add_ps(_mm512_add_ps(acc[c][1], acc[c][5]), _mm512_add_ps(acc[c][3], acc[c][7]));
+        _mm512_storeu_ps(s + (size_t)c * s_stride, _mm512_add_ps(_mm512_add_ps(lo, hi), _mm512_setzero_ps()));
+    }
+}
+
+static void packed_q8_0_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK8_0;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    if (nc == 1)
+        q8_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+    else
+        q8_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q8_0);
+}
+
 void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx512;
+    ops[CERA_TYPE_Q8_0].packed_cols = COLS_Q8_0;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx512;
     ops[CERA_TYPE_Q4_1].packed_cols = COLS_Q4_1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx512;
