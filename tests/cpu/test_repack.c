@@ -153,7 +153,7 @@ static void check_matmul(test_rng *rng, cera_type type, int64_t n, int64_t k, in
                cera_type_get(type)->name);
     } else {
         cera_packed_weight *p = NULL;
-        CHECK(cera_packed_new(&wt, &p, &err) == CERA_OK, "repack: %s", err.message);
+        CHECK(cera_packed_new(&wt, pool, &p, &err) == CERA_OK, "repack: %s", err.message);
         wt.dev = p;
         cera_matmul(pool, &wt, ops, x, n_tokens, batch, (size_t)n, act);
         for (int t = 0; t < n_tokens; t++) {

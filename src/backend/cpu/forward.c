@@ -350,7 +350,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
                            nb, err)))
         goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
-    if ((st = cera_cpu_repack_model(m, &be->packed, err))) goto fail;
+    if ((st = cera_cpu_repack_model(m, be->pool, &be->packed, err))) goto fail;
 
     const size_t n_q = (size_t)hp->n_head * hp->head_dim, n_kv = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t rows = (size_t)nb;

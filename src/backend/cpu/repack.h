@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/threadpool.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "model/model.h"
@@ -132,8 +133,9 @@ void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k
 /* Whether a weight would be repacked at the selected tier (type, shape, tier, environment). */
 bool cera_packed_wanted(const cera_weight *w);
 
-/* Repacks one weight (cera_packed_wanted must hold); *out is freed with cera_packed_free. */
-cera_status cera_packed_new(const cera_weight *w, cera_packed_weight **out, cera_error *err);
+/* Repacks one weight (cera_packed_wanted must hold), over the pool's threads when pool is not
+ * NULL; *out is freed with cera_packed_free. */
+cera_status cera_packed_new(const cera_weight *w, cera_pool *pool, cera_packed_weight **out, cera_error *err);
 void cera_packed_free(cera_packed_weight *p);
 
 /* The repacked copies of a model's matmul weights (the projections and the output head). */
@@ -141,7 +143,8 @@ typedef struct cera_packed_set cera_packed_set;
 
 /* Repacks every weight of m that cera_packed_wanted accepts and sets its dev field to the copy;
  * *out is NULL when none was. */
-cera_status cera_cpu_repack_model(const cera_model *m, cera_packed_set **out, cera_error *err);
+cera_status cera_cpu_repack_model(const cera_model *m, cera_pool *pool, cera_packed_set **out,
+                                  cera_error *err);
 
 /* Clears the dev fields set by cera_cpu_repack_model and frees the copies; NULL is fine. */
 void cera_cpu_repack_free(cera_packed_set *set);
