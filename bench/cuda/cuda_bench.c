@@ -13,9 +13,10 @@
  * gives for the named type (q4_0 and q4_k_m keep output.weight in Q6_K; q4_k_m puts
  * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
  * types, not on the values. Prints one markdown row per test (and --md-header).
+ * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec.
  *
  * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3]
- *                   [--bw-gib 4] [--matvec] [--md-header] [--no-pdl]
+ *                   [--bw-gib 4] [--matvec] [--mv-types LIST] [--md-header] [--no-pdl]
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,19 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* True when name is one of the comma-separated names of list. */
+static bool name_in_list(const char *name, const char *list) {
+    const size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == len && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
 }
 
 static void die(const char *what, const cera_error *err) {
@@ -136,6 +150,7 @@ int main(int argc, char **argv) {
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
     bool matvec = false, header = false, no_pdl = false;
+    const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool more = i + 1 < argc;
@@ -155,6 +170,8 @@ int main(int argc, char **argv) {
             bw_gib = atof(argv[++i]);
         else if (!strcmp(a, "--matvec"))
             matvec = true;
+        else if (!strcmp(a, "--mv-types") && more)
+            mv_types = argv[++i];
         else if (!strcmp(a, "--md-header"))
             header = true;
         else if (!strcmp(a, "--no-pdl"))
@@ -162,7 +179,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--matvec] [--md-header] [--no-pdl]\n");
+                    "[--matvec] [--mv-types LIST] [--md-header] [--no-pdl]\n");
             return 2;
         }
     }
@@ -189,6 +206,7 @@ int main(int argc, char **argv) {
         const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
         for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
             for (size_t j = 0; j < 3; j++) {
+                if (mv_types && !name_in_list(cera_type_get(mt[i])->name, mv_types)) continue;
                 double g = 0;
                 if (cera_cuda_bench_matvec(mt[i], shapes[j][0], shapes[j][1], 200, &g, &err))
                     die("matvec", &err);
@@ -202,8 +220,9 @@ int main(int argc, char **argv) {
     cera_model m;
     gguf_file *f = NULL;
     cera_cuda_params prm = cera_cuda_default_params();
-    prm.n_ctx = d + n + 64 > p ? d + n + 64 : p;
-    prm.n_batch = p;
+    const int n_batch = p > 0 ? p : 64; // the depth prompt's batches
+    prm.n_ctx = d + n + 64 > n_batch ? d + n + 64 : n_batch;
+    prm.n_batch = n_batch;
     prm.no_pdl = no_pdl;
     const char *label = model;
     if (synth) {
@@ -229,18 +248,21 @@ int main(int argc, char **argv) {
             cera_cuda_weight_bytes(s) / 1073741824.0);
     const double wbytes = (double)cera_cuda_weight_bytes(s);
     // warm-up: graph capture, cuBLAS heuristics, clocks
-    run_tg(s, p, 0, 8, m.hp.n_vocab);
-    run_pp(s, p, m.hp.n_vocab);
+    run_tg(s, n_batch, 0, 8, m.hp.n_vocab);
+    if (p > 0) run_pp(s, p, m.hp.n_vocab);
     double *v = malloc(sizeof(double) * (size_t)r);
     if (header) {
         printf("| model | test | tok/s | weight GB/s | %% of read BW |\n");
         printf("|---|---|---:|---:|---:|\n");
     }
-    for (int i = 0; i < r; i++) v[i] = run_pp(s, p, m.hp.n_vocab);
-    stats st = stat_of(v, r);
-    printf("| %s | pp%d | %.0f ± %.0f | | |\n", label, p, st.mean, st.sd);
-    fflush(stdout);
-    for (int i = 0; i < r; i++) v[i] = run_tg(s, p, 0, n, m.hp.n_vocab);
+    stats st;
+    if (p > 0) {
+        for (int i = 0; i < r; i++) v[i] = run_pp(s, p, m.hp.n_vocab);
+        st = stat_of(v, r);
+        printf("| %s | pp%d | %.0f ± %.0f | | |\n", label, p, st.mean, st.sd);
+        fflush(stdout);
+    }
+    for (int i = 0; i < r; i++) v[i] = run_tg(s, n_batch, 0, n, m.hp.n_vocab);
     st = stat_of(v, r);
     printf("| %s | tg%d | %.1f ± %.1f | %.0f | %.1f %% |\n", label, n, st.mean, st.sd, wbytes * st.mean / 1e9,
            100 * wbytes * st.mean / 1e9 / read_gbps);
@@ -248,7 +270,7 @@ int main(int argc, char **argv) {
     if (d > 0) {
         // at depth the KV cache is streamed too: K and V rows of every layer, F16
         const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) * m.hp.n_head_kv * m.hp.head_dim * 2;
-        for (int i = 0; i < r; i++) v[i] = run_tg(s, p, d, n, m.hp.n_vocab);
+        for (int i = 0; i < r; i++) v[i] = run_tg(s, n_batch, d, n, m.hp.n_vocab);
         st = stat_of(v, r);
         printf("| %s | tg%d @ d%d | %.1f ± %.1f | %.0f (+KV %.0f) | %.1f %% |\n", label, n, d, st.mean, st.sd,
                wbytes * st.mean / 1e9, kv * st.mean / 1e9, 100 * (wbytes + kv) * st.mean / 1e9 / read_gbps);

@@ -8,7 +8,12 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench variants profile (default: tests sanitize matvec bench); BENCH_TYPES overrides the
+#   steps: any of tests sanitize matvec bench variants mvsweep mvtests profile (default: tests sanitize matvec
+#   bench);
+#   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
+#   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
+#   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
+#   CERA_CUDA_MV_GRID=GRID, 0 = as many as fit) and compute-sanitizer over one of them; BENCH_TYPES overrides the
 #   bench's type list (default "q4_0 q8_0 f16 bf16 q4_k_m"); results go to $OUT (or /tmp); CARRY names
 #   the packed folder (default .devcarry).
 set -uo pipefail
@@ -69,6 +74,42 @@ if has variants; then
         done
     done
     timeout 60 "$C/bin/cuda_bench" --synth q4_0 -p 512 -n 128 -d 0 -r 2 --bw-gib 1 --no-pdl 2>&1 | grep tg128
+fi
+if has mvsweep; then
+    log "matvec variants (CERA_CUDA_MV)"
+    : >"$OUT/mvsweep.txt"
+    for cfg in ${MV_CONFIGS:-0 1 2 3}; do
+        export CERA_CUDA_MV=$cfg
+        ops=$(timeout 60 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/ops-$cfg.log" | tail -1)
+        echo "-- $cfg test_cuda_ops: $ops" | tee -a "$OUT/mvsweep.txt"
+        timeout 60 "$C/bin/cuda_bench" --matvec --bw-gib 1 --mv-types "${MV_TYPES:-q4_0,q8_0,f16,bf16,q4_k,q6_k}" 2>&1 |
+            grep -E "^matvec|^bandwidth" | sed "s/^/$cfg /" | tee -a "$OUT/mvsweep.txt"
+        for t in ${TG_TYPES:-q4_0 q8_0 f16 bf16}; do
+            timeout 60 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 0 -r 2 --bw-gib 1 2>&1 | grep tg128 |
+                sed "s/^/$cfg /" | tee -a "$OUT/mvsweep.txt"
+        done
+    done
+    unset CERA_CUDA_MV
+    log "matvec variants: summary"
+    grep -E "test_cuda_ops|^[0-9]+ matvec|tg128" "$OUT/mvsweep.txt"
+fi
+if has mvtests; then
+    log "golden and engine tests under the ring variants (CERA_CUDA_MV:CERA_CUDA_MV_GRID)"
+    for cfg in ${MV_TEST_CONFIGS:-2:0 2:3 3:0 3:5}; do
+        v=${cfg%%:*} g=${cfg##*:}
+        gold=$(CERA_CUDA_MV=$v CERA_CUDA_MV_GRID=$g timeout 60 "$C/bin/test_cuda_golden" 2>&1 |
+            tee "$OUT/golden-$v-$g.log" | tail -1)
+        eng=$(CERA_CUDA_MV=$v CERA_CUDA_MV_GRID=$g timeout 60 "$C/bin/test_cuda_engine" 2>&1 |
+            tee "$OUT/engine-$v-$g.log" | tail -1)
+        echo "-- $cfg test_cuda_golden: $gold; test_cuda_engine: $eng"
+    done
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    for v in 2 3; do
+        CERA_CUDA_MV=$v CERA_CUDA_MV_GRID=3 timeout 60 "$CS" --tool memcheck --error-exitcode 9 \
+            "$C/bin/test_cuda_golden" synth-llama-q4_0 2>&1 | tee -a "$OUT/mvsanitize.log" | tail -2
+        CERA_CUDA_MV=$v CERA_CUDA_MV_GRID=3 timeout 60 "$CS" --tool racecheck --error-exitcode 9 \
+            "$C/bin/test_cuda_golden" synth-llama-f16 2>&1 | tee -a "$OUT/mvsanitize.log" | tail -2
+    done
 fi
 if has profile; then
     log "prefill phases (CERA_CUDA_PROFILE)"

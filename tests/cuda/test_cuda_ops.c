@@ -9,7 +9,13 @@
  *   - prefill GEMM (dequantize to F16 + cuBLAS): F32 weights to 1e-5 of sum |w x|;
  *     F16 and quantized ones see F16-rounded activations and weights: 2e-3; BF16: 1e-2.
  * Shapes have a row count that is not a multiple of 32 (the kernels' tile) and, for the
- * float types, a row length that is not either (padded rows). Exits 77 without a GPU.
+ * float types, a row length that is not either (padded rows). The types with their own
+ * decode loops are checked again on long rows (the ffn_down length, 11008, or 11000 for
+ * the float types), where the loops and the cp.async ring take several steps and end
+ * inside one, and on 9000 rows (282 tiles: more than the persistent ring kernels' blocks,
+ * so each streams several tiles). The kernel variants that CERA_CUDA_MV and
+ * CERA_CUDA_MV_GRID select are checked by running this test under them
+ * (bench/cuda/device_run.sh mvsweep). Exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -113,6 +119,48 @@ static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
     free(wf), free(wd), free(wq), free(x), free(xr), free(y), free(g);
 }
 
+/* Decode matvec alone on a k x n weight (k whole blocks of t). */
+static void check_matvec_shape(cera_type t, int64_t k, int64_t n, test_rng *rng, uint64_t seed) {
+    const cera_type_traits *tt = cera_type_get(t);
+    const size_t row = cera_row_size(t, k);
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    float *wd = malloc(sizeof(float) * (size_t)(n * k));
+    uint8_t *wq = malloc(row * (size_t)n);
+    float *x = malloc(sizeof(float) * (size_t)k);
+    float *xr = malloc(sizeof(float) * (size_t)k);
+    float *y = malloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t i = 0; i < k; i++) wf[i] = test_rng_normal(rng) * 0.5f;
+        tt->from_float_ref(wf, wq + (size_t)r * row, k);
+        tt->to_float(wq + (size_t)r * row, wd + r * k, k);
+    }
+    for (int64_t i = 0; i < k; i++) x[i] = test_rng_normal(rng);
+    if (q8_act(t)) {
+        block_q8_0 *xq = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+        cera_quantize_row_q8_0_ref(x, xq, k);
+        cera_dequant_row_q8_0(xq, xr, k);
+        free(xq);
+    } else {
+        memcpy(xr, x, sizeof(float) * (size_t)k);
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = NAN;
+    cera_error err;
+    const cera_status st = cera_cuda_test_matvec(t, k, n, wq, x, y, &err);
+    CHECK(st == CERA_OK, "%s matvec k=%lld n=%lld: %s", tt->name, (long long)k, (long long)n, err.message);
+    double worst = 0;
+    for (int64_t r = 0; r < n; r++) {
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < k; j++)
+            ref += (double)wd[r * k + j] * xr[j], mag += fabs((double)wd[r * k + j] * xr[j]);
+        const double e = isnan(y[r]) ? INFINITY : fabs(y[r] - ref) / (mag > 0 ? mag : 1);
+        worst = fmax(worst, e);
+    }
+    CHECK(worst <= 1e-5, "%s matvec k=%lld n=%lld: worst error %.3g of sum|wx| (seed %llu)", tt->name,
+          (long long)k, (long long)n, worst, (unsigned long long)seed);
+    printf("%-7s matvec k=%lld n=%lld ok (worst %.2e)\n", tt->name, (long long)k, (long long)n, worst);
+    free(wf), free(wd), free(wq), free(x), free(xr), free(y);
+}
+
 int main(void) {
     if (!cera_cuda_available()) {
         printf("no CUDA device: skipped\n");
@@ -122,5 +170,12 @@ int main(void) {
     printf("seed %llu\n", (unsigned long long)seed);
     test_rng rng = {seed};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_type(types[i], &rng, seed);
+    const cera_type own_loops[] = {CERA_TYPE_F32,  CERA_TYPE_F16,  CERA_TYPE_BF16, CERA_TYPE_Q4_0,
+                                   CERA_TYPE_Q8_0, CERA_TYPE_Q4_K, CERA_TYPE_Q6_K, CERA_TYPE_Q5_K};
+    for (size_t i = 0; i < sizeof own_loops / sizeof own_loops[0]; i++) {
+        const bool flt = cera_type_get(own_loops[i])->block_size == 1;
+        check_matvec_shape(own_loops[i], flt ? 11000 : 11008, 45, &rng, seed); // long rows
+        check_matvec_shape(own_loops[i], flt ? 200 : 768, 9000, &rng, seed);   // many tiles
+    }
     return test_finish();
 }

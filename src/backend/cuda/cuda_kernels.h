@@ -124,7 +124,9 @@ typedef struct cu_mv_seg {
     const float *bias;  /* [w->n] or NULL */
 } cu_mv_seg;
 
-/* y = W · x for up to three weights in one launch (Q, K and V; or gate and up). */
+/* y = W · x for up to three weights in one launch (Q, K and V; or gate and up). The kernel
+ * launched just before must not write the weights: under programmatic dependent launch the
+ * Q4_0/Q8_0/F16/BF16 kernels start copying them before they wait for it (matvec.cu). */
 cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, cu_mv_epilogue epi,
                       float scale, const cu_act *h_out);
 

@@ -16,6 +16,14 @@
  * The 32 results meet in shared memory and one warp runs the epilogue: store, residual
  * add, or SwiGLU with the int8 quantization of its 32 outputs (one quant block), so the
  * next matvec reads a ready activation.
+ *
+ * Two kernels do this. k_matvec (variants 0 and 1, every type) gives each block one tile
+ * and keeps the loads in flight in registers: each block is one round trip to memory and
+ * DRAM idles while blocks start and drain. k_matvec_ring (variants 2 and 3; Q4_0, Q8_0,
+ * F16, BF16, the default for these) runs persistent blocks whose warps stream all their
+ * tiles through a cp.async ring in shared memory, several steps deep and across tile
+ * boundaries, starting before the previous kernel has finished (see there). mv_variant
+ * has the measurements that chose the defaults.
  */
 #include <stdlib.h>
 
@@ -385,9 +393,38 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* The epilogue of one 32-row tile, run by one warp (lane = row in the tile) once the
+ * tile's dot products are in res ([gate/first, up][row]). */
+template <int EPI>
+static __device__ __forceinline__ void mv_epilogue(const mv_params &p, const float (*res)[MV_TILE], int tile,
+                                                   int lane) {
+    int seg = 0;
+    while (seg + 1 < p.n_segs && tile >= p.tile_start[seg + 1]) seg++;
+    const int64_t tile_row0 = (int64_t)(tile - p.tile_start[seg]) * MV_TILE;
+    const int64_t row = tile_row0 + lane;
+    const bool valid = row < p.w[seg].n;
+    if (EPI == CU_MV_SWIGLU) {
+        float v = 0.0f;
+        if (valid) {
+            const float g = res[0][lane] + (p.bias[0] ? p.bias[0][row] : 0.0f);
+            const float u = res[1][lane] + (p.bias[1] ? p.bias[1][row] : 0.0f);
+            v = g / (1.0f + expf(-g)) * u;
+        }
+        p.h.f[row] = v;
+        if (p.h.q) cu_quant_block32(v, p.h.q, p.h.d, p.h.s, tile_row0 / 32, lane);
+        return;
+    }
+    if (!valid) return;
+    const float v = res[0][lane] + (p.bias[seg] ? p.bias[seg][row] : 0.0f);
+    if (EPI == CU_MV_ADD)
+        p.y[seg][row] += p.scale * v;
+    else
+        p.y[seg][row] = p.scale * v;
+}
+
 /* V selects the latency-hiding shape: 0 = 4-deep prefetch, one 16-warp block per SM (up to
  * 128 registers); 1 = 2-deep prefetch in 64 registers, two blocks per SM (a block's
- * reduction and epilogue then overlap the other's loads). */
+ * reduction and epilogue then overlap the other's loads). 2 and 3 are k_matvec_ring. */
 template <int T, int EPI, int V>
 __global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const mv_params p) {
     cu_pdl_enter();
@@ -418,54 +455,320 @@ __global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const 
         if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
     }
     __syncthreads();
-    if (warp != 0) return;
-    const int64_t row = tile_row0 + lane;
-    const bool valid = row < wa.n;
-    if (EPI == CU_MV_SWIGLU) {
-        float v = 0.0f;
-        if (valid) {
-            const float g = res[0][lane] + (p.bias[0] ? p.bias[0][row] : 0.0f);
-            const float u = res[1][lane] + (p.bias[1] ? p.bias[1][row] : 0.0f);
-            v = g / (1.0f + expf(-g)) * u;
-        }
-        p.h.f[row] = v;
-        if (p.h.q) cu_quant_block32(v, p.h.q, p.h.d, p.h.s, tile_row0 / 32, lane);
-        return;
-    }
-    if (!valid) return;
-    const float v = res[0][lane] + (p.bias[seg] ? p.bias[seg][row] : 0.0f);
-    if (EPI == CU_MV_ADD)
-        p.y[seg][row] += p.scale * v;
-    else
-        p.y[seg][row] = p.scale * v;
+    if (warp == 0) mv_epilogue<EPI>(p, res, (int)blockIdx.x, lane);
 }
 
-/* Measured on an H200 (7B shapes, decode): variant 0 is faster for Q4_0/Q8_0 (+7 % tg),
- * variant 1 for F16/BF16 (+2 %). CERA_CUDA_MV=0/1 forces one for every type. */
+/* ---- Ring kernels (variants 2 and 3) -----------------------------------------------------
+ * Persistent blocks (as many as fit at once) take tiles blockIdx.x, + gridDim.x, ...; each
+ * warp streams its rows of all its tiles, one after the other, through a ring of S stages
+ * in shared memory filled by cp.async: a lane copies its 16 bytes of each row per step
+ * (a warp: 512 contiguous bytes per row) and later reads back exactly those, so a lane
+ * only waits for its own copies (cp.async.wait_group) and no barrier is needed between
+ * the warps. A stage is refilled as soon as it is read, S steps ahead, across the tile
+ * boundaries, so the bytes in flight stay constant (S * rows * 512 per warp) without
+ * holding registers, and the first S steps are issued before griddepcontrol.wait: the
+ * weights are never written by the decode kernels, so they can stream while the previous
+ * kernel finishes. At the end of each tile the block reduces and one warp runs the
+ * epilogue while the ring keeps filling.
+ *   Variant 2: 16 stage-rows per warp (128 KB of ring per block), one block per SM.
+ *   Variant 3: 12 stage-rows per warp (96 KB), 64 registers, two blocks per SM (the next
+ *              kernel's blocks can start streaming beside this one's). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MV_CP_ASYNC 1
+#endif
+
+/* 16 bytes from global to shared memory, asynchronously; zeros when !valid. */
+static __device__ __forceinline__ void mv_cp16(int4 *smem, const void *gmem, bool valid) {
+#ifdef MV_CP_ASYNC
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
+#else
+    *smem = valid ? *static_cast<const int4 *>(gmem) : make_int4(0, 0, 0, 0);
+#endif
+}
+
+static __device__ __forceinline__ void mv_cp_commit() {
+#ifdef MV_CP_ASYNC
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+/* Waits until at most N of this thread's committed groups are still in flight. */
+template <int N> static __device__ __forceinline__ void mv_cp_wait() {
+#ifdef MV_CP_ASYNC
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Per type: a row is `chunks` 16-byte chunks; the activation a chunk needs (X); its scale
+ * (SC: an F16 per chunk, index sidx) and the chunk's dot product. */
+template <int T> struct mv_ring_type;
+
+template <> struct mv_ring_type<CERA_TYPE_Q4_0> {
+    static constexpr bool SC = true;
+    struct X {
+        int4 a, b;
+        float d;
+        int s;
+    };
+    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 32; }
+    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c; }
+    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
+        X x;
+        x.a = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 32));
+        x.b = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 32 + 16));
+        x.d = __ldg(p.xd + c);
+        x.s = 8 * __ldg(p.xs + c);
+        return x;
+    }
+    static __device__ __forceinline__ float dot(const int4 w, const X &x, float d) {
+        int s = __dp4a(w.x & 0x0F0F0F0F, x.a.x, 0);
+        s = __dp4a(w.y & 0x0F0F0F0F, x.a.y, s);
+        s = __dp4a(w.z & 0x0F0F0F0F, x.a.z, s);
+        s = __dp4a(w.w & 0x0F0F0F0F, x.a.w, s);
+        s = __dp4a((w.x >> 4) & 0x0F0F0F0F, x.b.x, s);
+        s = __dp4a((w.y >> 4) & 0x0F0F0F0F, x.b.y, s);
+        s = __dp4a((w.z >> 4) & 0x0F0F0F0F, x.b.z, s);
+        s = __dp4a((w.w >> 4) & 0x0F0F0F0F, x.b.w, s);
+        return (float)(s - x.s) * d * x.d;
+    }
+};
+
+template <> struct mv_ring_type<CERA_TYPE_Q8_0> { // a chunk is half a block
+    static constexpr bool SC = true;
+    struct X {
+        int4 a;
+        float d;
+    };
+    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 16; }
+    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c >> 1; }
+    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
+        X x;
+        x.a = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 16));
+        x.d = __ldg(p.xd + (c >> 1));
+        return x;
+    }
+    static __device__ __forceinline__ float dot(const int4 w, const X &x, float d) {
+        int s = __dp4a(w.x, x.a.x, 0);
+        s = __dp4a(w.y, x.a.y, s);
+        s = __dp4a(w.z, x.a.z, s);
+        s = __dp4a(w.w, x.a.w, s);
+        return (float)s * (d * x.d);
+    }
+};
+
+template <bool BF> struct mv_ring_half { // 8 weights per chunk
+    static constexpr bool SC = false;
+    struct X {
+        float4 a, b;
+    };
+    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 8; }
+    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c; }
+    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
+        X x;
+        x.a = __ldg(reinterpret_cast<const float4 *>(p.xf + c * 8));
+        x.b = __ldg(reinterpret_cast<const float4 *>(p.xf + c * 8 + 4));
+        return x;
+    }
+    static __device__ __forceinline__ float dot(const int4 w, const X &x, float) {
+        return mv_dot_half<BF>::dot8(w, x.a, x.b);
+    }
+};
+template <> struct mv_ring_type<CERA_TYPE_F16> : mv_ring_half<false> {};
+template <> struct mv_ring_type<CERA_TYPE_BF16> : mv_ring_half<true> {};
+
+static constexpr bool mv_ring_ok(int t) {
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_F16 || t == CERA_TYPE_BF16;
+}
+
+/* Stage-rows per warp of the ring variants (stages = this / rows per warp). */
+static constexpr int mv_ring_slots(int v) { return v == 3 ? 12 : 16; }
+
+/* Row pointers of a warp's NR rows in tile t (data and, for the split types, scales). */
+template <int T, int EPI, int NR>
+static __device__ __forceinline__ void mv_ring_rows(const mv_params &p, int t, int warp, const uint8_t **q,
+                                                    const __half **sc) {
+    int seg = 0;
+    while (seg + 1 < p.n_segs && t >= p.tile_start[seg + 1]) seg++;
+    const cu_wview &wa = p.w[seg];
+    const cu_wview &wb = EPI == CU_MV_SWIGLU ? p.w[1] : p.w[seg];
+    const int64_t row0 = (int64_t)(t - p.tile_start[seg]) * MV_TILE + warp * MV_ROWS;
+    const int64_t nb = p.k_pad / 32;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const cu_wview &w = r < MV_ROWS ? wa : wb;
+        const int64_t row = min(row0 + r % MV_ROWS, w.n - 1); // clamped rows compute, results dropped
+        q[r] = w.data + row * w.row_bytes;
+        if (mv_ring_type<T>::SC) sc[r] = w.scales + row * nb;
+    }
+}
+
+template <int T, int EPI, int V>
+__global__ void __launch_bounds__(MV_WARPS * 32, V == 3 ? 2 : 1) k_matvec_ring(const mv_params p) {
+    using R = mv_ring_type<T>;
+    constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
+    constexpr int S = mv_ring_slots(V) / NR;
+    extern __shared__ int4 mv_ring_smem[]; // [MV_WARPS][S][NR][32 lanes]
+    __shared__ float res[2][2][MV_TILE];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int4 *ring = mv_ring_smem + warp * (S * NR * 32) + lane;
+    const int64_t nch = R::chunks(p.k_pad), steps = (nch + 31) / 32;
+    const int G = (int)gridDim.x, tiles = p.tile_start[p.n_segs];
+    const int my_tiles = (tiles - (int)blockIdx.x + G - 1) / G;
+    const int64_t total = my_tiles * steps; // this warp's stream of steps
+
+    // the refill side: stream position (tile rk, step rj) and its row pointers
+    const uint8_t *q[NR];
+    const __half *sc[NR];
+    __half sv[S][NR]; // scales of the chunks in the ring (raw: converted when used)
+    int rk = 0;
+    int64_t rj = 0, ri = 0;
+    mv_ring_rows<T, EPI, NR>(p, (int)blockIdx.x, warp, q, sc);
+    auto refill = [&](int s) {
+        if (ri < total) {
+            const int64_t c = rj * 32 + lane;
+            const bool ok = c < nch;
+            const int64_t cc = ok ? c : 0;
+#pragma unroll
+            for (int r = 0; r < NR; r++) mv_cp16(ring + (s * NR + r) * 32, q[r] + cc * 16, ok);
+            if constexpr (R::SC) {
+#pragma unroll
+                for (int r = 0; r < NR; r++) sv[s][r] = __ldcs(sc[r] + R::sidx(cc));
+            }
+            ri++;
+            if (++rj == steps) {
+                rj = 0;
+                if (++rk < my_tiles) mv_ring_rows<T, EPI, NR>(p, (int)blockIdx.x + rk * G, warp, q, sc);
+            }
+        }
+        mv_cp_commit(); // one group per stage, empty past the end, so the wait count holds
+    };
+#pragma unroll
+    for (int s = 0; s < S; s++) refill(s);
+    cu_pdl_enter(); // the activation and the outputs only from here
+
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    int ck = 0, buf = 0;
+    int64_t cj = 0;
+    for (int64_t i0 = 0; i0 < total; i0 += S) {
+#pragma unroll
+        for (int s = 0; s < S; s++) {
+            if (i0 + s >= total) break;
+            mv_cp_wait<S - 1>(); // this lane's copies of stage s have landed
+            const int64_t c = cj * 32 + lane;
+            if (c < nch) {
+                const typename R::X x = R::load_x(p, c);
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int4 w = ring[(s * NR + r) * 32];
+                    acc[r] += R::dot(w, x, R::SC ? __half2float(sv[s][r]) : 0.0f);
+                }
+            }
+            refill(s);
+            if (++cj == steps) { // end of a tile: reduce, then one warp stores
+                cj = 0;
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const float v = warp_sum(acc[r]);
+                    if (lane == 0) res[buf][r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
+                    acc[r] = 0.0f;
+                }
+                __syncthreads(); // res[buf] complete; warp 0 read res[buf ^ 1] before this barrier
+                if (warp == 0) mv_epilogue<EPI>(p, res[buf], (int)blockIdx.x + ck * G, lane);
+                buf ^= 1;
+                ck++;
+            }
+        }
+    }
+    mv_cp_wait<0>();
+}
+
+/* Measured on an H200 (Llama-2-7B shape, tg128 with all four variants in one session):
+ * Q4_0 431 / 419 / 467 / 451 tok/s for variants 0 / 1 / 2 / 3, Q8_0 312 / 310 / 339 / 348,
+ * F16 209 / 216 / 222 / 223, BF16 210 / 215 / 222 / 223 (2 then leads at depth 4096 by
+ * 2-3 %). CERA_CUDA_MV=0..3 forces one for every type (2 and 3 only where mv_ring_ok; the
+ * other types then take 0, their own loops). */
 static int mv_variant(int t) {
     static int forced = -2;
     if (forced == -2) {
         const char *e = getenv("CERA_CUDA_MV");
-        forced = e && (*e == '0' || *e == '1') ? *e - '0' : -1;
+        forced = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : -1;
     }
     if (forced >= 0) return forced;
-    return t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 ? 1 : 0;
+    switch (t) {
+    case CERA_TYPE_Q4_0:
+    case CERA_TYPE_F16:
+    case CERA_TYPE_BF16: return 2;
+    case CERA_TYPE_Q8_0: return 3;
+    default: return 0;
+    }
+}
+
+/* The ring kernels' largest grid: blocks per SM times the multiprocessor count of the
+ * current device, or CERA_CUDA_MV_GRID (tests: a few blocks then stream many tiles each). */
+static int mv_ring_grid(int per_sm) {
+    static int n = 0, forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("CERA_CUDA_MV_GRID");
+        forced = e ? atoi(e) : 0;
+        if (forced < 0) forced = 0;
+    }
+    if (forced > 0) return forced;
+    if (n == 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+            return per_sm * 132;
+        n = v;
+    }
+    return per_sm * n;
+}
+
+template <int T, int EPI, int V>
+static cudaError_t launch_ring(cudaStream_t st, const mv_params &p, int tiles) {
+    constexpr size_t smem = (size_t)MV_WARPS * mv_ring_slots(V) * 32 * 16;
+    static bool attr_set = false; // above 48 KB a kernel must ask for its dynamic shared memory
+    if (!attr_set) {
+        const cudaError_t e = cudaFuncSetAttribute(k_matvec_ring<T, EPI, V>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        attr_set = true;
+    }
+    const int most = mv_ring_grid(V == 3 ? 2 : 1);
+    const int grid = tiles < most ? tiles : most;
+    return cu_launch(k_matvec_ring<T, EPI, V>, grid, MV_WARPS * 32, smem, st, p);
 }
 
 template <int T, int V>
 static cudaError_t launch_mv_v(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
-    switch (epi) {
-    case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE, V>, grid, MV_WARPS * 32, 0, st, p);
-    case CU_MV_ADD: return cu_launch(k_matvec<T, CU_MV_ADD, V>, grid, MV_WARPS * 32, 0, st, p);
-    case CU_MV_SWIGLU: return cu_launch(k_matvec<T, CU_MV_SWIGLU, V>, grid, MV_WARPS * 32, 0, st, p);
+    if constexpr (V >= 2) {
+        switch (epi) {
+        case CU_MV_STORE: return launch_ring<T, CU_MV_STORE, V>(st, p, grid);
+        case CU_MV_ADD: return launch_ring<T, CU_MV_ADD, V>(st, p, grid);
+        case CU_MV_SWIGLU: return launch_ring<T, CU_MV_SWIGLU, V>(st, p, grid);
+        }
+    } else {
+        switch (epi) {
+        case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE, V>, grid, MV_WARPS * 32, 0, st, p);
+        case CU_MV_ADD: return cu_launch(k_matvec<T, CU_MV_ADD, V>, grid, MV_WARPS * 32, 0, st, p);
+        case CU_MV_SWIGLU: return cu_launch(k_matvec<T, CU_MV_SWIGLU, V>, grid, MV_WARPS * 32, 0, st, p);
+        }
     }
     return cudaErrorInvalidValue;
 }
 
 template <int T>
 static cudaError_t launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
-    if constexpr (T == CERA_TYPE_Q4_0 || T == CERA_TYPE_Q8_0 || T == CERA_TYPE_F16 || T == CERA_TYPE_BF16) {
-        if (mv_variant(T) == 1) return launch_mv_v<T, 1>(st, p, epi, grid);
+    if constexpr (mv_ring_ok(T)) {
+        switch (mv_variant(T)) {
+        case 1: return launch_mv_v<T, 1>(st, p, epi, grid);
+        case 2: return launch_mv_v<T, 2>(st, p, epi, grid);
+        case 3: return launch_mv_v<T, 3>(st, p, epi, grid);
+        default: break;
+        }
     }
     return launch_mv_v<T, 0>(st, p, epi, grid);
 }

@@ -302,7 +302,9 @@ template <> struct cu_deq<CERA_TYPE_IQ4_XS> {
  * has finished and its writes are visible (a no-op when launched without the attribute),
  * then let the next kernel be launched right away, so its launch and block scheduling
  * overlap this kernel's run instead of following it. Every access to global memory comes
- * after the wait, so the stream order of reads and writes is unchanged. */
+ * after the wait, so the stream order of reads and writes is unchanged; the one exception
+ * is the weights, which no decode kernel writes: the ring matvec (matvec.cu) starts
+ * copying them before its wait. */
 static __device__ __forceinline__ void cu_pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
