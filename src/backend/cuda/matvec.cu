@@ -471,8 +471,11 @@ __global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const 
  * kernel finishes. At the end of each tile the block reduces and one warp runs the
  * epilogue while the ring keeps filling.
  *   Variant 2: 16 stage-rows per warp (128 KB of ring per block), one block per SM.
- *   Variant 3: 12 stage-rows per warp (96 KB), 64 registers, two blocks per SM (the next
- *              kernel's blocks can start streaming beside this one's). */
+ *   Variant 3: 12 stage-rows per warp (96 KB), 64 registers, two blocks per SM.
+ * Either way the grid fills every SM, so a matvec that follows another one only gets its
+ * blocks resident (and its prologue streaming) as the previous one's blocks leave; the
+ * overlap is full after the small kernels (norm, RoPE), which leave the SMs free. Variant 3
+ * with CERA_CUDA_MV_GRID at the SM count would leave room beside each block: not measured. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MV_CP_ASYNC 1
 #endif
