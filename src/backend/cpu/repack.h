@@ -2,20 +2,22 @@
  * repack.h — weights copied at backend open into a row-interleaved layout, so the SIMD lanes of
  * a matmul kernel hold 16 output rows at once (CERA_PACK_ROWS) instead of one row's elements.
  *
- * Why: in the file layout a Q4_0 row is multiplied one 18-byte block at a time and every block
- * ends in a horizontal float step (convert, scale, multiply-add) for a single output; decode was
- * compute-bound on that at about 5 cycles per block. Interleaved, one 512-bit byte dot
- * (vpdpbusd) covers 4 elements of 16 rows, the 16 block scales convert in one instruction, and
- * the float step serves 16 outputs. llama.cpp does the same (8 rows) for Q4_0; this is cera's
- * own layout.
+ * Why: in the file layout a row is multiplied one block at a time and every block ends in a
+ * horizontal float step (convert, scale, multiply-add) for a single output. Interleaved, one
+ * 512-bit byte dot (vpdpbusd) covers 4 elements of 16 rows, the 16 block scales convert in one
+ * instruction, and the float step serves 16 outputs; and a group of 16 rows is read as one
+ * aligned sequential stream, which is what decode needed most. llama.cpp repacks Q4_0 too (8
+ * rows); this is cera's own layout. Measured on 1 thread (tinyllama-1.1b shape, file layout
+ * against repacked in the same minutes of a shared machine): Q4_0 tg32 22.5 -> 48.6 t/s, pp256
+ * 41 -> 105; Q8_0 tg32 13 -> 21, pp128 51 -> 79.
  *
- * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: per block 256 bytes of
- * nibbles (four 64-byte vectors), the 16 F16 scales d (32 bytes) and for Q4_1 the 16 F16
- * minimums m, arranged in units of two blocks (below) so every load is aligned and a group is
- * one sequential stream. Byte 4r + j of vector i of a block (r
- * = row in the group, j < 4) is byte 4i + j of row r's original block: its low nibble is element 4i + j, its
- * high nibble element 16 + 4i + j. So a 32-bit lane of a vector is one row, and one activation word (4 bytes,
- * broadcast) feeds all 16 rows.
+ * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: per block the quants (256
+ * bytes of nibbles as four 64-byte vectors; Q8_0: 512 bytes as eight), the 16 F16 scales d (32
+ * bytes) and for Q4_1 the 16 F16 minimums m, arranged in units of two blocks (below) so every
+ * load is aligned and a group is one sequential stream. Nibble types: byte 4r + j of vector i of
+ * a block (r = row in the group, j < 4) is byte 4i + j of row r's original block, so its low
+ * nibble is element 4i + j and its high nibble element 16 + 4i + j. A 32-bit lane of a vector is
+ * one row, and one activation word (4 bytes, broadcast) feeds all 16 rows.
  *
  * Arithmetic (every tier, and the scalar references, the same), chosen to be llama.cpp's:
  *   Q4_0: each output is a serial chain over the blocks b of acc = fma((float)isum_b,
@@ -37,9 +39,10 @@
  * row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0, Q4_1 and Q8_0 on the avx2 and avx512 tiers) and whose row count is a multiple of
- * 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
- * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
+ * packed_tile; today Q4_0, Q4_1 and Q8_0 on the avx2 and avx512 tiers; amx keeps its own tiles
+ * for Q4_0 and Q8_0; scalar and arm have none) and whose row count is a multiple of 16.
+ * cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev field
+ * (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
  * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
  * repacking off (for A/B measurements).
  */
