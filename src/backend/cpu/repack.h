@@ -8,8 +8,8 @@
  * instruction, and the float step serves 16 outputs; and a group of 16 rows is read as one
  * aligned sequential stream, which is what decode needed most. llama.cpp repacks Q4_0 too (8
  * rows); this is cera's own layout. Measured on 1 thread (tinyllama-1.1b shape, file layout
- * against repacked in the same minutes of a shared machine): Q4_0 tg32 22.5 -> 48.6 t/s, pp256
- * 41 -> 105; Q8_0 tg32 13 -> 21, pp128 51 -> 79.
+ * against repacked in the same minutes of a shared machine, load ~2): Q4_0 tg32 17.5 -> 29-38
+ * t/s (48.6 in a quieter minute), pp256 41 -> 105; Q8_0 tg32 13 -> 21, pp128 51 -> 79.
  *
  * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: per block the quants (256
  * bytes of nibbles as four 64-byte vectors; Q8_0: 512 bytes as eight), the 16 F16 scales d (32
