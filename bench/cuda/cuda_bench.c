@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "synth_shape.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -50,49 +51,6 @@ static bool name_in_list(const char *name, const char *list) {
 static void die(const char *what, const cera_error *err) {
     fprintf(stderr, "cuda_bench: %s: %s\n", what, err ? err->message : "");
     exit(1);
-}
-
-/* llama2-7b: 4096 embd, 11008 ffn, 32 layers, 32 heads (MHA), 32000 vocab. */
-static void synth_model(cera_model *m, cera_type t, bool q4_k_m, cera_type out_type) {
-    memset(m, 0, sizeof *m);
-    cera_hparams *hp = &m->hp;
-    hp->arch = CERA_ARCH_LLAMA;
-    hp->n_vocab = 32000;
-    hp->n_ctx_train = 4096;
-    hp->n_embd = 4096;
-    hp->n_layer = 32;
-    hp->n_head = 32;
-    hp->n_head_kv = 32;
-    hp->head_dim = 128;
-    hp->n_ff = 11008;
-    hp->n_rot = 128;
-    hp->rms_eps = 1e-5f;
-    hp->rope_base = 10000.0f;
-    hp->rope_freq_scale = 1.0f;
-    hp->rope_style = CERA_ROPE_NORM;
-    hp->use_rope = true;
-    hp->rope_attn_factor = 1.0f;
-    hp->embd_scale = 1.0f;
-    hp->residual_scale = 1.0f;
-    hp->attn_scale = 1.0f / sqrtf(128.0f);
-    hp->logit_scale = 1.0f;
-    m->tok_embd = (cera_weight){.type = t, .k = 4096, .n = 32000};
-    m->output = (cera_weight){.type = out_type, .k = 4096, .n = 32000};
-    m->output_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
-    m->layers = calloc(32, sizeof(cera_layer));
-    for (int l = 0; l < 32; l++) {
-        cera_layer *L = &m->layers[l];
-        const bool more = l < 4 || l >= 28 || (l - 4) % 3 == 2; // llama-quantize's use_more_bits
-        const int64_t kn[CERA_PROJ_COUNT][2] = {{4096, 4096},  {4096, 4096},  {4096, 4096}, {4096, 4096},
-                                                {4096, 11008}, {4096, 11008}, {11008, 4096}};
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
-            cera_type pt = t;
-            if (q4_k_m && more && (p == CERA_PROJ_V || p == CERA_PROJ_DOWN)) pt = CERA_TYPE_Q6_K;
-            L->proj[p] = (cera_weight){.type = pt, .k = kn[p][0], .n = kn[p][1]};
-        }
-        L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
-        L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
-    }
 }
 
 typedef struct stats {
@@ -233,7 +191,7 @@ int main(int argc, char **argv) {
         else if (!cera_type_from_name(synth, &t))
             die("unknown type", NULL);
         const cera_type out_t = (kmix || t == CERA_TYPE_Q4_0) ? CERA_TYPE_Q6_K : t;
-        synth_model(&m, t, kmix, out_t);
+        cera_bench_llama2_7b(&m, t, kmix, out_t);
         prm.synthetic_weights = true;
         static char lb[64];
         snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s", synth, no_pdl ? " no PDL" : "");

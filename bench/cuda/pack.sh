@@ -10,13 +10,17 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 BUILD=${BUILD:-build-cuda-dev}
 C=${CARRY:-.devcarry}
-grep -qx "/$C/" .git/info/exclude 2>/dev/null || echo "/$C/" >>.git/info/exclude
+EXCL=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$EXCL")"
+grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden test_cuda_engine cuda_bench -j"${JOBS:-2}"
+cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora cuda_bench \
+    cuda_lora_bench -j"${JOBS:-2}"
+if [ -d "$C" ]; then chmod -R u+w "$C"; fi
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
 cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/tests/cuda/test_cuda_engine" \
-    "$BUILD/bench/cuda/cuda_bench" "$C/bin/"
+    "$BUILD/tests/cuda/test_cuda_lora" "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$C/bin/"
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
@@ -25,7 +29,9 @@ cp $S/models/stories260K.gguf "$C/shared/models/"
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
 for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
     $S/golden/synth-granite-q8_0.*; do
-    case "$f" in *lora*) continue ;; esac
     cp "$f" "$C/shared/golden/"
 done
+# the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
+cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
+chmod -R u+w "$C/shared"
 du -sh "$C"

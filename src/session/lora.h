@@ -57,11 +57,12 @@ struct cera_adapter {
     int n_layer;
     int n_pairs; /* projections targeted */
     int max_rank;
-    cera_lora_pair *pairs; /* [n_layer * CERA_PROJ_COUNT], index layer * CERA_PROJ_COUNT + proj */
-    float *data;           /* every factor, one block */
-    size_t n_floats, used; /* the block's size and how much the loader filled */
-    atomic_int refs;       /* the loader's reference plus one per attaching session */
-    void *dev;             /* a backend's resident copy, or NULL */
+    cera_lora_pair *pairs;       /* [n_layer * CERA_PROJ_COUNT], index layer * CERA_PROJ_COUNT + proj */
+    float *data;                 /* every factor, one block */
+    size_t n_floats, used;       /* the block's size and how much the loader filled */
+    atomic_int refs;             /* the loader's reference plus one per attaching session */
+    void *dev;                   /* a backend's resident copy (the CUDA backend's upload), or NULL */
+    void (*dev_free)(void *dev); /* frees dev with the adapter */
 };
 
 /* The pair for (layer, proj), or NULL when the adapter does not target it. */

@@ -18,6 +18,7 @@
 #include <float.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lora.cuh"
 #include "backend/cuda/quant.cuh"
 
 #define ATT_THREADS 128
@@ -30,10 +31,12 @@ static __device__ __forceinline__ __half *kv_row(const cu_kv &kv, int tok, int64
            (((b * kv.n_layer + kv.layer) * 2 + which) * CU_KV_BLOCK + pos % CU_KV_BLOCK) * (int64_t)kv.kv_dim;
 }
 
+template <bool LORA>
 __global__ void __launch_bounds__(64)
     k_rope_store(const float *q_in, const float *k_in, const float *v_in, int64_t in_stride,
                  const int32_t *pos, int n_head, int n_head_kv, int hd, const float *q_norm,
-                 const float *k_norm, float eps, cu_rope rope, float *q_out, cu_kv kv) {
+                 const float *k_norm, float eps, cu_rope rope, float *q_out, cu_kv kv, cu_lora_plan lp,
+                 int layer) {
     cu_pdl_enter();
     const int tok = blockIdx.x, slot = blockIdx.y;
     const int kind = slot < n_head ? 0 : slot < n_head + n_head_kv ? 1 : 2;
@@ -42,7 +45,13 @@ __global__ void __launch_bounds__(64)
     const int64_t p = pos[tok];
     __shared__ float buf[512];
     __shared__ float red[2];
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) buf[d] = src[d];
+    __shared__ lora_stage st;
+    if (LORA) lora_stage_load(lp, layer, kind, &st); // Q, K, V: projections 0..2 (decode: one token)
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = src[d];
+        if (LORA) v += lora_stage_delta(&st, (int64_t)h * hd + d);
+        buf[d] = v;
+    }
     __syncthreads();
     if (kind == 2) {
         __half *dst = kv_row(kv, tok, p, 1) + (int64_t)h * hd;
@@ -93,8 +102,20 @@ extern "C" cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const f
                                      float eps, const cu_rope *rope, float *q_out, const cu_kv *kv) {
     if (hd > 512) return cudaErrorInvalidValue;
     const dim3 grid(n_tok, n_head + 2 * n_head_kv);
-    return cu_launch(k_rope_store, grid, 64, 0, st, q_in, k_in, v_in, in_stride, pos, n_head, n_head_kv, hd,
-                     q_norm, k_norm, eps, *rope, q_out, *kv);
+    const cu_lora_plan none = {};
+    return cu_launch(k_rope_store<false>, grid, 64, 0, st, q_in, k_in, v_in, in_stride, pos, n_head,
+                     n_head_kv, hd, q_norm, k_norm, eps, *rope, q_out, *kv, none, 0);
+}
+
+extern "C" cudaError_t cu_rope_store_lora(cudaStream_t st, const float *q_in, const float *k_in,
+                                          const float *v_in, const int32_t *pos, int n_head, int n_head_kv,
+                                          int hd, const float *q_norm, const float *k_norm, float eps,
+                                          const cu_rope *rope, float *q_out, const cu_kv *kv,
+                                          const cu_lora_plan *p, int layer) {
+    if (hd > 512) return cudaErrorInvalidValue;
+    const dim3 grid(1, n_head + 2 * n_head_kv);
+    return cu_launch(k_rope_store<true>, grid, 64, 0, st, q_in, k_in, v_in, (int64_t)0, pos, n_head,
+                     n_head_kv, hd, q_norm, k_norm, eps, *rope, q_out, *kv, *p, layer);
 }
 
 struct att_params {

@@ -47,9 +47,6 @@ static void cuda_kv_free(cera_backend *b, cera_kv_pool *pool) {
 static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float *logits, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
     cera_cuda_state *s = be->s;
-    if (batch->lora && batch->lora->n_groups > 0)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "cuda: LoRA adapters are not supported on the CUDA backend yet");
     if (batch->n_tokens < 1) return CERA_OK;
     if (batch->n_seqs < 1) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: batch without sequences");
     void *kv_base = batch->seqs[0]->pool->dev;
@@ -80,7 +77,7 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
         if (batch->want_logits[i]) be->rows[n_out++] = i;
     }
     return cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                      kv_base, be->rows, n_out, logits, NULL, err);
+                      kv_base, be->rows, n_out, logits, NULL, batch->lora, err);
 }
 
 static void cuda_free(cera_backend *b) {

@@ -180,6 +180,7 @@ cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32
 /* Launches decode kernels with programmatic dependent launch while on (forward.c turns it
  * on around the decode step, off for everything else). */
 void cu_set_pdl(bool on);
+bool cu_pdl_on(void);
 
 /* Measurement helpers (bench). */
 cudaError_t cu_read_kernel(cudaStream_t st, const void *src, int64_t bytes, float *sink);

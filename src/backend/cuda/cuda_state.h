@@ -11,7 +11,9 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lora_cuda.h"
 #include "core/error.h"
+#include "session/lora.h"
 
 /* Checks a CUDA runtime call or launch; on failure returns CERA_ERR_DEVICE naming it. */
 #define CU_TRY(call)                                                                                         \
@@ -66,6 +68,7 @@ struct cera_cuda_state {
     int64_t embd_pad, q_pad, ff_pad;
 
     float *x;                          /* residual stream [n_batch, embd_pad] */
+    float *x2;                         /* decode with adapters: the residual row's other home [embd_pad] */
     cu_act a_embd;                     /* normed stream [n_batch, embd_pad] (+ int8) */
     cu_act a_attn;                     /* attention output [n_batch, q_pad] (+ int8) */
     cu_act a_ff;                       /* SwiGLU output [n_batch, ff_pad] (+ int8) */
@@ -94,7 +97,28 @@ struct cera_cuda_state {
     cudaGraphExec_t graph[DEC_BUCKETS];
     void *graph_kv_base[DEC_BUCKETS];
     bool graph_ready[DEC_BUCKETS];
+    unsigned graph_lora_mask[DEC_BUCKETS]; /* the LoRA launches it was captured with */
+    float *graph_lora_t[DEC_BUCKETS];
+    int graph_lora_nent[DEC_BUCKETS];
     size_t weight_bytes;
+
+    /* LoRA (lora.c): the device plan, its pinned staging and the current batch's summary */
+    cu_lora_plan lora;
+    void *lora_dev, *lora_host; /* head (n_ent, row_first) | entries */
+    size_t lora_head_bytes;
+    int32_t *lora_fill;                         /* host [n_batch + 1] */
+    int lora_max_ent, lora_n_ent, lora_cap_ent; /* entries: most a batch can have, this one's, room in t */
+    unsigned lora_mask;                         /* projections the batch's adapters target (0: no adapter) */
+    bool lora_joined;                           /* the side stream's last A·x has been waited for */
+    bool lora_uniform;              /* every group covers all rows at one scale (prefill: cuBLAS) */
+    const cera_lora_batch *lora_lb; /* the current batch's plan (host) */
+    void *lora_items_dev;           /* decode: the item table (lora.items, lora.item_n) */
+    cu_lora_item *lora_items_host;  /* pinned: this step's table | the one on the device */
+    size_t lora_items_bytes;
+    bool lora_items_valid;
+    bool lora_fork;    /* decode graphs run A·x on the side stream (CERA_CUDA_LORA_FORK=0: off) */
+    cudaStream_t side; /* decode: A·x beside the matvec */
+    cudaEvent_t ev_fork, ev_join;
 };
 
 /* init.c: a device weight of this model weight (uploaded, or random when synthetic). */
@@ -108,10 +132,35 @@ cera_status cu_gemm(cera_cuda_state *s, const cu_weight *w, const cu_act *a, int
 
 /* forward.c: one batch. tok_tbl[i] is the offset of token i's block table in tables (host
  * arrays); out_rows lists the tokens whose logits go to logits (row after row); argmax,
- * when set, receives the argmax of the last of them. */
+ * when set, receives the argmax of the last of them; lora: the batch's rows grouped by
+ * adapter, or NULL. */
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
                        const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
-                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax, cera_error *err);
+                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax,
+                       const cera_lora_batch *lora, cera_error *err);
+
+/* forward.c: cera_cuda_forward (the standalone sequence) with adapters (benchmarks). */
+cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,
+                           float *logits, bool all_logits, int32_t *argmax_out, const cera_lora_batch *lora,
+                           cera_error *err);
+
+/* lora.c: the plan storage (init/free), and per batch: uploads the adapters it uses the
+ * first time, then copies its plan to the device (lora_mask 0 when lb is NULL or empty). */
+cera_status cu_lora_init(cera_cuda_state *s, cera_error *err);
+void cu_lora_free(cera_cuda_state *s);
+cera_status cu_lora_prepare(cera_cuda_state *s, const cera_lora_batch *lb, int n, cera_error *err);
+/* The targeted segments among proj[0..n) (outputs y[j] of width d[j], rows y_stride apart);
+ * n = 0 in the result when the batch's adapters target none of them. */
+cu_lora_segs cu_lora_group(const cera_cuda_state *s, const cera_proj *proj, float *const *y, const int64_t *d,
+                           int n, int64_t y_stride);
+/* t = A·x for the group's segments; fork: on the side stream, joined by cu_lora_join. */
+cera_status cu_lora_apply_a(cera_cuda_state *s, int layer, const cu_lora_segs *g, const cu_act *x, bool fork,
+                            cera_error *err);
+cera_status cu_lora_join(cera_cuda_state *s, cera_error *err);
+/* Prefill of a uniform plan (lora_uniform) through cuBLAS: per adapter and segment,
+ * T = X·Aᵀ (F16; X is half_act, rows of x->k_pad) then Y += s·T·Bᵀ (F32). */
+cera_status cu_lora_prefill_gemm(cera_cuda_state *s, int layer, const cu_lora_segs *g, const cu_act *x, int n,
+                                 cera_error *err);
 
 /* init.c: bytes of one KV block (every layer's K and V for CU_KV_BLOCK positions, F16). */
 size_t cu_kv_block_bytes(const cera_cuda_state *s);

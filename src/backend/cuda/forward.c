@@ -38,8 +38,81 @@ static cera_status decode_qkv(cera_cuda_state *s, const cu_layer *L, cera_error 
     return CERA_OK;
 }
 
-static cera_status decode_ffn(cera_cuda_state *s, const cu_layer *L, cera_error *err) {
-    if (L->wgate.type == L->wup.type) {
+/* The LoRA groups of a layer: segments the batch's adapters target (n = 0: none). */
+static cu_lora_segs lora_qkv(const cera_cuda_state *s, int64_t stride) {
+    const cera_proj p[3] = {CERA_PROJ_Q, CERA_PROJ_K, CERA_PROJ_V};
+    float *y[3] = {s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv};
+    const int64_t d[3] = {s->n_q, s->n_kv, s->n_kv};
+    return cu_lora_group(s, p, y, d, 3, stride);
+}
+
+static cu_lora_segs lora_one(const cera_cuda_state *s, cera_proj p, float *y, int64_t d, int64_t stride) {
+    return cu_lora_group(s, &p, &y, &d, 1, stride);
+}
+
+static cu_lora_segs lora_gate_up(const cera_cuda_state *s) {
+    const cera_proj p[2] = {CERA_PROJ_GATE, CERA_PROJ_UP};
+    float *y[2] = {s->gate, s->up};
+    const int64_t d[2] = {s->n_ff, s->n_ff};
+    return cu_lora_group(s, p, y, d, 2, s->n_ff);
+}
+
+/* Decode with adapters. Each projection group's A·x (t) is a launch of its own, made right
+ * after the kernel that makes the group's input and, while the step is being captured, on
+ * the side stream, so that it runs beside the group's matvec (which takes longer) instead of
+ * after it. Its B·t is added by a kernel that reads the projection's output anyway: RoPE for
+ * Q/K/V, the SwiGLU for gate/up, and for O and down (whose output is the residual stream)
+ * the next RMS norm. Measured on an H200 (bench/RESULTS.md), fusing A·x into the norm and
+ * SwiGLU kernels as well was slower: their blocks then wait on the A loads in series. */
+static bool lora_fork(const cera_cuda_state *s) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return s->lora_fork && cudaStreamIsCapturing(s->st, &cs) == cudaSuccess &&
+           cs == cudaStreamCaptureStatusActive;
+}
+
+/* The residual stream's pending adapter sum (O or down of layer `layer`; proj < 0: none),
+ * which the next RMS norm adds, and where the residual row is (x or x2: the norm that adds
+ * the sum writes the new row to the other one). */
+typedef struct dec_resid {
+    float *x;
+    int layer, proj;
+} dec_resid;
+
+/* The RMS norm of the residual into a_embd, adding the pending sum first when there is one. */
+static cera_status decode_norm(cera_cuda_state *s, dec_resid *r, const float *weight, cera_error *err) {
+    if (r->proj < 0) {
+        CU_TRY(cu_rmsnorm_act(s->st, r->x, s->embd_pad, 1, weight, s->hp.rms_eps, &s->a_embd));
+        return CERA_OK;
+    }
+    float *other = r->x == s->x ? s->x2 : s->x;
+    CERA_TRY(cu_lora_join(s, err));
+    CU_TRY(cu_norm_lora(s->st, r->x, other, weight, s->hp.rms_eps, &s->a_embd, &s->lora, r->layer, r->proj,
+                        s->hp.residual_scale));
+    r->x = other;
+    r->proj = -1;
+    return CERA_OK;
+}
+
+static cera_status decode_ffn(cera_cuda_state *s, int l, const cu_layer *L, bool fork, dec_resid *r,
+                              cera_error *err) {
+    const cu_lora_segs gu = lora_gate_up(s);
+    const cu_lora_segs dn = lora_one(s, CERA_PROJ_DOWN, s->x, s->n_embd, s->embd_pad);
+    CERA_TRY(decode_norm(s, r, L->ffn_norm, err));
+    if (gu.n) {
+        // adapters on gate/up: the sums are needed before SwiGLU, so the matvec stores them
+        // and one launch adds B·t, applies SwiGLU and quantizes
+        CERA_TRY(cu_lora_apply_a(s, l, &gu, &s->a_embd, fork, err));
+        if (L->wgate.type == L->wup.type) {
+            cu_mv_seg segs[2] = {{&L->wgate, s->gate, NULL}, {&L->wup, s->up, NULL}};
+            CU_TRY(cu_matvec(s->st, segs, 2, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+        } else {
+            cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
+            CU_TRY(cu_matvec(s->st, &g, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+            CU_TRY(cu_matvec(s->st, &u, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+        }
+        CERA_TRY(cu_lora_join(s, err));
+        CU_TRY(cu_lora_swiglu(s->st, &s->lora, l, s->gate, s->up, L->bgate, L->bup, &s->a_ff));
+    } else if (L->wgate.type == L->wup.type) {
         cu_mv_seg segs[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
         CU_TRY(cu_matvec(s->st, segs, 2, &s->a_embd, CU_MV_SWIGLU, 1.0f, &s->a_ff));
     } else {
@@ -49,8 +122,10 @@ static cera_status decode_ffn(cera_cuda_state *s, const cu_layer *L, cera_error 
         CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, 1, &s->a_ff));
         CU_TRY(cu_quantize_act(s->st, &s->a_ff, 1));
     }
-    cu_mv_seg d = {&L->wdown, s->x, L->bdown};
+    CERA_TRY(cu_lora_apply_a(s, l, &dn, &s->a_ff, fork, err));
+    cu_mv_seg d = {&L->wdown, r->x, L->bdown};
     CU_TRY(cu_matvec(s->st, &d, 1, &s->a_ff, CU_MV_ADD, s->hp.residual_scale, NULL));
+    if (dn.n) r->layer = l, r->proj = CERA_PROJ_DOWN;
     return CERA_OK;
 }
 
@@ -69,31 +144,45 @@ static cu_kv layer_kv(const cera_cuda_state *s, int l) {
 static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
     const cera_hparams *hp = &s->hp;
     const float eps = hp->rms_eps;
+    const bool fork = lora_fork(s);
+    dec_resid r = {s->x, 0, -1};
+    s->lora_joined = true;
     CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, 1, s->x, s->embd_pad, hp->embd_scale));
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *L = &s->layers[l];
         const cu_kv kv = layer_kv(s, l);
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, L->attn_norm, eps, &s->a_embd));
+        CERA_TRY(decode_norm(s, &r, L->attn_norm, err));
+        const cu_lora_segs qkv = lora_qkv(s, 0);
+        CERA_TRY(cu_lora_apply_a(s, l, &qkv, &s->a_embd, fork, err));
         CERA_TRY(decode_qkv(s, L, err));
-        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, 0, 1, s->d_pos,
-                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
-                             &kv));
+        float *q = s->qkv, *k = s->qkv + s->n_q, *v = s->qkv + s->n_q + s->n_kv;
+        if (qkv.n) {
+            CERA_TRY(cu_lora_join(s, err));
+            CU_TRY(cu_rope_store_lora(s->st, q, k, v, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm,
+                                      L->k_norm, eps, &s->rope, s->qr, &kv, &s->lora, l));
+        } else {
+            CU_TRY(cu_rope_store(s->st, q, k, v, 0, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm,
+                                 L->k_norm, eps, &s->rope, s->qr, &kv));
+        }
         CU_TRY(cu_attention(s->st, s->qr, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
                             s->dec_splits, 1, &s->att, &s->a_attn));
         if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, 1));
-        cu_mv_seg o = {&L->wo, s->x, L->bo};
+        const cu_lora_segs og = lora_one(s, CERA_PROJ_O, s->x, s->n_embd, s->embd_pad);
+        CERA_TRY(cu_lora_apply_a(s, l, &og, &s->a_attn, fork, err));
+        cu_mv_seg o = {&L->wo, r.x, L->bo};
         CU_TRY(cu_matvec(s->st, &o, 1, &s->a_attn, CU_MV_ADD, hp->residual_scale, NULL));
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, L->ffn_norm, eps, &s->a_embd));
-        CERA_TRY(decode_ffn(s, L, err));
+        if (og.n) r.layer = l, r.proj = CERA_PROJ_O;
+        CERA_TRY(decode_ffn(s, l, L, fork, &r, err));
     }
-    CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, 1, s->output_norm, eps, &s->a_embd));
+    CERA_TRY(decode_norm(s, &r, s->output_norm, err));
     cu_mv_seg out = {&s->output, s->logits, s->output_b};
     CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
     CU_TRY(cu_argmax(s->st, s->logits, s->n_vocab, s->d_argmax));
     return CERA_OK;
 }
 
-/* Captures the decode step into a graph on first use (again when the KV storage moved);
+/* Captures the decode step into a graph on first use (again when the KV storage moved, or
+ * the LoRA launches change: the projections targeted, the entry count or the scratch);
  * plain launches with no_graph. The attention split count is fixed (about 4 blocks per SM
  * over the KV heads): measured on an H200 at depths 0 and 4096 it beat split counts that
  * follow the depth (1 .. 64, a graph each), so one graph serves every position. */
@@ -101,7 +190,10 @@ static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
     (void)pos;
     const int bucket = 0;
     if (s->prm.no_graph) return decode_launches(s, err);
-    if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
+    if (s->graph_ready[bucket] &&
+        (s->graph_kv_base[bucket] != s->kv_base || s->graph_lora_mask[bucket] != s->lora_mask ||
+         (s->lora_mask &&
+          (s->graph_lora_t[bucket] != s->lora.t || s->graph_lora_nent[bucket] != s->lora_n_ent)))) {
         cudaGraphExecDestroy(s->graph[bucket]);
         s->graph_ready[bucket] = false;
     }
@@ -125,6 +217,9 @@ static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
                              cudaGetErrorString(e));
         s->graph_ready[bucket] = true;
         s->graph_kv_base[bucket] = s->kv_base;
+        s->graph_lora_mask[bucket] = s->lora_mask;
+        s->graph_lora_t[bucket] = s->lora.t;
+        s->graph_lora_nent[bucket] = s->lora_n_ent;
     }
     CU_TRY(cudaGraphLaunch(s->graph[bucket], s->st));
     return CERA_OK;
@@ -188,6 +283,21 @@ static void prof_end(prof *p, cudaStream_t st, int slot) {
         prof_end(&pf, s->st, slot);                                                                          \
     } while (0)
 
+/* A prompt chunk's adapters on one projection group: y += s·B(A·x) on the GEMM's output,
+ * before any bias, as llama.cpp's build_lora_mm. When every adapter of the batch covers all
+ * its rows at one scale (a session's prompt), two cuBLAS GEMMs per projection and adapter;
+ * else (sequences with different adapters) the plan's kernels. */
+static cera_status prefill_lora(cera_cuda_state *s, int l, const cu_lora_segs *g, const cu_act *x, int n,
+                                const cu_weight *last, cera_error *err) {
+    if (!g->n) return CERA_OK;
+    // cu_gemm left x in F16 (half_act) unless the group's last weight is F32 or BF16
+    const bool x_half = last->type != CERA_TYPE_F32 && last->type != CERA_TYPE_BF16;
+    if (x_half && s->lora_uniform) return cu_lora_prefill_gemm(s, l, g, x, n, err);
+    CERA_TRY(cu_lora_apply_a(s, l, g, x, false, err));
+    CU_TRY(cu_lora_b(s->st, &s->lora, l, g, n, 1.0f));
+    return CERA_OK;
+}
+
 static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_t *out_rows, int n_out,
                            cera_error *err) {
     prof pf;
@@ -222,6 +332,8 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
         PROF(0, CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err)));
+        const cu_lora_segs qkv = lora_qkv(s, qkv_ld);
+        PROF(2, CERA_TRY(prefill_lora(s, l, &qkv, &s->a_embd, n, &L->wv, err)));
         if (L->bq) CU_TRY(cu_bias_scale(s->st, s->qkv, qkv_ld, L->bq, n, s->n_q, 1.0f));
         if (L->bk) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q, qkv_ld, L->bk, n, s->n_kv, 1.0f));
         if (L->bv) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q + s->n_kv, qkv_ld, L->bv, n, s->n_kv, 1.0f));
@@ -231,13 +343,19 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
         PROF(1, CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
                                     hp->attn_scale, splits, qt, &s->att, &attn_f)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wo, &s->a_attn, n, s->tmp, s->n_embd, err)));
+        const cu_lora_segs og = lora_one(s, CERA_PROJ_O, s->tmp, s->n_embd, s->n_embd);
+        PROF(2, CERA_TRY(prefill_lora(s, l, &og, &attn_f, n, &L->wo, err)));
         PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
                                      hp->residual_scale)));
         PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err)));
+        const cu_lora_segs gu = lora_gate_up(s);
+        PROF(2, CERA_TRY(prefill_lora(s, l, &gu, &s->a_embd, n, &L->wup, err)));
         PROF(2, CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wdown, &s->a_ff, n, s->tmp, s->n_embd, err)));
+        const cu_lora_segs dn = lora_one(s, CERA_PROJ_DOWN, s->tmp, s->n_embd, s->n_embd);
+        PROF(2, CERA_TRY(prefill_lora(s, l, &dn, &s->a_ff, n, &L->wdown, err)));
         PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bdown, n, s->n_embd,
                                      hp->residual_scale)));
     }
@@ -253,7 +371,8 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
 
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
                        const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
-                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax, cera_error *err) {
+                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax,
+                       const cera_lora_batch *lora, cera_error *err) {
     const int B = s->prm.n_batch;
     if (n < 1 || n > B)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d tokens in one call (1..%d)", n, B);
@@ -277,6 +396,7 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
                            s->st));
     s->kv_base = kv_base;
+    CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1) {
         CERA_TRY(run_decode(s, pos[0], err));
     } else {
@@ -296,6 +416,12 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
 
 cera_status cera_cuda_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,
                               float *logits, bool all_logits, int32_t *argmax_out, cera_error *err) {
+    return cu_forward_own(s, tokens, positions, n, logits, all_logits, argmax_out, NULL, err);
+}
+
+cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,
+                           float *logits, bool all_logits, int32_t *argmax_out, const cera_lora_batch *lora,
+                           cera_error *err) {
     if (n < 1 || n > s->prm.n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d tokens in one call (1..%d)", n, s->prm.n_batch);
     int max_pos = 0;
@@ -318,5 +444,5 @@ cera_status cera_cuda_forward(cera_cuda_state *s, const int32_t *tokens, const i
     int32_t *tt = rows + s->prm.n_batch;
     for (int i = 0; i < n; i++) tt[i] = 0;
     return cu_forward(s, tokens, positions, n, tt, ids, n_tables, s->own_kv, rows, n_out, logits, argmax_out,
-                      err);
+                      lora, err);
 }

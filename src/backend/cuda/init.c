@@ -375,6 +375,11 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             goto done;
         }
     }
+    if ((st = cu_lora_init(s, err)) != CERA_OK) goto done;
+    {
+        const char *fk = getenv("CERA_CUDA_LORA_FORK");
+        s->lora_fork = !(fk && fk[0] == '0');
+    }
     {
         cudaError_t e = cudaStreamSynchronize(s->st);
         if (e != cudaSuccess) st = cera_fail(err, CERA_ERR_DEVICE, "cuda: upload: %s", cudaGetErrorString(e));
@@ -441,6 +446,7 @@ void cera_cuda_free(cera_cuda_state *s) {
                     s->d_tok_tbl, s->d_tables, s->own_kv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    cu_lora_free(s);
     if (s->blas) cublasDestroy(s->blas);
     if (s->st) cudaStreamDestroy(s->st);
     free(s);

@@ -1,0 +1,406 @@
+/*
+ * test_cuda_lora.c — LoRA adapters on the CUDA backend, against llama.cpp's goldens and
+ * against the CPU backend (which matches llama.cpp bit for bit or nearly, test_lora_golden):
+ *   - stories260K with lora-stories-a at 1 and 0.5, a plus b at 0.7; synth-llama (F32,
+ *     Q4_0, Q4_K_M) with lora-synth-llama: every prompt position's logits within a bound
+ *     of the row's max |logit| of the golden, the same top token, and (F32 bases) the
+ *     greedy continuation decoded on the GPU identical to llama.cpp's;
+ *   - each adapter's PEFT folder gives the GGUF twin's logits bit for bit, and scale 0
+ *     gives the logits of no adapter bit for bit (the same factors, the same launches);
+ *   - prefill and decode with an adapter agree (cuBLAS vs matvec: within the bound);
+ *   - a live session whose adapters change between decode steps (attach, rescale, swap,
+ *     detach: the decode graph follows) against the CPU backend doing the same steps;
+ *   - a batch of several sequences with different adapter sets (rows grouped per adapter)
+ *     against each sequence run alone, and far from the same rows without adapters.
+ * Exits 77 without a GPU.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "session/engine_impl.h"
+#include "testutil.h"
+
+static cera_engine *open_engine(const char *rel, cera_device dev) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    ep.device = dev;
+    cera_engine *e = NULL;
+    cera_error err = {0};
+    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return e;
+}
+
+static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
+    cera_adapter *a = NULL;
+    cera_error err = {0};
+    if (!e) return NULL;
+    CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return a;
+}
+
+typedef struct attach {
+    cera_adapter *a;
+    float scale;
+} attach;
+
+/* Logits of every position of tokens with the adapters attached: the prompt as one batch,
+ * or one token at a time (decode). malloc'ed, or NULL on failure. */
+static float *run(cera_engine *e, const attach *at, int n_at, const int32_t *tokens, size_t n,
+                  bool one_by_one) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (!e || cera_session_create(e, NULL, &s, &err)) {
+        CHECK(0, "session: %s", err.message);
+        return NULL;
+    }
+    for (int i = 0; i < n_at; i++)
+        CHECK(cera_session_set_adapter(s, at[i].a, at[i].scale, &err) == CERA_OK, "set_adapter: %s",
+              err.message);
+    const int nv = cera_engine_n_vocab(e);
+    float *out = malloc(n * (size_t)nv * sizeof(float));
+    bool ok = out != NULL;
+    if (one_by_one) {
+        for (size_t i = 0; i < n && ok; i++) {
+            ok = cera_session_eval(s, &tokens[i], 1, false, &err) == CERA_OK;
+            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
+        }
+    } else if (ok) {
+        ok = cera_session_eval(s, tokens, n, true, &err) == CERA_OK;
+        for (size_t i = 0; i < n && ok; i++)
+            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
+    }
+    CHECK(ok, "eval: %s", err.message);
+    cera_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* The largest |got - ref| over rows, each relative to the row's max |ref|; top-token
+ * disagreements counted where ref's two candidates are further apart than the row's
+ * difference could move them (twice its largest |got - ref|: one up, one down). */
+static double rel_diff(const float *got, const float *ref, size_t rows, int nv, int *top_miss) {
+    double worst = 0;
+    int miss = 0;
+    for (size_t i = 0; i < rows && got && ref; i++) {
+        const float *g = got + i * nv, *r = ref + i * nv;
+        double amax = 0, d = 0;
+        for (int j = 0; j < nv; j++) {
+            amax = fmax(amax, fabs(r[j]));
+            d = isnan(g[j]) ? INFINITY : fmax(d, fabs((double)g[j] - r[j]));
+        }
+        const double rd = d / (amax > 0 ? amax : 1);
+        worst = fmax(worst, rd);
+        const int tg = argmax(g, nv), tr = argmax(r, nv);
+        if (tg != tr && fabs(r[tr] - r[tg]) > 2 * d) miss++;
+    }
+    if (top_miss) *top_miss = miss;
+    return got && ref ? worst : INFINITY;
+}
+
+static bool same_bits(const float *a, const float *b, size_t n) {
+    return a && b && !memcmp(a, b, n * sizeof(float));
+}
+
+typedef struct golden {
+    int32_t *tokens, *greedy;
+    size_t n_tokens, n_greedy;
+    float *logits;
+} golden;
+
+static bool load_golden(const char *name, int nv, golden *g) {
+    char p[256];
+    size_t size = 0;
+    memset(g, 0, sizeof *g);
+    snprintf(p, sizeof p, "golden/%s.tokens", name);
+    g->tokens = read_ints(shared_path(p), &g->n_tokens);
+    snprintf(p, sizeof p, "golden/%s.greedy", name);
+    g->greedy = read_ints(shared_path(p), &g->n_greedy);
+    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
+    g->logits = read_file(shared_path(p), &size);
+    const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)nv * sizeof(float);
+    CHECK(ok, "%s: golden files missing or of the wrong size", name);
+    return ok;
+}
+
+static void free_golden(golden *g) {
+    free(g->tokens);
+    free(g->greedy);
+    free(g->logits);
+}
+
+/* The golden comparison of one adapter case on the GPU (prefill), then decode against it, and
+ * with greedy the continuation decoded on the GPU against llama.cpp's (float weights only:
+ * on quantized ones the int8 activations of the GPU's decode kernels make near ties flip). */
+static void golden_case(cera_engine *e, const char *name, const attach *at, int n_at, double tol,
+                        bool greedy) {
+    const int nv = cera_engine_n_vocab(e);
+    golden g;
+    if (!load_golden(name, nv, &g)) return;
+    float *l = run(e, at, n_at, g.tokens, g.n_tokens, false);
+    int miss = 0;
+    const double d = rel_diff(l, g.logits, g.n_tokens, nv, &miss);
+    float *ld = run(e, at, n_at, g.tokens, g.n_tokens, true);
+    const double dd = rel_diff(ld, l, g.n_tokens, nv, NULL);
+    printf("%-26s %3zu positions: %.2e of the row max vs llama.cpp (<= %.0e), top misses %d; decode vs "
+           "prefill %.2e\n",
+           name, g.n_tokens, d, tol, miss, dd);
+    CHECK(d <= tol && miss == 0, "%s: %.3g > %.0e or %d top-token misses", name, d, tol, miss);
+    CHECK(dd <= tol, "%s: decode differs from prefill by %.3g", name, dd);
+    if (g.greedy && greedy) {
+        cera_session *s = NULL;
+        cera_error err = {0};
+        size_t same = 0;
+        if (!cera_session_create(e, NULL, &s, &err)) {
+            for (int i = 0; i < n_at; i++) cera_session_set_adapter(s, at[i].a, at[i].scale, &err);
+            bool ok = cera_session_eval(s, g.tokens, g.n_tokens, false, &err) == CERA_OK;
+            for (size_t i = 0; i < g.n_greedy && ok; i++) {
+                const cera_token t = argmax(cera_session_logits(s, -1), nv);
+                if (t != g.greedy[i]) break;
+                same++;
+                ok = cera_session_eval(s, &t, 1, false, &err) == CERA_OK;
+            }
+            cera_session_free(s);
+        }
+        printf("%-26s greedy: %zu of %zu tokens as llama.cpp\n", name, same, g.n_greedy);
+        CHECK(same == g.n_greedy, "%s: greedy departs from llama.cpp at %zu of %zu", name, same, g.n_greedy);
+    }
+    free(l);
+    free(ld);
+    free_golden(&g);
+}
+
+/* One session's life with adapters changing between decode steps, on an engine: the
+ * prompt with {a}, 4 steps with {a}, then {a at 0.5}, {b}, {a, b at 0.7}, {} for 3 steps
+ * each. Returns every step's logits [4 + 12 rows]. */
+#define LIVE_ROWS 16
+static float *live_session(cera_engine *e, cera_adapter *a, cera_adapter *b, const int32_t *prompt,
+                           size_t n) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (!e || cera_session_create(e, NULL, &s, &err)) return NULL;
+    const int nv = cera_engine_n_vocab(e);
+    float *out = malloc((size_t)LIVE_ROWS * nv * sizeof(float));
+    bool ok =
+        out && !cera_session_set_adapter(s, a, 1.0f, &err) && !cera_session_eval(s, prompt, n, false, &err);
+    for (int step = 0; step < LIVE_ROWS && ok; step++) {
+        if (step == 4) ok = !cera_session_set_adapter(s, a, 0.5f, &err);
+        if (step == 7) ok = cera_session_remove_adapter(s, a) && !cera_session_set_adapter(s, b, 1.0f, &err);
+        if (step == 10)
+            ok = !cera_session_set_adapter(s, a, 1.0f, &err) && !cera_session_set_adapter(s, b, 0.7f, &err);
+        if (step == 13) ok = cera_session_remove_adapter(s, NULL);
+        const cera_token t = prompt[(size_t)step % n];
+        ok = ok && !cera_session_eval(s, &t, 1, false, &err);
+        if (ok) memcpy(out + (size_t)step * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
+    }
+    CHECK(ok, "live session: %s", err.message);
+    cera_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static void stories_cases(void) {
+    cera_engine *e = open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA),
+                *c = open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
+    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = load_adapter(e, "golden/lora-stories-b.gguf"),
+                 *pa = load_adapter(e, "golden/lora-stories-a.peft"),
+                 *pb = load_adapter(e, "golden/lora-stories-b.peft"),
+                 *ca = load_adapter(c, "golden/lora-stories-a.gguf"),
+                 *cb = load_adapter(c, "golden/lora-stories-b.gguf");
+    if (!e || !c || !a || !b || !pa || !pb || !ca || !cb) goto out;
+    const int nv = cera_engine_n_vocab(e);
+    {
+        const attach a1[1] = {{a, 1.0f}}, ah[1] = {{a, 0.5f}}, ab[2] = {{a, 1.0f}, {b, 0.7f}};
+        golden_case(e, "stories260K.lora-a", a1, 1, 5e-3, true);
+        golden_case(e, "stories260K.lora-a-half", ah, 1, 5e-3, true);
+        golden_case(e, "stories260K.lora-a-b", ab, 2, 5e-3, true);
+    }
+    golden g;
+    if (!load_golden("stories260K.lora-a-b", nv, &g)) goto out;
+    {
+        const size_t n = g.n_tokens, nf = n * (size_t)nv;
+        const attach ab[2] = {{a, 1.0f}, {b, 0.7f}}, pab[2] = {{pa, 1.0f}, {pb, 0.7f}};
+        const attach z[2] = {{a, 0.0f}, {b, 0.0f}};
+        float *l = run(e, ab, 2, g.tokens, n, false), *lp = run(e, pab, 2, g.tokens, n, false);
+        float *l0 = run(e, NULL, 0, g.tokens, n, false), *lz = run(e, z, 2, g.tokens, n, false);
+        float *d0 = run(e, NULL, 0, g.tokens, n, true), *dz = run(e, z, 2, g.tokens, n, true);
+        CHECK(same_bits(l, lp, nf), "PEFT twins give other logits than the GGUF adapters on the GPU");
+        CHECK(same_bits(l0, lz, nf) && same_bits(d0, dz, nf), "scale 0 differs from no adapter on the GPU");
+        const double moved = rel_diff(l, l0, n, nv, NULL);
+        printf("stories a+b: PEFT == GGUF bits, scale 0 == none bits (prefill and decode); adapters move the "
+               "logits by %.2e\n",
+               moved);
+        CHECK(moved > 1e-2, "the adapters hardly change the logits (%.3g)", moved);
+        free(l), free(lp), free(l0), free(lz), free(d0), free(dz);
+    }
+    {
+        float *lg = live_session(e, a, b, g.tokens, g.n_tokens),
+              *lc = live_session(c, ca, cb, g.tokens, g.n_tokens);
+        int miss = 0;
+        const double d = rel_diff(lg, lc, LIVE_ROWS, nv, &miss);
+        printf(
+            "live session (attach, rescale, swap, stack, detach between decode steps): GPU vs CPU %.2e, top "
+            "misses %d\n",
+            d, miss);
+        CHECK(d <= 5e-3 && miss == 0, "live session: GPU vs CPU %.3g, %d top misses", d, miss);
+        free(lg), free(lc);
+    }
+    free_golden(&g);
+out:
+    cera_adapter_free(a), cera_adapter_free(b), cera_adapter_free(pa), cera_adapter_free(pb);
+    cera_adapter_free(ca), cera_adapter_free(cb);
+    cera_engine_close(e);
+    cera_engine_close(c);
+}
+
+static void synth_case(const char *type, float scale, double tol) {
+    char model[128], name[128];
+    snprintf(model, sizeof model, "golden/synth-llama-%s.gguf", type);
+    snprintf(name, sizeof name, "synth-llama-%s.lora", type);
+    cera_engine *e = open_engine(model, CERA_DEVICE_CUDA);
+    cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
+                 *p = load_adapter(e, "golden/lora-synth-llama.peft");
+    if (e && a && p) {
+        const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
+        golden_case(e, name, at, 1, tol, !strcmp(type, "f32"));
+        golden g;
+        if (load_golden(name, cera_engine_n_vocab(e), &g)) {
+            float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
+                  *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
+            CHECK(same_bits(l, lp, g.n_tokens * (size_t)cera_engine_n_vocab(e)),
+                  "%s: PEFT != GGUF on the GPU", name);
+            free(l), free(lp);
+            free_golden(&g);
+        }
+    }
+    cera_adapter_free(a), cera_adapter_free(p);
+    cera_engine_close(e);
+}
+
+/* Several sequences with different adapter sets in one batch (internal API, as
+ * test_lora_batch): each row against its sequence run alone on the GPU. */
+#define N_SEQ 4
+static void mixed_batch(void) {
+    cera_engine *e = open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA);
+    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = load_adapter(e, "golden/lora-stories-b.peft");
+    size_t n1 = 0, n2 = 0, n3 = 0;
+    int32_t *t1 = read_ints(shared_path("golden/stories260K.p1.tokens"), &n1);
+    int32_t *t2 = read_ints(shared_path("golden/stories260K.p2.tokens"), &n2);
+    int32_t *t3 = read_ints(shared_path("golden/stories260K.p3.tokens"), &n3);
+    cera_session *s[N_SEQ] = {0};
+    cera_error err = {0};
+    if (!e || !a || !b || !t1 || !t2 || !t3 || n2 < 16 || n3 < 20) {
+        CHECK(0, "mixed batch: inputs missing");
+        goto out;
+    }
+    const int32_t *tok[N_SEQ] = {t1, t2, t3, t2};
+    const int len[N_SEQ] = {(int)n1, 16, 20, 12};
+    for (int i = 0; i < N_SEQ; i++)
+        CHECK(!cera_session_create(e, NULL, &s[i], &err), "session: %s", err.message);
+    CHECK(!cera_session_set_adapter(s[0], a, 1.0f, &err), "set");
+    CHECK(!cera_session_set_adapter(s[1], b, 0.7f, &err) && !cera_session_set_adapter(s[1], a, 0.3f, &err),
+          "set");
+    CHECK(!cera_session_set_adapter(s[3], a, -0.5f, &err), "set");
+    const int nv = cera_engine_n_vocab(e);
+    float *solo[N_SEQ], *bare[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        solo[i] = malloc((size_t)len[i] * nv * sizeof(float));
+        CHECK(!cera_session_eval(s[i], tok[i], (size_t)len[i], true, &err), "solo: %s", err.message);
+        for (int p = 0; p < len[i]; p++)
+            memcpy(solo[i] + (size_t)p * nv, cera_session_logits(s[i], p), nv * 4);
+        cera_session_truncate(s[i], 0, &err);
+        bare[i] = run(e, NULL, 0, tok[i], (size_t)len[i], false);
+    }
+    /* The CUDA backend serves one KV pool per batch: the mixed batch uses session 0's pool
+     * for every sequence, each sequence on its own blocks. */
+    int n = 0;
+    for (int i = 0; i < N_SEQ; i++) n += len[i];
+    cera_token *btok = malloc((size_t)n * sizeof *btok);
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = malloc((size_t)n * sizeof *seq);
+    bool *want = malloc((size_t)n);
+    int next[N_SEQ] = {0}, r = 0;
+    while (r < n)
+        for (int i = 0; i < N_SEQ; i++)
+            if (next[i] < len[i]) {
+                btok[r] = tok[i][next[i]], pos[r] = next[i]++, seq[r] = i, want[r] = true;
+                r++;
+            }
+    cera_kv_seq kvs[N_SEQ];
+    cera_kv_seq *seqs[N_SEQ];
+    const cera_lora_set *sets[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        CHECK(!cera_kv_seq_init(&kvs[i], s[0]->pool, len[i], &err), "seq: %s", err.message);
+        CHECK(!cera_kv_seq_reserve(&kvs[i], len[i], &err), "reserve: %s", err.message);
+        seqs[i] = &kvs[i];
+        sets[i] = &s[i]->lora;
+    }
+    cera_lora_batch plan;
+    CHECK(!cera_lora_batch_init(&plan, n, &err), "plan");
+    cera_lora_batch_build(&plan, seq, sets, n);
+    const cera_batch batch = {.n_tokens = n,
+                              .token = btok,
+                              .pos = pos,
+                              .seq = seq,
+                              .want_logits = want,
+                              .seqs = seqs,
+                              .n_seqs = N_SEQ,
+                              .lora = &plan};
+    float *out = malloc((size_t)n * nv * sizeof(float));
+    CHECK(!e->backend->forward(e->backend, &batch, out, &err), "mixed forward: %s", err.message);
+    double worst = 0, nearest_bare = INFINITY;
+    for (r = 0; r < n; r++) {
+        const float *ref = solo[seq[r]] + (size_t)pos[r] * nv;
+        worst = fmax(worst, rel_diff(out + (size_t)r * nv, ref, 1, nv, NULL));
+        if (seq[r] != 2 && pos[r] > 0)
+            nearest_bare = fmin(nearest_bare, rel_diff(out + (size_t)r * nv,
+                                                       bare[seq[r]] + (size_t)pos[r] * nv, 1, nv, NULL));
+    }
+    printf("mixed batch of %d rows, %d sequences, %d adapter groups: rows vs solo runs %.2e; adapted rows vs "
+           "no adapter >= %.2e\n",
+           n, N_SEQ, plan.n_groups, worst, nearest_bare);
+    CHECK(worst <= 5e-3, "mixed batch rows differ from their solo runs by %.3g", worst);
+    CHECK(nearest_bare > 10 * worst, "adapted rows too close to the unadapted ones (%.3g)", nearest_bare);
+    for (int i = 0; i < N_SEQ; i++) cera_kv_seq_release(&kvs[i]);
+    cera_lora_batch_free(&plan);
+    free(out), free(btok), free(pos), free(seq), free(want);
+    for (int i = 0; i < N_SEQ; i++) free(solo[i]), free(bare[i]);
+out:
+    for (int i = 0; i < N_SEQ; i++) cera_session_free(s[i]);
+    cera_adapter_free(a), cera_adapter_free(b);
+    free(t1), free(t2), free(t3);
+    cera_engine_close(e);
+}
+
+/* Argument "stories": the stories260K cases and the mixed batch only (for compute-sanitizer). */
+int main(int argc, char **argv) {
+    if (!cera_cuda_available()) {
+        printf("no CUDA device: skipped\n");
+        return TEST_SKIP_CODE;
+    }
+    const bool all = argc < 2 || strcmp(argv[1], "stories") != 0;
+    stories_cases();
+    if (all) {
+        synth_case("f32", 1.0f, 5e-3);
+        synth_case("q4_0", 1.0f, 5e-2);
+        synth_case("q4_k_m", 0.75f, 5e-2);
+    }
+    mixed_batch();
+    return test_finish();
+}
