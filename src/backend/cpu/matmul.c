@@ -36,6 +36,8 @@ typedef struct mm_job {
     const cera_matmul_hook *hook; /* or NULL */
     int64_t n_pre;                /* the hook's pre chunks, numbered first */
     _Atomic int64_t pre_done;     /* pre chunks finished */
+    int64_t n_post;               /* the hook's post chunks, numbered last */
+    _Atomic int64_t tiles_done;   /* tiles finished (counted only with post chunks) */
     const cera_packed_weight *pk; /* the weight's repacked copy (repack.h), or NULL */
     uint8_t *aux;                 /* with pk: per activation row, cera_packed_prep's terms */
     size_t aux_stride;
@@ -139,6 +141,14 @@ static void wait_pre(mm_job *j) {
     }
 }
 
+/* The same for a post chunk: every tile is claimed before it, so it waits for running ones. */
+static void wait_tiles(mm_job *j) {
+    const int64_t n = j->n_row_chunks * j->n_tok_chunks;
+    for (int i = 0; atomic_load_explicit(&j->tiles_done, memory_order_acquire) < n; i++) {
+        if (i >= 64) sched_yield();
+    }
+}
+
 static void compute(void *arg, int64_t c, int ith) {
     mm_job *j = arg;
     if (c < j->n_pre) {
@@ -147,6 +157,12 @@ static void compute(void *arg, int64_t c, int ith) {
         return;
     }
     c -= j->n_pre;
+    if (c >= j->n_row_chunks * j->n_tok_chunks) {
+        wait_pre(j);
+        wait_tiles(j);
+        j->hook->post(j->hook->arg, c - j->n_row_chunks * j->n_tok_chunks, ith);
+        return;
+    }
     const int64_t rows = j->w->n;
     const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
     const int64_t r0 = rc * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
@@ -157,6 +173,7 @@ static void compute(void *arg, int64_t c, int ith) {
         wait_pre(j);
         j->hook->tile(j->hook->arg, r0, r1, t0, t1, ith);
     }
+    if (j->n_post) atomic_fetch_add_explicit(&j->tiles_done, 1, memory_order_release);
 }
 
 void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
@@ -177,8 +194,10 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_o
         .w_stride = cera_row_size(w->type, w->k),
         .hook = hook,
         .n_pre = hook ? hook->n_pre : 0,
+        .n_post = hook ? hook->n_post : 0,
     };
     atomic_init(&j.pre_done, 0);
+    atomic_init(&j.tiles_done, 0);
     if (ops->act_type == CERA_TYPE_F32) {
         j.act = (const uint8_t *)x; /* F32 weights read the activations as they are */
     } else {
@@ -195,5 +214,5 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_o
     j.rowdot_one = use_rowdot_for_one(w->type, ops);
     j.n_row_chunks = (w->n + ROW_CHUNK - 1) / ROW_CHUNK;
     j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
-    cera_pool_for(pool, j.n_pre + j.n_row_chunks * j.n_tok_chunks, compute, &j);
+    cera_pool_for(pool, j.n_pre + j.n_row_chunks * j.n_tok_chunks + j.n_post, compute, &j);
 }

@@ -39,11 +39,16 @@ void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops 
  * computed, tile(arg, o0, o1, t0, t1, ith) may update exactly those outputs. The pool
  * hands out chunks in order, so every pre chunk is claimed (by a running thread) before
  * any tile; a tile's callback waits until all pre chunks are done (release/acquire), so
- * it sees their results. Nothing of the hook may depend on which thread runs what. */
+ * it sees their results. The job's last n_post chunks, post(arg, i, ith), run once every
+ * tile and pre chunk is done (each waits for them: all were claimed before it), for work
+ * that wants the whole output at once (long contiguous runs of a factor). Nothing of the
+ * hook may depend on which thread runs what. */
 typedef struct cera_matmul_hook {
     int64_t n_pre;
     void (*pre)(void *arg, int64_t i, int ith);
     void (*tile)(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith); /* NULL: none */
+    int64_t n_post;
+    void (*post)(void *arg, int64_t i, int ith);
     void *arg;
 } cera_matmul_hook;
 
