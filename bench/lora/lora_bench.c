@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/cpus.h"
 #include "session/engine_impl.h"
+#include "session/lora_cpu.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -101,22 +102,23 @@ static void one_run(cera_engine *e, cera_adapter *a, const cera_token *t, int n_
     cera_session_free(s);
 }
 
-/* Without and with the adapter, interleaved (A B B A A B ...) so that a shared machine's
- * load changes hit both sides alike; best of reps each. */
-static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double *pp0,
-                   double *tg0, double *pp1, double *tg1) {
+/* Without the adapter (v = 0) and with it in each form v = 1 + cera_lora_cpu_set_fusion's
+ * mode (after the matmul jobs; fused with B·t on each tile; fused with B·t in post chunks),
+ * interleaved in a rotating order so that a shared machine's load changes hit all alike;
+ * best of reps each. */
+#define N_FORMS 4
+static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double pp[N_FORMS],
+                   double tg[N_FORMS]) {
     cera_token *t = malloc((size_t)n_prompt * sizeof *t);
     for (int i = 0; i < n_prompt; i++) t[i] = 1 + (i * 7919) % (cera_engine_n_vocab(e) - 1);
-    *pp0 = *tg0 = *pp1 = *tg1 = 0;
-    for (int r = 0; r < reps; r++) {
-        if (r % 2 == 0) {
-            one_run(e, NULL, t, n_prompt, n_gen, pp0, tg0);
-            one_run(e, a, t, n_prompt, n_gen, pp1, tg1);
-        } else {
-            one_run(e, a, t, n_prompt, n_gen, pp1, tg1);
-            one_run(e, NULL, t, n_prompt, n_gen, pp0, tg0);
+    for (int v = 0; v < N_FORMS; v++) pp[v] = tg[v] = 0;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < N_FORMS; k++) {
+            const int v = (r + k) % N_FORMS;
+            cera_lora_cpu_set_fusion(v ? v - 1 : -1);
+            one_run(e, v ? a : NULL, t, n_prompt, n_gen, &pp[v], &tg[v]);
         }
-    }
+    cera_lora_cpu_set_fusion(-1);
     free(t);
 }
 
@@ -222,10 +224,10 @@ int main(int argc, char **argv) {
     cera_adapter **ad = malloc((size_t)B * sizeof *ad);
     for (int i = 0; i < B; i++) ad[i] = random_adapter(&e->model, rank);
 
-    double pp0, tg0, pp1, tg1;
+    double pp[N_FORMS], tg[N_FORMS];
     const double la0 = load_avg();
     const double start = now_s();
-    single(e, ad[0], n_prompt, n_gen, reps, &pp0, &tg0, &pp1, &tg1);
+    single(e, ad[0], n_prompt, n_gen, reps, pp, tg);
     double b0 = 0, b1 = 0, bn = 0;
     if (B > 1) {
         b0 = batched(e, ad, B, 0, n_gen, reps);
@@ -254,12 +256,24 @@ int main(int argc, char **argv) {
         "of %d; %.0f s; load average %.2f before, %.2f after\n\n",
         e->params.n_threads > 0 ? e->params.n_threads : cera_cpu_count(), threads, cera_cpu_tier_name(), reps,
         reps, secs, la0, la1);
-    printf("| threads | test | no adapter (tok/s) | with adapter(s) (tok/s) | cost "
-           "|\n|---:|---|---:|---:|---:|\n");
     const int nt = e->params.n_threads > 0 ? e->params.n_threads : cera_cpu_count();
-    printf("| %d | prefill pp%d | %.1f | %.1f | %+.1f %% |\n", nt, n_prompt, pp0, pp1, 100 * (pp0 / pp1 - 1));
-    printf("| %d | decode tg%d | %.2f | %.2f | %+.1f %% |\n", nt, n_gen, tg0, tg1, 100 * (tg0 / tg1 - 1));
+    static const char *const form[N_FORMS] = {"", "after the matmul", "fused, B·t per tile",
+                                              "fused, B·t post"};
+    const int def = nt < CERA_LORA_CPU_FUSE_MIN_THREADS ? 1 : 1 + CERA_LORA_CPU_FUSE_DEFAULT;
+    printf("| threads | test | no adapter (tok/s) | adapter: form | tok/s | cost "
+           "|\n|---:|---|---:|---|---:|---:|\n");
+    for (int v = 1; v < N_FORMS; v++)
+        printf("| %d | prefill pp%d | %.1f | %s%s | %.1f | %+.1f %% |\n", nt, n_prompt, pp[0], form[v],
+               v == def ? " (default)" : "", pp[v], 100 * (pp[0] / pp[v] - 1));
+    for (int v = 1; v < N_FORMS; v++)
+        printf("| %d | decode tg%d | %.2f | %s%s | %.2f | %+.1f %% |\n", nt, n_gen, tg[0], form[v],
+               v == def ? " (default)" : "", tg[v], 100 * (tg[0] / tg[v] - 1));
+    printf("\n(after the matmul: the adapter's own two pool jobs after each projection's matmul job; fused: "
+           "inside it, B·t on each finished output tile or in the job's last chunks; the batches below use "
+           "the default)\n");
     if (B > 1) {
+        printf("\n| threads | test | no adapter (tok/s) | with adapter(s) (tok/s) | cost |\n"
+               "|---:|---|---:|---:|---:|\n");
         printf("| %d | batch of %d, 1 shared adapter | %.1f | %.1f | %+.1f %% |\n", nt, B, b0, b1,
                100 * (b0 / b1 - 1));
         printf(

@@ -6,14 +6,17 @@
  * the row dot where a type has no tile), exactly as cera_matmul computes an F32 weight:
  * llama.cpp applies an adapter as two F32 matmuls (ggml_mul_mat(b, ggml_mul_mat(a, x))),
  * then scales and adds, so an engine whose F32 matmul rounds as llama.cpp's gives the same
- * adapter contribution bit for bit. Inside the matmul's one pool job:
+ * adapter contribution bit for bit. By default (form 2 of lora_cpu.h), inside the matmul's
+ * one pool job:
  *   - pre chunks (handed out first): t = A·x for every group's rows, into the plan's
  *     scratch, in items of (a few A rows) x (a few batch rows);
- *   - on each output tile the matmul finishes (its columns [o0, o1) of rows [t0, t1)):
- *     y += (B[o0:o1]·t)·s for the groups' rows in [t0, t1), while the tile is in cache.
- * Before, the hook ran its own pool job(s) after each matmul (one or two per projection:
- * 128 extra per decoded token of a 16-layer model, each a wake-up and a wait for the
- * slowest thread); now there are none.
+ *   - the matmul's tiles;
+ *   - post chunks (handed out last, each waiting for the tiles): y += (B·t)·s over long
+ *     contiguous runs of output columns, for all rows.
+ * Form 1 adds B·t on each tile as it finishes instead; form 0 runs the same pre and post
+ * work as two pool jobs after the matmul. Before, the hook always ran its own pool job(s)
+ * after each matmul (one or two per projection: 128 extra per decoded token of a 16-layer
+ * model, each a wake-up and a wait for the slowest thread); fused there are none.
  * Each element is computed by the same kernel calls whatever the split, the batch or the
  * thread count (the F32 tile gives each output the same bits whatever nr and nc), so
  * prefill equals decode and a mixed batch equals its sequences run alone, bit for bit.
@@ -30,9 +33,6 @@
 #define PRE_MIN_WORK  4096
 #define MAX_TILE_ROWS 64
 #define MAX_TILE_COLS 8
-/* Output columns per tile of cera_lora_cpu_apply (the matmul's tiles are its own). */
-#define APPLY_COLS 32
-#define APPLY_ROWS 32
 
 /* out[c * out_stride + i] = dot(w row i, a row c) for i < nr (<= j->tr) and c < nc (<= j->tc);
  * w rows hold k floats, a rows are a_stride floats apart: the F32 tile, as cera_matmul
@@ -193,10 +193,12 @@ static void tile_done(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith
     }
 }
 
-const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool *pool,
-                                           const cera_lora_batch *b, int layer, cera_proj proj,
-                                           const float *x, size_t x_stride, float *y, size_t y_stride) {
-    *j = (cera_lora_cpu_job){.b = b,
+/* Fills j for the plan's adapters on (layer, proj); false when there is nothing to run with
+ * the F32 kernels (nothing targeted, or j->after = CERA_LORA_AFTER_PORTABLE). */
+static bool prepare(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch *b, int layer,
+                    cera_proj proj, const float *x, size_t x_stride, float *y, size_t y_stride) {
+    *j = (cera_lora_cpu_job){.pool = pool,
+                             .b = b,
                              .ops = cera_cpu_ops(CERA_TYPE_F32),
                              .tr = 1,
                              .tc = 1,
@@ -206,11 +208,11 @@ const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool
                              .x_stride = x_stride,
                              .y = y,
                              .y_stride = y_stride};
-    if (!b || !cera_lora_batch_targets(b, layer, proj)) return NULL;
+    if (!b || !cera_lora_batch_targets(b, layer, proj)) return false;
     if (!j->ops || !cera_lora_batch_two_phase(b)) {
         /* no F32 kernels or no scratch (out of memory): the portable kernels, after */
-        j->after = true;
-        return NULL;
+        j->after = CERA_LORA_AFTER_PORTABLE;
+        return false;
     }
     if (j->ops->gemm_tile) {
         j->tr = j->ops->tile_rows < MAX_TILE_ROWS ? j->ops->tile_rows : MAX_TILE_ROWS;
@@ -242,45 +244,64 @@ const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool
     j->per_pre = item_work >= PRE_MIN_WORK ? 1 : (PRE_MIN_WORK + item_work - 1) / (item_work ? item_work : 1);
     j->hook = (cera_matmul_hook){
         .n_pre = (items + j->per_pre - 1) / j->per_pre, .pre = pre_chunk, .tile = tile_done, .arg = j};
+    for (int g = 0; g < b->n_groups; g++) {
+        const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
+        if (p) j->d = p->d;
+    }
+    /* the B·t runs of the unfused and post forms: about two per thread, 16-column multiples */
+    j->cols = (j->d + 2 * nth - 1) / (2 * nth);
+    j->cols = j->cols < 32 ? 32 : (j->cols + 15) / 16 * 16;
+    return true;
+}
+
+static _Atomic int fusion_mode = -1;
+
+void cera_lora_cpu_set_fusion(int mode) { atomic_store(&fusion_mode, mode < 0 ? -1 : mode > 2 ? 2 : mode); }
+
+/* Output columns [c·cols, (c+1)·cols) of every row. */
+static void cols_run(cera_lora_cpu_job *j, int64_t c, int ith) {
+    const int64_t o0 = c * j->cols, o1 = o0 + j->cols < j->d ? o0 + j->cols : j->d;
+    tile_done(j, o0, o1, 0, j->b->n_rows, ith);
+}
+
+static void post_chunk(void *arg, int64_t c, int ith) { cols_run(arg, c, ith); }
+
+const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch *b,
+                                           int layer, cera_proj proj, const float *x, size_t x_stride,
+                                           float *y, size_t y_stride) {
+    if (!prepare(j, pool, b, layer, proj, x, x_stride, y, y_stride)) return NULL;
+    int mode = atomic_load_explicit(&fusion_mode, memory_order_relaxed);
+    if (mode < 0)
+        mode = cera_pool_size(pool) < CERA_LORA_CPU_FUSE_MIN_THREADS ? 0 : CERA_LORA_CPU_FUSE_DEFAULT;
+    if (mode == 0) {
+        j->after = CERA_LORA_AFTER_SWEEP;
+        return NULL;
+    }
+    if (mode == 2) {
+        j->hook.tile = NULL;
+        j->hook.n_post = (j->d + j->cols - 1) / j->cols;
+        j->hook.post = post_chunk;
+    }
     return &j->hook;
 }
 
-void cera_lora_cpu_after(const cera_lora_cpu_job *j) {
-    if (j->after)
+/* The unfused form: the A·x chunks as a pool job, then output columns in contiguous runs
+ * over all rows (B read in long runs) as another. */
+static void sweep(cera_lora_cpu_job *j) {
+    cera_pool_for(j->pool, j->hook.n_pre, pre_chunk, j);
+    cera_pool_for(j->pool, (j->d + j->cols - 1) / j->cols, post_chunk, j);
+}
+
+void cera_lora_cpu_after(cera_lora_cpu_job *j) {
+    if (j->after == CERA_LORA_AFTER_PORTABLE)
         cera_lora_batch_apply(j->b, j->layer, j->proj, j->x, j->x_stride, j->y, j->y_stride, 0, INT64_MAX);
+    else if (j->after == CERA_LORA_AFTER_SWEEP)
+        sweep(j);
 }
-
-/* cera_lora_cpu_apply's output tiles: APPLY_COLS columns x APPLY_ROWS batch rows. */
-typedef struct apply_job {
-    cera_lora_cpu_job *j;
-    int64_t d, n_col_chunks;
-    int n_rows;
-} apply_job;
-
-static void apply_tile(void *arg, int64_t c, int ith) {
-    const apply_job *a = arg;
-    const int64_t o0 = (c % a->n_col_chunks) * APPLY_COLS,
-                  o1 = o0 + APPLY_COLS < a->d ? o0 + APPLY_COLS : a->d;
-    const int t0 = (int)(c / a->n_col_chunks) * APPLY_ROWS;
-    const int t1 = t0 + APPLY_ROWS < a->n_rows ? t0 + APPLY_ROWS : a->n_rows;
-    tile_done(a->j, o0, o1, t0, t1, ith);
-}
-
-static void apply_pre(void *arg, int64_t c, int ith) { pre_chunk(((apply_job *)arg)->j, c, ith); }
 
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride) {
     cera_lora_cpu_job j;
-    const cera_matmul_hook *h = cera_lora_cpu_hook(&j, pool, b, layer, proj, x, x_stride, y, y_stride);
-    if (h) {
-        int64_t d = 0;
-        for (int g = 0; g < b->n_groups; g++) {
-            const cera_lora_pair *p = cera_lora_pair_get(b->groups[g].adapter, layer, proj);
-            if (p) d = p->d;
-        }
-        apply_job a = {&j, d, (d + APPLY_COLS - 1) / APPLY_COLS, b->n_rows};
-        cera_pool_for(pool, h->n_pre, apply_pre, &a);
-        cera_pool_for(pool, a.n_col_chunks * ((b->n_rows + APPLY_ROWS - 1) / APPLY_ROWS), apply_tile, &a);
-    }
+    if (prepare(&j, pool, b, layer, proj, x, x_stride, y, y_stride)) j.after = CERA_LORA_AFTER_SWEEP;
     cera_lora_cpu_after(&j);
 }

@@ -19,9 +19,30 @@
 #include "backend/cpu/threadpool.h"
 #include "session/lora.h"
 
+/* The forms (cera_lora_cpu_set_fusion's modes; every one gives the same bits):
+ *   0 after the matmul: two pool jobs of its own after each projection's matmul job, A·x
+ *     and then B·t over long contiguous runs of B;
+ *   1 fused, B·t on each tile: A·x as the matmul job's first chunks, y += s·B·t on each
+ *     output tile as it finishes (no wait but for A·x; B read 32 rows at a time between
+ *     weight tiles);
+ *   2 fused, B·t post: A·x first, B·t over long runs of B in the job's last chunks, which
+ *     wait for the tiles (the threads are in the job already: no wake-up).
+ * Fusing saves the two pool synchronisations per projection that the adapter cost at 16
+ * threads (decode +21.5 % there, RESULTS.md). Reading B in 32-row pieces between weight
+ * tiles streams it about half as fast as long runs (one thread: 2.7 ms vs 1.6 ms per token
+ * for the 24 MB of B of the 1B shape). Measured on the loaded 2-core machine, 1B Q4_0,
+ * decode cost with 1 thread: form 0 +10 %, 1 +19 %, 2 +4 %; 2 threads (noisy): 0 +8..34 %,
+ * 1 +23..40 %, 2 +7..24 %. Form 2 is the default from CERA_LORA_CPU_FUSE_MIN_THREADS threads
+ * on, form 0 below; lora_bench measures all three. */
+#define CERA_LORA_CPU_FUSE_MIN_THREADS 1
+#define CERA_LORA_CPU_FUSE_DEFAULT     2
+
+enum { CERA_LORA_AFTER_NOTHING, CERA_LORA_AFTER_SWEEP, CERA_LORA_AFTER_PORTABLE };
+
 /* One projection's adapter work (the caller's stack; nothing is allocated). */
 typedef struct cera_lora_cpu_job {
     cera_matmul_hook hook;
+    cera_pool *pool;
     const cera_lora_batch *b;
     const cera_cpu_type_ops *ops; /* the F32 kernels */
     int tr, tc;                   /* factor rows and activation rows per kernel call */
@@ -31,9 +52,11 @@ typedef struct cera_lora_cpu_job {
     size_t x_stride;
     float *y;
     size_t y_stride;
+    int64_t d;       /* output columns */
+    int64_t cols;    /* output columns per B·t run (unfused and post forms) */
     int64_t per_pre; /* A·x items per pre chunk */
     int a_rows;      /* A rows per A·x item (<= tr) */
-    bool after;      /* cera_lora_cpu_after has the work (the portable kernels) */
+    int after;       /* CERA_LORA_AFTER_*: what cera_lora_cpu_after does */
     bool bt16;       /* B·t with cera_lora_bt16_avx512 */
 } cera_lora_cpu_job;
 
@@ -41,17 +64,21 @@ typedef struct cera_lora_cpu_job {
  * adapters) on (layer, proj); x [n_rows, k] and y [n_rows, d], x_stride / y_stride floats
  * between rows. Returns the hook for the projection's cera_matmul_ex (which must compute
  * exactly y = x·Wᵀ over the same rows), or NULL when there is nothing to fuse. */
-const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, const cera_pool *pool,
-                                           const cera_lora_batch *b, int layer, cera_proj proj,
-                                           const float *x, size_t x_stride, float *y, size_t y_stride);
+const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch *b,
+                                           int layer, cera_proj proj, const float *x, size_t x_stride,
+                                           float *y, size_t y_stride);
 
-/* After the matmul: applies the adapters with the portable kernels when they could not be
- * fused (no A·x scratch: growing it failed), else nothing. */
-void cera_lora_cpu_after(const cera_lora_cpu_job *j);
+/* After the matmul: the adapters' work when it was not fused (fewer threads than
+ * CERA_LORA_CPU_FUSE_MIN_THREADS, fusion turned off, or no A·x scratch: growing it failed,
+ * then with the portable kernels), else nothing. */
+void cera_lora_cpu_after(cera_lora_cpu_job *j);
 
-/* The same contribution added to an already computed y, over the pool (its own jobs: the
- * A·x chunks, then the output tiles): the fused path's arithmetic without a matmul, bit for
- * bit, for tests and benchmarks. */
+/* The form: -1 the default (see CERA_LORA_CPU_FUSE_MIN_THREADS), else 0, 1 or 2 (above).
+ * Process-wide, for benchmarks and tests; results are the same bits either way. */
+void cera_lora_cpu_set_fusion(int mode);
+
+/* The same contribution added to an already computed y, over the pool (the unfused form:
+ * its own jobs, the A·x chunks, then output column ranges), bit for bit as fused. */
 void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, cera_proj proj, const float *x,
                          size_t x_stride, float *y, size_t y_stride);
 

@@ -6,9 +6,9 @@
  *     different scales) gives every row the same bits as that row evaluated alone, both in
  *     the portable kernels and in the CPU backend's hook (over 1 to 4 threads, whose bits
  *     must not change, and within float rounding of the portable kernels);
- *   - the hook fused into a matmul's own job (cera_matmul_ex on an F32 weight) gives the
- *     bits of the matmul followed by the standalone hook, over 1 to 4 threads, for the
- *     mixed batch and for each sequence's rows alone;
+ *   - the hook fused into a matmul's own job (cera_matmul_ex on an F32 weight; B·t on each
+ *     tile or in post chunks) gives the bits of the matmul followed by the unfused form
+ *     (cera_lora_cpu_apply), over 1 to 4 threads, for the mixed batch and each sequence alone;
  *   - the AVX-512 B·t kernel (16 outputs' reductions side by side) gives the AVX-512 F32
  *     tile's bits for every rank 1..70, row count 1..16 and column count 1..4;
  *   - a scale of 0 leaves y untouched bit for bit (even -0.0);
@@ -174,16 +174,18 @@ static void bt16_cases(test_rng *r) {
 /* The projection's F32 weight with its adapters fused into the matmul job, against the
  * matmul then the standalone hook: the same bits? x [n_rows, k] dense, y rows FF apart. */
 static bool fused_same(cera_pool *pool, const cera_lora_batch *plan, int l, cera_proj p, const cera_weight *w,
-                       const float *x, int n_rows) {
+                       const float *x, int n_rows, int mode) {
     static float yf[ROWS][FF], yr[ROWS][FF];
     const cera_cpu_type_ops *ops = cera_cpu_ops(CERA_TYPE_F32);
     memset(yf, 0x7f, sizeof yf);
     memset(yr, 0x7f, sizeof yr);
     /* fused first: the plan's A·x scratch then holds the previous case's values */
+    cera_lora_cpu_set_fusion(mode);
     cera_lora_cpu_job lj;
     const cera_matmul_hook *h = cera_lora_cpu_hook(&lj, pool, plan, l, p, x, (size_t)w->k, &yf[0][0], FF);
     cera_matmul_ex(pool, w, ops, x, n_rows, &yf[0][0], FF, NULL, h);
     cera_lora_cpu_after(&lj);
+    cera_lora_cpu_set_fusion(-1);
     cera_matmul(pool, w, ops, x, n_rows, &yr[0][0], FF, NULL);
     cera_lora_cpu_apply(pool, plan, l, p, x, (size_t)w->k, &yr[0][0], FF);
     return h && !memcmp(yf, yr, sizeof yf);
@@ -290,7 +292,8 @@ static void batch_cases(test_rng *r) {
             for (int row = 0; row < ROWS; row++) memcpy(xd + row * k, x[row], (size_t)k * 4);
             bool fused = true;
             for (int nt = 0; nt < 4; nt++)
-                fused &= fused_same(pools[nt], &batch, l, (cera_proj)p, &w, xd, ROWS);
+                for (int mode = 1; mode <= 2; mode++)
+                    fused &= fused_same(pools[nt], &batch, l, (cera_proj)p, &w, xd, ROWS, mode);
             for (int sq = 0; sq < 6; sq++) {
                 int32_t zero[ROWS] = {0};
                 int nr = 0;
@@ -298,7 +301,8 @@ static void batch_cases(test_rng *r) {
                     if (row_seq[row] == sq) memcpy(xd + nr++ * k, x[row], (size_t)k * 4);
                 cera_lora_batch_build(&solo_n, zero, &seq_sets[sq], nr);
                 if (nr && cera_lora_batch_targets(&solo_n, l, (cera_proj)p))
-                    fused &= fused_same(pools[(sq + 1) % 4], &solo_n, l, (cera_proj)p, &w, xd, nr);
+                    fused &=
+                        fused_same(pools[(sq + 1) % 4], &solo_n, l, (cera_proj)p, &w, xd, nr, 1 + sq % 2);
             }
             CHECK(fused, "layer %d %s: the hook fused into the matmul differs from matmul + hook", l,
                   cera_lora_proj_gguf_name((cera_proj)p));

@@ -9,13 +9,16 @@
  *   - scale 0 gives the logits of no adapter, bit for bit;
  *   - prefill (the prompt as one batch) and decode (one token at a time) give the same
  *     logits bit for bit with an adapter attached;
- *   - attach, rescale, detach and swap on a live session change what follows only.
+ *   - attach, rescale, detach and swap on a live session change what follows only;
+ * all of it three times: the CPU hook fused into the projections' matmul jobs (two forms),
+ * and after them.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cera.h"
+#include "session/lora_cpu.h"
 #include "testutil.h"
 
 typedef struct golden {
@@ -340,9 +343,17 @@ static void synth_case(const char *type, float scale) {
 }
 
 int main(void) {
-    stories_cases();
-    synth_case("f32", 1.0f);
-    synth_case("q4_0", 1.0f);
-    synth_case("q4_k_m", 0.75f);
+    /* the engines run 2 threads: the adapter fused into the matmul jobs (B·t in post chunks,
+     * then on each tile), then after them (the unfused form) */
+    static const char *const form[3] = {"after the projections' matmul jobs", "fused, B·t on each tile",
+                                        "fused, B·t in post chunks"};
+    for (int mode = 2; mode >= 0; mode--) {
+        cera_lora_cpu_set_fusion(mode);
+        printf("-- adapters %s\n", form[mode]);
+        stories_cases();
+        synth_case("f32", 1.0f);
+        synth_case("q4_0", 1.0f);
+        synth_case("q4_k_m", 0.75f);
+    }
     return test_finish();
 }
