@@ -18,11 +18,11 @@
  * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86
  * vec_dots, so on an AVX-512 CPU most golden cases agree to the bit. llama.cpp repacks q4_0,
  * iq4_nl, q4_k and q2_k at load, and its GEMMs for them run a serial chain of per-block FMAs per
- * output; cera's own repacked q4_0 (repack.h, avx2/avx512 tiers) runs the same chain, so q4_0
- * agrees to the bit too where a weight is repacked (rows a multiple of 16). In the file layout
- * that chain ran at about 2/3 of the decode speed (measured), so iq4_nl/q4_k/q2_k keep their
- * vec_dot order, and for q4_k/q2_k llama.cpp rounds differently for a prompt's groups of 4
- * tokens and for single tokens.
+ * output; cera's own repacked q4_0 and iq4_nl (repack.h, avx2/avx512 tiers) run the same chain,
+ * so they agree to the bit too where a weight is repacked (rows a multiple of 16). In the file
+ * layout that chain ran at about 2/3 of the decode speed (measured), so q4_k/q2_k keep their
+ * vec_dot order, and for them llama.cpp rounds differently for a prompt's groups of 4 tokens
+ * and for single tokens.
  *
  * Contract of the row functions: n is a multiple of the weight type's block size (and of
  * the activation type's, which is the same); rows need only their type's natural alignment
@@ -55,7 +55,7 @@ typedef void (*cera_gemm_tile_fn)(int64_t n, float *s, size_t s_stride, const vo
  * activation rows (stride a_stride bytes), with each activation row's per-block terms from
  * cera_packed_prep at aux (stride aux_stride bytes). Every output has the same arithmetic
  * whatever nc, so a decode step (nc = 1) equals the same token in a prompt. Current column
- * counts: AVX-512 Q4_0 8, Q4_1 and Q8_0 2; AVX2 Q4_0 4, Q4_1 and Q8_0 1. */
+ * counts: AVX-512 Q4_0 and IQ4_NL 8, Q4_1 and Q8_0 2; AVX2 Q4_0 4, the others 1. */
 typedef void (*cera_packed_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                     size_t a_stride, const void *aux, size_t aux_stride, int nc);
 

@@ -14,12 +14,13 @@
 #include "tensor/blocks.h"
 
 bool cera_pack_type_ok(cera_type t) {
-    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q8_0;
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_IQ4_NL;
 }
 
 size_t cera_packed_aux_size(cera_type t, int64_t k) {
     switch (t) {
-    case CERA_TYPE_Q4_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q4_0);
+    case CERA_TYPE_Q4_0:
+    case CERA_TYPE_IQ4_NL: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q4_0);
     case CERA_TYPE_Q4_1: return (size_t)(k / QK8_1) * sizeof(cera_pack_aux_q4_1);
     case CERA_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q8_0);
     default: return 0;
@@ -27,13 +28,14 @@ size_t cera_packed_aux_size(cera_type t, int64_t k) {
 }
 
 void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k) {
-    if (t == CERA_TYPE_Q4_0) {
+    if (t == CERA_TYPE_Q4_0 || t == CERA_TYPE_IQ4_NL) {
         const block_q8_0 *y = act_row;
         cera_pack_aux_q4_0 *o = aux_row;
+        const int32_t off = t == CERA_TYPE_Q4_0 ? 8 : 128;
         for (int64_t b = 0; b < k / QK8_0; b++) {
             int32_t sum = 0;
             for (int j = 0; j < QK8_0; j++) sum += y[b].qs[j];
-            o[b].corr = -8 * sum;
+            o[b].corr = -off * sum;
             o[b].d = cera_f16_to_f32(y[b].d);
         }
     } else if (t == CERA_TYPE_Q4_1) {
@@ -59,7 +61,7 @@ size_t cera_pack_group_bytes(cera_type t, int64_t k) {
     return (size_t)((k / 32 + 1) / 2) * cera_pack_unit_bytes(t);
 }
 
-/* Q4_0, Q4_1 and Q8_0 blocks: the scale d first, Q4_1's minimum m next, then the quants. */
+/* Q4_0, Q4_1, Q8_0 and IQ4_NL blocks: the scale d first, Q4_1's minimum m next, then the quants. */
 void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst) {
     const int64_t nb = k / 32;
     const size_t bsz = cera_row_size(t, 32);
@@ -94,8 +96,20 @@ static int32_t word_dot(const uint8_t *qs, const int8_t *y, int r, int l) {
     return p;
 }
 
-void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+/* The same for IQ4_NL, whose nibbles index kvalues_iq4nl; the value + 128 (unsigned, as the
+ * VNNI tile multiplies it; the prep's -128 * sum(y) takes the offset out again). */
+static int32_t word_dot_iq4(const uint8_t *qs, const int8_t *y, int r, int l) {
+    int32_t p = 0;
+    for (int j = 0; j < 4; j++) {
+        const uint8_t q = qs[64 * (l & 3) + 4 * r + j];
+        p += (kvalues_iq4nl[l < 4 ? q & 0x0F : q >> 4] + 128) * y[4 * l + j];
+    }
+    return p;
+}
+
+/* Q4_0 and IQ4_NL: the serial chain of per-block FMAs (repack.h). */
+static void tile_chain_ref(bool iq4, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                           size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK4_0;
     for (int c = 0; c < nc; c++) {
         const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
@@ -106,13 +120,24 @@ void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void 
             for (int64_t b = 0; b < nb; b++) {
                 int32_t isum = ax[b].corr;
                 for (int l = 0; l < 8; l++)
-                    isum += word_dot(cera_pack_qs(w, CERA_TYPE_Q4_0, b), y[b].qs, r, l);
+                    isum +=
+                        (iq4 ? word_dot_iq4 : word_dot)(cera_pack_qs(w, CERA_TYPE_Q4_0, b), y[b].qs, r, l);
                 const float dx = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q4_0, b)[r]);
                 acc = fmaf((float)isum, dx * ax[b].d, acc);
             }
             s[(size_t)c * s_stride + r] = acc;
         }
     }
+}
+
+void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_chain_ref(false, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+
+void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                 size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_chain_ref(true, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
 /* The end of the 8-partial order (Q4_1, Q8_0): llama.cpp's horizontal sum of 8 lanes. */
@@ -170,6 +195,7 @@ cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
     case CERA_TYPE_Q4_0: return cera_packed_tile_q4_0_ref;
     case CERA_TYPE_Q4_1: return cera_packed_tile_q4_1_ref;
     case CERA_TYPE_Q8_0: return cera_packed_tile_q8_0_ref;
+    case CERA_TYPE_IQ4_NL: return cera_packed_tile_iq4_nl_ref;
     default: return NULL;
     }
 }

@@ -13,18 +13,19 @@
  *
  * Layout of one group of 16 consecutive rows with nb = k / 32 blocks: per block the quants (256
  * bytes of nibbles as four 64-byte vectors; Q8_0: 512 bytes as eight), the 16 F16 scales d (32
- * bytes) and for Q4_1 the 16 F16 minimums m, arranged in units of two blocks (below) so every
- * load is aligned and a group is one sequential stream. Nibble types: byte 4r + j of vector i of
- * a block (r = row in the group, j < 4) is byte 4i + j of row r's original block, so its low
- * nibble is element 4i + j and its high nibble element 16 + 4i + j. A 32-bit lane of a vector is
- * one row, and one activation word (4 bytes, broadcast) feeds all 16 rows.
+ * bytes) and for Q4_1 the 16 F16 minimums m (IQ4_NL is laid out as Q4_0), arranged in units of two blocks
+ * (below) so every load is aligned and a group is one sequential stream. Nibble types: byte 4r + j of vector
+ * i of a block (r = row in the group, j < 4) is byte 4i + j of row r's original block, so its low nibble is
+ * element 4i + j and its high nibble element 16 + 4i + j. A 32-bit lane of a vector is one row, and one
+ * activation word (4 bytes, broadcast) feeds all 16 rows.
  *
  * Arithmetic (every tier, and the scalar references, the same), chosen to be llama.cpp's:
  *   Q4_0: each output is a serial chain over the blocks b of acc = fma((float)isum_b,
  *     dx_b * dy_b, acc) from 0, where isum_b is the exact integer dot of the block and
  *     dx_b * dy_b is exact in float (two 11-bit mantissas): llama.cpp's repacked Q4_0 GEMV/GEMM
  *     per output. The offset of 8 goes in through the activations: isum = sum(u * y) - 8 sum(y)
- *     with u the raw nibble.
+ *     with u the raw nibble. IQ4_NL (llama.cpp repacks it with the same GEMV/GEMM): the same
+ *     chain, the nibbles looked up in kvalues_iq4nl, the offset 128 of the unsigned table.
  *   Q4_1 (which llama.cpp does not repack): its x86 vec_dot per output, i.e. 8 float partial
  *     sums, partial l taking the 4-element integer dot of word l of the unpacked block (elements
  *     4l..4l+3 for l < 4, 16+4(l-4).. for l >= 4) as acc_l = fma(dx dy, (float)p_l, acc_l), and
@@ -39,8 +40,8 @@
  * row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0, Q4_1 and Q8_0 on the avx2 and avx512 tiers; amx keeps its own tiles
- * for Q4_0 and Q8_0; scalar and arm have none) and whose row count is a multiple of 16.
+ * packed_tile; today Q4_0, Q4_1, Q8_0 and IQ4_NL on the avx2 and avx512 tiers; amx keeps its
+ * own tiles for Q4_0, Q8_0 and IQ4_NL; scalar and arm have none) and whose row count is a multiple of 16.
  * cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev field
  * (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
  * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
@@ -91,10 +92,10 @@ static inline const cera_f16 *cera_pack_m(const void *group, int64_t b) {
                               (size_t)(b & 1) * CERA_PACK_FIELD);
 }
 
-/* Per activation block, by weight type (the activations are Q8_0 for Q4_0 and Q8_0 weights,
- * Q8_1 for Q4_1). */
-typedef struct cera_pack_aux_q4_0 {
-    int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset */
+/* Per activation block, by weight type (the activations are Q8_0 for Q4_0, Q8_0 and IQ4_NL
+ * weights, Q8_1 for Q4_1). */
+typedef struct cera_pack_aux_q4_0 { /* also IQ4_NL's */
+    int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset (IQ4_NL: -128 * sum) */
     float d;      /* the block's scale as a float */
 } cera_pack_aux_q4_0;
 typedef struct cera_pack_aux_q4_1 {
@@ -115,7 +116,7 @@ typedef struct cera_packed_weight {
     int tile_cols; /* the largest nc the tile takes */
 } cera_packed_weight;
 
-/* Whether type t has a packed layout (Q4_0, Q4_1, Q8_0). */
+/* Whether type t has a packed layout (Q4_0, Q4_1, Q8_0, IQ4_NL). */
 bool cera_pack_type_ok(cera_type t);
 
 /* Bytes of one packed group of 16 rows of k elements of type t (a multiple of 64). */
@@ -160,6 +161,8 @@ void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void 
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                 size_t a_stride, const void *aux, size_t aux_stride, int nc);
 
 /* The reference for type t (NULL when none). */
 cera_packed_tile_fn cera_packed_tile_ref(cera_type t);

@@ -499,6 +499,7 @@ void cera_cpu_register_amx(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_Q4_0].packed_tile = NULL; /* prompts take the AMX tile, not the repacked one */
     set_tile(&ops[CERA_TYPE_Q5_0], tile_q5_0_amx);
     set_tile(&ops[CERA_TYPE_IQ4_NL], tile_iq4_nl_amx);
+    ops[CERA_TYPE_IQ4_NL].packed_tile = NULL; /* prompts take the AMX tile, not the repacked one */
     set_tile(&ops[CERA_TYPE_Q2_K], tile_q2_k_amx);
     set_tile(&ops[CERA_TYPE_Q3_K], tile_q3_k_amx);
     set_tile(&ops[CERA_TYPE_Q4_K], tile_q4_k_amx);

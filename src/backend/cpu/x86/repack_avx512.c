@@ -1,13 +1,14 @@
 /*
- * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0, Q4_1 and Q8_0 weights repacked into 16-row groups
- * (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a
- * broadcast activation word adds 4 products to each of the 16 rows, and the block's float step
- * (convert, scale, fused multiply-add) serves 16 outputs at once. Registered by the avx512 tier
- * (kernels_avx512.c); the arithmetic is repack.c's scalar reference, bit for bit.
+ * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0, Q4_1, Q8_0 and IQ4_NL weights repacked into 16-row
+ * groups (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a broadcast
+ * activation word adds 4 products to each of the 16 rows, and the block's float step (convert, scale, fused
+ * multiply-add) serves 16 outputs at once. Registered by the avx512 tier (kernels_avx512.c); the arithmetic
+ * is repack.c's scalar reference, bit for bit.
  *
  * Per block and group: 4 loads of 64 nibble bytes unpacked into 8 vectors (low and high
  * nibbles) shared by every activation column; for Q4_0, per column 8 vpdpbusd in two independent
- * chains (their sum is exact) started from the offset term -8 * sum(y); for Q4_1, 8 separate
+ * chains (their sum is exact) started from the offset term -8 * sum(y) (IQ4_NL: the nibbles
+ * looked up as kvalues + 128 by a byte shuffle, the offset -128 * sum(y)); for Q4_1, 8 separate
  * word dots each scaled into its own float partial (llama.cpp's vec_dot order, repack.h), and
  * Q8_0 the same over 8 words of bytes.
  */
@@ -26,11 +27,13 @@ static inline __m512i bcast32(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float *s, size_t s_stride,
-                                                               const uint8_t *x, const uint8_t *a,
-                                                               size_t a_stride, const uint8_t *aux,
-                                                               size_t aux_stride, int nc) {
+/* Q4_0, and IQ4_NL (iq4: the nibbles index kvalues_iq4nl + 128, a byte shuffle per vector). */
+static inline __attribute__((always_inline)) void
+q4_0x16_cols(bool iq4, int64_t nb, float *s, size_t s_stride, const uint8_t *x, const uint8_t *a,
+             size_t a_stride, const uint8_t *aux, size_t aux_stride, int nc) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
     __m512 acc[COLS];
     for (int c = 0; c < COLS; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -39,6 +42,10 @@ static inline __attribute__((always_inline)) void q4_0x16_cols(int64_t nb, float
             const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, CERA_TYPE_Q4_0, b) + 64 * i));
             lo[i] = _mm512_and_si512(v, low4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            if (iq4) {
+                lo[i] = _mm512_shuffle_epi8(table, lo[i]);
+                hi[i] = _mm512_shuffle_epi8(table, hi[i]);
+            }
         }
         const __m512 dx =
             _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, CERA_TYPE_Q4_0, b)));
@@ -63,11 +70,23 @@ static void packed_q4_0_avx512(int64_t n, float *s, size_t s_stride, const void 
     const uint8_t *x = w, *ap = a, *xp = aux;
     /* constant column counts for the common cases, so the accumulators stay in registers */
     if (nc == 1)
-        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+        q4_0x16_cols(false, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
     else if (nc == COLS)
-        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
+        q4_0x16_cols(false, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
     else
-        q4_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+        q4_0x16_cols(false, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+}
+
+static void packed_iq4_nl_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                 size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK4_NL;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    if (nc == 1)
+        q4_0x16_cols(true, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+    else if (nc == COLS)
+        q4_0x16_cols(true, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
+    else
+        q4_0x16_cols(true, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
 }
 
 /* Q4_1: llama.cpp's vec_dot order per output (repack.h), so 8 float partials per column (one
@@ -172,6 +191,8 @@ static void packed_q8_0_avx512(int64_t n, float *s, size_t s_stride, const void 
 }
 
 void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_IQ4_NL].packed_tile = packed_iq4_nl_avx512;
+    ops[CERA_TYPE_IQ4_NL].packed_cols = COLS;
     ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx512;
     ops[CERA_TYPE_Q8_0].packed_cols = COLS_Q8_0;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx512;
