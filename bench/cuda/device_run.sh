@@ -8,8 +8,8 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench variants mvsweep mvtests profile (default: tests sanitize matvec
-#   bench);
+#   steps: any of tests sanitize matvec bench lora variants mvsweep mvtests profile (default: tests sanitize
+#   matvec bench lora); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
 #   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
@@ -21,7 +21,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 C=$ROOT/${CARRY:-.devcarry}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
-STEPS=${*:-tests sanitize matvec bench}
+STEPS=${*:-tests sanitize matvec bench lora}
 ln -sfn "$C/shared" /tmp/devshared
 CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
@@ -39,6 +39,8 @@ if has tests; then
     timeout 240 "$C/bin/test_cuda_golden" 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -40
     log "test_cuda_engine"
     timeout 120 "$C/bin/test_cuda_engine" 2>&1 | tee "$OUT/test_cuda_engine.log" | tail -12
+    log "test_cuda_lora"
+    timeout 200 "$C/bin/test_cuda_lora" 2>&1 | tee "$OUT/test_cuda_lora.log" | tail -20
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"
@@ -49,6 +51,8 @@ if has sanitize; then
         tee -a "$OUT/sanitize.log" | tail -6
     timeout 60 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_golden" synth-llama-q4_0 2>&1 |
         tee -a "$OUT/sanitize.log" | tail -4
+    timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_lora" stories 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -3
 fi
 if has matvec; then
     log "matvec micro-benchmark"
@@ -61,6 +65,13 @@ if has bench; then
         timeout 150 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 3 --bw-gib 4 $hdr 2>&1 |
             tee -a "$OUT/bench.log"
         hdr=
+    done
+fi
+if has lora; then
+    log "LoRA adapters: rank 16 on all 7 projections (cuda_lora_bench)"
+    for t in ${LORA_TYPES:-q4_0 f16}; do
+        timeout 200 "$C/bin/cuda_lora_bench" --synth "$t" -r 16 -p 512 -n 128 -b 32 -s 32 --reps 3 2>&1 |
+            tee -a "$OUT/lora.log"
     done
 fi
 if has variants; then

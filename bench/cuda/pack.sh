@@ -21,6 +21,7 @@ if [ -d "$C" ]; then chmod -R u+w "$C"; fi
 rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
 cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/tests/cuda/test_cuda_engine" \
     "$BUILD/tests/cuda/test_cuda_lora" "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$C/bin/"
+strip "$C"/bin/* # symbols are not needed there, and a call carries 64 MiB at most
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done

@@ -6,7 +6,8 @@
  * the host-made tables), then Q to a f32 buffer and K/V into the cache at the token's slot.
  *
  * cu_attention (flash-decoding): one block per (KV head, split, token) takes a contiguous
- * chunk of the KV slots 0..pos and serves every query head of its group, so each K/V row
+ * chunk of the KV slots 0..pos (at most one split per 64-slot tile is used: a short context
+ * is a single block, with no partials to merge) and serves every query head of its group, so each K/V row
  * is read once per group. Tiles of 64 slots: the block stages the tile's K and V rows in
  * shared memory (all loads independent and coalesced: the cache is read at bandwidth, not
  * at latency), a thread per (slot, head) computes a score, the online softmax runs per
@@ -158,7 +159,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
     // the block's slots: up to the furthest of its tokens; each row masks past its own
     int n_kv = 0;
     for (int qi = 0; qi < QT; qi++) n_kv = max(n_kv, p.pos[tok0 + qi] + 1);
-    const int chunk = (n_kv + p.n_splits - 1) / p.n_splits;
+    // splits in use: no more than one per tile of slots, so a short context is one block
+    // that normalizes its own output (no partials, no merge) instead of n_splits slivers
+    const int ns = min(p.n_splits, (n_kv + ATT_TILE - 1) / ATT_TILE);
+    if (split >= ns) return; // the whole block
+    const int chunk = (n_kv + ns - 1) / ns;
     const int start = split * chunk, end = min(n_kv, start + chunk);
     const int h0 = kvh * G, CH = hd / 8;
     const int64_t vskip = (int64_t)CU_KV_BLOCK * p.kv.kv_dim; // V follows K in a block's layer
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         __syncthreads();
     }
 
-    if (p.n_splits > 1) {
+    if (ns > 1) {
         // partial of row r: token tok0 + r / G, head h0 + r % G
         for (int i = tid; i < R * hd; i += ATT_THREADS) {
             const int r = i / hd, d = i % hd;
@@ -300,7 +305,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         if (tid == 0) {
             int32_t *cnt = p.scr.counters + (int64_t)blockIdx.z * p.n_head_kv + kvh;
             const int done = atomicAdd(cnt, 1);
-            is_last = done == p.n_splits - 1;
+            is_last = done == ns - 1;
             if (is_last) *cnt = 0; // ready for the next launch (graph replays)
         }
         __syncthreads();
@@ -312,10 +317,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
             const int64_t row0 = ((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * p.n_splits;
             const float *ml = p.scr.part_ml + row0 * 2;
             float M = -FLT_MAX;
-            for (int s = 0; s < p.n_splits; s++)
+            for (int s = 0; s < ns; s++)
                 if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
             float L = 0.0f, o = 0.0f;
-            for (int s = 0; s < p.n_splits; s++) {
+            for (int s = 0; s < ns; s++) {
                 const float l = __ldcg(ml + 2 * s + 1);
                 if (l <= 0.0f) continue;
                 const float w = expf(__ldcg(ml + 2 * s) - M);
