@@ -3,12 +3,13 @@
  * y += s·B·t per output, reading F16 factors with f32 accumulation.
  *
  * Both products are thin (rank 8..64 against k or d in the thousands), so they are
- * organised for few, short launches rather than for arithmetic: A·x runs one block per
- * entry and segment, a warp per rank row (16-byte loads of eight F16 values against the
- * f32 input, which every warp of the block reads through L1); B·t runs a thread per
- * output element, which reads its B row (rank F16 values, 16-byte loads) and the entry's
- * t from L1. A row's entries are summed in plan order (adapter id), so the result does
- * not depend on how the rows are spread over blocks.
+ * organised for short launches rather than for arithmetic: A·x runs many small blocks over
+ * chunks of the inputs, a warp per rank row (a 16-byte load of eight F16 values per lane),
+ * so A is read with many loads in flight; B·t runs a thread per output element, which reads
+ * its B row (rank F16 values, 16-byte loads) and the entry's t. A row's entries are summed
+ * in plan order (adapter id), so the result does not depend on how rows are spread over
+ * blocks. The decode kernels that add B·t inside another step (the SwiGLU, the RMS norm)
+ * take the row's terms from the host-made item table (lora.cuh).
  */
 #include "backend/cuda/lora.cuh"
 #include "backend/cuda/quant.cuh"

@@ -1,7 +1,9 @@
 /*
  * lora.cuh — device helpers of the LoRA kernels (lora_cuda.h), shared by lora.cu and by
- * the kernels that take an adapter's B·t as a prologue in a decode step (the RMS norm in
- * act.cu, RoPE in attention.cu), so that adding it costs no launch of its own.
+ * attention.cu's RoPE, which adds Q/K/V's B·t in a decode step: the dot of a B row with t,
+ * a row's adapter sum from the plan's entries (prefill), and the decode form, where a block
+ * first stages the (layer, projection)'s terms from the item table and its t in shared
+ * memory.
  */
 #ifndef CERA_BACKEND_CUDA_LORA_CUH
 #define CERA_BACKEND_CUDA_LORA_CUH

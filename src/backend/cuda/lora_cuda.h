@@ -12,17 +12,20 @@
  *     sorted by row and, within a row, by adapter id (the order the CPU adds them in);
  *     row_first[r] .. row_first[r + 1] are row r's entries. Each entry has its slice of the
  *     A·x scratch t, [entry][segment][max_rank].
+ *   - for a decode step (one row) the host also flattens the row's terms per (layer,
+ *     projection) into an item table (cu_lora_item), so a kernel reaches them in one load.
  * The plan lives in device memory at fixed addresses and its entry count is read on the
- * device, so a captured decode graph stays valid when adapters are attached, rescaled or
- * swapped; only a change of the projections that any adapter targets (which launches the
- * step makes) or of the scratch size needs a new capture.
+ * device, so a captured decode graph stays valid when adapters are rescaled or swapped for
+ * others of the same targets; a change of the projections any adapter targets (which
+ * launches the step makes), of the entry count or of the scratch size needs a new capture.
  *
- * Per projection group (Q/K/V, O, gate/up, down) two launches:
- *   cu_lora_a:  t[e][seg][j] = A_j · x[row(e)]          (one block per entry and segment)
+ * Per projection group (Q/K/V, O, gate/up, down):
+ *   cu_lora_a:  t[e][seg][j] = A_j · x[row(e)]   (blocks over chunks of LORA_KC inputs; the
+ *               last block of each (entry, segment) sums the chunk partials in order)
  *   cu_lora_b:  y[row][i] += mult · Σ_e s_e · B_i · t[e][seg]   (entries of the row in order)
- * and for a decode step whose gate or up is targeted, cu_lora_b_swiglu adds to gate and up
- * and writes silu(gate) · up straight into the FFN activation (quantized), the work the
- * matvec's SwiGLU epilogue does when no adapter is active.
+ * Prefill of a prompt whose rows all share the adapters instead runs two cuBLAS GEMMs per
+ * projection and adapter (lora.c). A decode step adds B·t inside kernels that read the
+ * projection's output anyway (cu_rope_store_lora, cu_lora_swiglu, cu_norm_lora below).
  */
 #ifndef CERA_BACKEND_CUDA_LORA_CUDA_H
 #define CERA_BACKEND_CUDA_LORA_CUDA_H
