@@ -55,7 +55,8 @@ static void dot_tile(const cera_lora_cpu_job *j, int64_t k, float *out, size_t o
  * row counts, every column count) decides once per process. 0 unknown, 1 yes, -1 no. */
 static _Atomic int bt16_state;
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__) /* the kernel is built on x86-64 only (backend/cpu/x86) */
+#define HAVE_BT16 1
 static bool bt16_check(const cera_cpu_type_ops *ops) {
     if (!ops->gemm_tile || !cera_cpu_tier_available("avx512")) return false;
     enum { N = 48 };
@@ -85,6 +86,7 @@ static bool bt16_check(const cera_cpu_type_ops *ops) {
     return ok;
 }
 #else
+#define HAVE_BT16 0
 static bool bt16_check(const cera_cpu_type_ops *ops) {
     (void)ops;
     return false;
@@ -180,10 +182,12 @@ static void tile_done(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith
             const int step = j->bt16 ? 16 : j->tr;
             for (int64_t c0 = o0; c0 < o1; c0 += step) {
                 const int nr = o1 - c0 < step ? (int)(o1 - c0) : step;
+#if HAVE_BT16
                 if (j->bt16)
                     cera_lora_bt16_avx512(p->rank, u, (size_t)step, p->b + (size_t)c0 * p->rank, nr,
                                           gr->t + (size_t)r0 * ts, ts, nc);
                 else
+#endif
                     dot_tile(j, p->rank, u, (size_t)step, p->b + (size_t)c0 * p->rank, nr,
                              gr->t + (size_t)r0 * ts, ts, nc);
                 for (int c = 0; c < nc; c++)

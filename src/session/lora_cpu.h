@@ -84,7 +84,8 @@ void cera_lora_cpu_apply(cera_pool *pool, const cera_lora_batch *b, int layer, c
 
 /* u[c * u_stride + i] = dot(b row i, t row c) for i < nr <= 16 and c < nc, rows of n
  * floats (b rows n apart, t rows t_stride apart), each rounded exactly as the AVX-512 F32
- * tile rounds it (lora_cpu_avx512.c; x86 only, callable only where the CPU has AVX-512). */
+ * tile rounds it (backend/cpu/x86/lora_avx512.c: x86-64 builds only, callable only where
+ * the CPU has AVX-512). */
 void cera_lora_bt16_avx512(int64_t n, float *u, size_t u_stride, const float *b, int nr, const float *t,
                            size_t t_stride, int nc);
 

@@ -1,6 +1,7 @@
 /*
- * lora_cpu_avx512.c — the LoRA hook's B·t product for AVX-512 CPUs (lora_cpu.c calls it
- * only where the CPU has AVX-512 and a self-check shows it gives the F32 tile's bits).
+ * lora_avx512.c — the LoRA hook's B·t product for AVX-512 CPUs (src/session/lora_cpu.c
+ * calls it only where the CPU has AVX-512 and a self-check shows it gives the F32 tile's
+ * bits). Built on x86-64 only, as every file of this folder.
  *
  * u = B·t has a short inner length (the rank, 8 to 64 typically), so with the F32 register
  * tile one horizontal sum per output costs more than the multiply-adds. Here each output
@@ -11,7 +12,6 @@
  */
 #include "session/lora_cpu.h"
 
-#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 /* out lane i = the reduction tree of a[i] (the lanes of _mm512_reduce_add_ps's pairing). */
@@ -67,6 +67,3 @@ void cera_lora_bt16_avx512(int64_t n, float *u, size_t u_stride, const float *b,
         }
     }
 }
-#else
-typedef int cera_lora_cpu_avx512_unused; /* not an x86 build: nothing here */
-#endif
