@@ -5,7 +5,10 @@
  * adapter, and B different adapters (rows grouped per adapter, as a server would run
  * them).
  *
- *   lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] [--reps R]
+ *   lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] [--reps R] [--forms F]
+ *
+ * --forms: which forms of the CPU hook to measure (lora_cpu.h: 0 after the matmul, 1 fused with
+ * B·t per tile, 2 fused with B·t post), as digits, e.g. 02; all by default.
  *
  * -b 0 (or 1) skips the batch tests. Adapters are random (factors ~ N(0, 0.02), alpha =
  * 2·rank): the cost does not depend on the values. Prints what was measured (model shape,
@@ -107,14 +110,15 @@ static void one_run(cera_engine *e, cera_adapter *a, const cera_token *t, int n_
  * interleaved in a rotating order so that a shared machine's load changes hit all alike;
  * best of reps each. */
 #define N_FORMS 4
-static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps, double pp[N_FORMS],
-                   double tg[N_FORMS]) {
+static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int reps,
+                   const bool want[N_FORMS], double pp[N_FORMS], double tg[N_FORMS]) {
     cera_token *t = malloc((size_t)n_prompt * sizeof *t);
     for (int i = 0; i < n_prompt; i++) t[i] = 1 + (i * 7919) % (cera_engine_n_vocab(e) - 1);
     for (int v = 0; v < N_FORMS; v++) pp[v] = tg[v] = 0;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < N_FORMS; k++) {
             const int v = (r + k) % N_FORMS;
+            if (!want[v]) continue;
             cera_lora_cpu_set_fusion(v ? v - 1 : -1);
             one_run(e, v ? a : NULL, t, n_prompt, n_gen, &pp[v], &tg[v]);
         }
@@ -185,6 +189,7 @@ static double batched(cera_engine *e, cera_adapter **ad, int B, int mode, int n_
 int main(int argc, char **argv) {
     const char *model = NULL;
     int threads = 0, rank = 16, n_prompt = 128, n_gen = 64, B = 32, reps = 3;
+    bool want[N_FORMS] = {true, true, true, true}, forms_ok = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -198,18 +203,29 @@ int main(int argc, char **argv) {
             B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && !model)
+        else if (!strcmp(argv[i], "--forms") && i + 1 < argc) {
+            const char *f = argv[++i];
+            for (int v = 1; v < N_FORMS; v++) want[v] = false;
+            forms_ok = *f != 0;
+            for (; *f; f++) {
+                if (*f < '0' || *f >= '0' + N_FORMS - 1)
+                    forms_ok = false;
+                else
+                    want[1 + *f - '0'] = true;
+            }
+        } else if (argv[i][0] != '-' && !model)
             model = argv[i];
         else {
             fprintf(stderr,
                     "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
-                    "[--reps R]\n");
+                    "[--reps R] [--forms F]\n");
             return 2;
         }
     }
-    if (!model || rank < 1 || rank > CERA_LORA_MAX_RANK || n_prompt < 1 || n_gen < 1 || B < 0 || reps < 1) {
+    if (!model || rank < 1 || rank > CERA_LORA_MAX_RANK || n_prompt < 1 || n_gen < 1 || B < 0 || reps < 1 ||
+        !forms_ok) {
         fprintf(stderr, "usage: lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] "
-                        "[--reps R]\n");
+                        "[--reps R] [--forms F]\n");
         return 2;
     }
     cera_engine_params ep = cera_engine_default_params();
@@ -227,7 +243,7 @@ int main(int argc, char **argv) {
     double pp[N_FORMS], tg[N_FORMS];
     const double la0 = load_avg();
     const double start = now_s();
-    single(e, ad[0], n_prompt, n_gen, reps, pp, tg);
+    single(e, ad[0], n_prompt, n_gen, reps, want, pp, tg);
     double b0 = 0, b1 = 0, bn = 0;
     if (B > 1) {
         b0 = batched(e, ad, B, 0, n_gen, reps);
@@ -263,11 +279,13 @@ int main(int argc, char **argv) {
     printf("| threads | test | no adapter (tok/s) | adapter: form | tok/s | cost "
            "|\n|---:|---|---:|---|---:|---:|\n");
     for (int v = 1; v < N_FORMS; v++)
-        printf("| %d | prefill pp%d | %.1f | %s%s | %.1f | %+.1f %% |\n", nt, n_prompt, pp[0], form[v],
-               v == def ? " (default)" : "", pp[v], 100 * (pp[0] / pp[v] - 1));
+        if (want[v])
+            printf("| %d | prefill pp%d | %.1f | %s%s | %.1f | %+.1f %% |\n", nt, n_prompt, pp[0], form[v],
+                   v == def ? " (default)" : "", pp[v], 100 * (pp[0] / pp[v] - 1));
     for (int v = 1; v < N_FORMS; v++)
-        printf("| %d | decode tg%d | %.2f | %s%s | %.2f | %+.1f %% |\n", nt, n_gen, tg[0], form[v],
-               v == def ? " (default)" : "", tg[v], 100 * (tg[0] / tg[v] - 1));
+        if (want[v])
+            printf("| %d | decode tg%d | %.2f | %s%s | %.2f | %+.1f %% |\n", nt, n_gen, tg[0], form[v],
+                   v == def ? " (default)" : "", tg[v], 100 * (tg[0] / tg[v] - 1));
     printf("\n(after the matmul: the adapter's own two pool jobs after each projection's matmul job; fused: "
            "inside it, B·t on each finished output tile or in the job's last chunks; the batches below use "
            "the default)\n");
