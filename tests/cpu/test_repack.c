@@ -4,9 +4,9 @@
  *   - the per-row activation terms (cera_packed_prep): Q4_0 -8 * sum(q) and the scale, Q4_1 the
  *     scale and s as floats, Q8_0 -128 * the sum of each 4-element word and the scale, IQ4_NL
  *     -128 * sum(q) and the scale;
- *   - the scalar reference of each packed tile (Q4_0, Q4_1, Q8_0, IQ4_NL) agrees with the scalar tier's
- *     file-layout dot within 2^-20 of M = sum |w_i a_i| (same integers, other float order),
- *     which also checks the interleaving itself;
+ *   - the scalar reference of each packed tile (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) agrees with the scalar
+ * tier's file-layout dot within 2^-20 of M = sum |w_i a_i| (same integers, other float order), which also
+ * checks the interleaving itself;
  *   - every tier's packed tile gives exactly the reference's bits, at every column count up to
  *     its maximum (so a decode step equals the same token in a prompt, on every tier);
  *   - cera_matmul over a repacked weight (dev set, as the CPU backend does) gives each token the
@@ -59,11 +59,11 @@ static void check_group(test_rng *rng, cera_type t, int64_t k, int nc) {
         sc->quantize_act(x, a + (size_t)c * as, k);
         cera_packed_prep(t, a + (size_t)c * as, aux + (size_t)c * xs, k);
         for (int64_t b = 0; b < nb; b++) {
-            if (t == CERA_TYPE_Q4_1) {
+            if (t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_1) {
                 const block_q8_1 *y = (const block_q8_1 *)(a + (size_t)c * as) + b;
                 const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * xs) + b;
                 CHECK(ax->d == cera_f16_to_f32(y->d) && ax->s == cera_f16_to_f32(y->s),
-                      "prep q4_1 k=%lld block %lld (seed %llu)", (long long)k, (long long)b,
+                      "prep %s k=%lld block %lld (seed %llu)", tn, (long long)k, (long long)b,
                       (unsigned long long)seed);
                 continue;
             }
@@ -81,9 +81,10 @@ static void check_group(test_rng *rng, cera_type t, int64_t k, int nc) {
                       ax->corr, ax->d, -off * sum, cera_f16_to_f32(y->d), (unsigned long long)seed);
             } else {
                 const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)(aux + (size_t)c * xs) + b;
+                const int off = t == CERA_TYPE_Q8_0 ? 128 : 16;
                 bool ok = ax->d == cera_f16_to_f32(y->d);
-                for (int l = 0; l < 8; l++) ok = ok && ax->corr[l] == -128 * word[l];
-                CHECK(ok, "prep q8_0 k=%lld block %lld (seed %llu)", (long long)k, (long long)b,
+                for (int l = 0; l < 8; l++) ok = ok && ax->corr[l] == -off * word[l];
+                CHECK(ok, "prep %s k=%lld block %lld (seed %llu)", tn, (long long)k, (long long)b,
                       (unsigned long long)seed);
             }
         }
@@ -176,7 +177,7 @@ static void check_matmul(test_rng *rng, cera_type type, int64_t n, int64_t k, in
               "matmul %s %lldx%lld: repacked vs file layout differ by %.3g (largest output %.3g, seed %llu)",
               cera_type_get(type)->name, (long long)n, (long long)k, worst, top, (unsigned long long)seed);
         /* Q4_1 and Q8_0 keep the file-layout x86 tiles' order (llama.cpp's): the same bits */
-        if (type == CERA_TYPE_Q4_1 || type == CERA_TYPE_Q8_0)
+        if (type != CERA_TYPE_Q4_0 && type != CERA_TYPE_IQ4_NL)
             CHECK(memcmp(batch, plain, sizeof(float) * (size_t)n * n_tokens) == 0,
                   "matmul %s %lldx%lld: repacked not bit-identical to the file layout (seed %llu)",
                   cera_type_get(type)->name, (long long)n, (long long)k, (unsigned long long)seed);
@@ -196,7 +197,8 @@ int main(int argc, char **argv) {
     test_rng rng = {seed};
     static const int64_t block_counts[] = {1, 2, 3, 5, 8, 13, 64};
     static const int col_counts[] = {1, 3, 8, 11};
-    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1, CERA_TYPE_Q8_0, CERA_TYPE_IQ4_NL};
+    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1, CERA_TYPE_Q5_0,
+                                      CERA_TYPE_Q5_1, CERA_TYPE_Q8_0, CERA_TYPE_IQ4_NL};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         for (size_t i = 0; i < sizeof block_counts / sizeof block_counts[0]; i++)
             for (size_t c = 0; c < sizeof col_counts / sizeof col_counts[0]; c++)

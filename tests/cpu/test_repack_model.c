@@ -4,8 +4,8 @@
  *
  *   - a prompt evaluated as one batch and one token at a time gives the same logits bit for bit
  *     (a decode step equals the same token inside a prompt), with 2 threads;
- *   - against the same model opened with CERA_CPU_REPACK=0 (the file layout): Q4_1 and Q8_0
- *     give the same bits (their packed order is the file-layout tiles'); Q4_0 and IQ4_NL sum the
+ *   - against the same model opened with CERA_CPU_REPACK=0 (the file layout): Q4_1, Q5_0, Q5_1
+ *     and Q8_0 give the same bits (their packed order is the file-layout tiles'); Q4_0 and IQ4_NL sum the
  *     same integers in another float order, and a last-bit difference can quantize a later
  *     activation one step the other way, so they agree within 2e-2 of the largest logit
  *     (measured 6.6e-3 and 4.3e-3; the file layout was 7.9e-3 from llama.cpp's golden, which the
@@ -97,5 +97,7 @@ int main(void) {
     check_model("synth-llama-iq4_nl", false);
     check_model("synth-llama-q4_1", true);
     check_model("synth-llama-q8_0", true);
+    check_model("synth-llama-q5_0", true);
+    check_model("synth-llama-q5_1", true);
     return test_finish();
 }

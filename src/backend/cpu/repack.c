@@ -14,14 +14,17 @@
 #include "tensor/blocks.h"
 
 bool cera_pack_type_ok(cera_type t) {
-    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_IQ4_NL;
+    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_0 || t == CERA_TYPE_Q5_1 ||
+           t == CERA_TYPE_Q8_0 || t == CERA_TYPE_IQ4_NL;
 }
 
 size_t cera_packed_aux_size(cera_type t, int64_t k) {
     switch (t) {
     case CERA_TYPE_Q4_0:
     case CERA_TYPE_IQ4_NL: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q4_0);
-    case CERA_TYPE_Q4_1: return (size_t)(k / QK8_1) * sizeof(cera_pack_aux_q4_1);
+    case CERA_TYPE_Q4_1:
+    case CERA_TYPE_Q5_1: return (size_t)(k / QK8_1) * sizeof(cera_pack_aux_q4_1);
+    case CERA_TYPE_Q5_0:
     case CERA_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q8_0);
     default: return 0;
     }
@@ -38,20 +41,21 @@ void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k
             o[b].corr = -off * sum;
             o[b].d = cera_f16_to_f32(y[b].d);
         }
-    } else if (t == CERA_TYPE_Q4_1) {
+    } else if (t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_1) {
         const block_q8_1 *y = act_row;
         cera_pack_aux_q4_1 *o = aux_row;
         for (int64_t b = 0; b < k / QK8_1; b++) {
             o[b].d = cera_f16_to_f32(y[b].d);
             o[b].s = cera_f16_to_f32(y[b].s);
         }
-    } else if (t == CERA_TYPE_Q8_0) {
+    } else if (t == CERA_TYPE_Q8_0 || t == CERA_TYPE_Q5_0) {
         const block_q8_0 *y = act_row;
         cera_pack_aux_q8_0 *o = aux_row;
+        const int32_t off = t == CERA_TYPE_Q8_0 ? 128 : 16;
         for (int64_t b = 0; b < k / QK8_0; b++) {
             for (int l = 0; l < 8; l++)
                 o[b].corr[l] =
-                    -128 * (y[b].qs[4 * l] + y[b].qs[4 * l + 1] + y[b].qs[4 * l + 2] + y[b].qs[4 * l + 3]);
+                    -off * (y[b].qs[4 * l] + y[b].qs[4 * l + 1] + y[b].qs[4 * l + 2] + y[b].qs[4 * l + 3]);
             o[b].d = cera_f16_to_f32(y[b].d);
         }
     }
@@ -61,22 +65,26 @@ size_t cera_pack_group_bytes(cera_type t, int64_t k) {
     return (size_t)((k / 32 + 1) / 2) * cera_pack_unit_bytes(t);
 }
 
-/* Q4_0, Q4_1, Q8_0 and IQ4_NL blocks: the scale d first, Q4_1's minimum m next, then the quants. */
+/* Every packed type's block starts with the scale d; Q4_1/Q5_1 have the minimum m next, Q5_0/Q5_1
+ * then the 4 bytes of fifth bits, and the quants last. */
 void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst) {
     const int64_t nb = k / 32;
     const size_t bsz = cera_row_size(t, 32);
-    const size_t qs_off = t == CERA_TYPE_Q4_1 ? 4 : 2;
+    const size_t qh_off = 2 * (size_t)cera_pack_fields(t), qh = cera_pack_qh_bytes(t) ? 4 : 0;
+    const size_t qs_off = qh_off + qh;
     const int words = t == CERA_TYPE_Q8_0 ? 8 : 4; /* 4-byte words of quants per row and block */
     if (nb & 1)                                    /* the padding half of the last unit */
         memset((uint8_t *)dst + (size_t)(nb / 2) * cera_pack_unit_bytes(t), 0, cera_pack_unit_bytes(t));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *qs = (uint8_t *)cera_pack_qs(dst, t, b);
         cera_f16 *d = (cera_f16 *)cera_pack_d(dst, t, b);
-        cera_f16 *m = t == CERA_TYPE_Q4_1 ? (cera_f16 *)cera_pack_m(dst, b) : NULL;
+        cera_f16 *m = cera_pack_fields(t) == 2 ? (cera_f16 *)cera_pack_m(dst, t, b) : NULL;
+        uint8_t *h = qh ? (uint8_t *)cera_pack_qh(dst, t, b) : NULL;
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             const uint8_t *blk = (const uint8_t *)rows + (size_t)r * w_stride + (size_t)b * bsz;
             memcpy(&d[r], blk, 2);
             if (m) memcpy(&m[r], blk + 2, 2);
+            if (h) memcpy(h + 4 * r, blk + qh_off, 4);
             for (int i = 0; i < words; i++) memcpy(qs + 64 * i + 4 * r, blk + qs_off + 4 * i, 4);
             if (t == CERA_TYPE_Q8_0)
                 for (int i = 0; i < words; i++)
@@ -92,6 +100,19 @@ static int32_t word_dot(const uint8_t *qs, const int8_t *y, int r, int l) {
     for (int j = 0; j < 4; j++) {
         const uint8_t q = qs[64 * (l & 3) + 4 * r + j];
         p += (l < 4 ? q & 0x0F : q >> 4) * y[4 * l + j];
+    }
+    return p;
+}
+
+/* The same for Q5_0/Q5_1: element e = 4l + j takes bit e of row r's qh word as its bit 4. */
+static int32_t word_dot5(const uint8_t *qs, const uint8_t *qh, const int8_t *y, int r, int l) {
+    uint32_t bits;
+    memcpy(&bits, qh + 4 * r, 4);
+    int32_t p = 0;
+    for (int j = 0; j < 4; j++) {
+        const uint8_t q = qs[64 * (l & 3) + 4 * r + j];
+        const int e = 4 * l + j;
+        p += ((l < 4 ? q & 0x0F : q >> 4) | (int)((bits >> e) & 1) << 4) * y[e];
     }
     return p;
 }
@@ -145,8 +166,10 @@ static float hsum8(const float a[8]) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+/* Q4_1 and Q5_1 (five): 8 word partials and the minimum sum, llama.cpp's vec_dot order. */
+static void tile_min_ref(bool five, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                         size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const cera_type t = five ? CERA_TYPE_Q5_1 : CERA_TYPE_Q4_1;
     const int64_t nb = n / QK4_1;
     for (int c = 0; c < nc; c++) {
         const block_q8_1 *y = (const block_q8_1 *)((const uint8_t *)a + (size_t)c * a_stride);
@@ -155,14 +178,50 @@ void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void 
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             float acc[8] = {0}, summs = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                const float dx = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q4_1, b)[r]);
-                const float mx = cera_f16_to_f32(cera_pack_m(w, b)[r]);
+                const float dx = cera_f16_to_f32(cera_pack_d(w, t, b)[r]);
+                const float mx = cera_f16_to_f32(cera_pack_m(w, t, b)[r]);
                 summs = fmaf(mx, ax[b].s, summs); /* the product is exact: the same as summs += mx * s */
-                for (int l = 0; l < 8; l++)
-                    acc[l] = fmaf(dx * ax[b].d,
-                                  (float)word_dot(cera_pack_qs(w, CERA_TYPE_Q4_1, b), y[b].qs, r, l), acc[l]);
+                for (int l = 0; l < 8; l++) {
+                    const int32_t p =
+                        five ? word_dot5(cera_pack_qs(w, t, b), cera_pack_qh(w, t, b), y[b].qs, r, l)
+                             : word_dot(cera_pack_qs(w, t, b), y[b].qs, r, l);
+                    acc[l] = fmaf(dx * ax[b].d, (float)p, acc[l]);
+                }
             }
             s[(size_t)c * s_stride + r] = hsum8(acc) + summs;
+        }
+    }
+}
+
+void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_min_ref(false, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+
+void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_min_ref(true, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+
+void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK5_0;
+    for (int c = 0; c < nc; c++) {
+        const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
+        const cera_pack_aux_q8_0 *ax =
+            (const cera_pack_aux_q8_0 *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            float acc[8] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const float d = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q5_0, b)[r]) * ax[b].d;
+                for (int l = 0; l < 8; l++) {
+                    const int32_t p =
+                        ax[b].corr[l] + word_dot5(cera_pack_qs(w, CERA_TYPE_Q5_0, b),
+                                                  cera_pack_qh(w, CERA_TYPE_Q5_0, b), y[b].qs, r, l);
+                    acc[l] = fmaf((float)p, d, acc[l]);
+                }
+            }
+            s[(size_t)c * s_stride + r] = hsum8(acc) + 0.0f; /* as the tile's (no minimums) */
         }
     }
 }
@@ -196,6 +255,8 @@ cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
     case CERA_TYPE_Q4_1: return cera_packed_tile_q4_1_ref;
     case CERA_TYPE_Q8_0: return cera_packed_tile_q8_0_ref;
     case CERA_TYPE_IQ4_NL: return cera_packed_tile_iq4_nl_ref;
+    case CERA_TYPE_Q5_0: return cera_packed_tile_q5_0_ref;
+    case CERA_TYPE_Q5_1: return cera_packed_tile_q5_1_ref;
     default: return NULL;
     }
 }

@@ -30,8 +30,8 @@
  *     sums, partial l taking the 4-element integer dot of word l of the unpacked block (elements
  *     4l..4l+3 for l < 4, 16+4(l-4).. for l >= 4) as acc_l = fma(dx dy, (float)p_l, acc_l), and
  *     a serial sum of m_b * s_b; at the end ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) + summs.
- *   Q8_0: the same 8 partials over words of 4 elements (no minimums; + 0.0 at the end), which is
- *     the file-layout tile's order (tile_x86_body.h) and so llama.cpp's tinyBLAS order.
+ *   Q8_0 and Q5_0: the same 8 partials over words of 4 elements (no minimums; + 0.0 at the end),
+ *     which is the file-layout tile's order (tile_x86_body.h) and so llama.cpp's; Q5_1 as Q4_1.
  * So the results are identical bit for bit across tiers, tile widths and batch sizes (a decode
  * step equals the same token inside a prompt) and equal llama.cpp's.
  *
@@ -40,7 +40,7 @@
  * row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0, Q4_1, Q8_0 and IQ4_NL on the avx2 and avx512 tiers; amx keeps its
+ * packed_tile; today Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL on the avx2 and avx512 tiers; amx keeps its
  * own tiles for Q4_0, Q8_0 and IQ4_NL; scalar and arm have none) and whose row count is a multiple of 16.
  * cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev field
  * (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
@@ -63,37 +63,46 @@
 #define CERA_PACK_ROWS 16
 
 /* A group is a sequence of units of 2 blocks (the last one padded when nb is odd): the 16 F16
- * scales d of both blocks (64 bytes), for Q4_1 the 16 F16 minimums m of both (64 bytes), then
- * both blocks' quants (256 bytes each for the nibble types, 512 for Q8_0). Units are multiples of
+ * scales d of both blocks (64 bytes), for Q4_1/Q5_1 the 16 F16 minimums m of both (64 bytes), for
+ * Q5_0/Q5_1 the fifth bits of both (64 bytes each: lane r = row r's qh word), then both blocks'
+ * quants (256 bytes each for the nibble types, 512 for Q8_0). Units are multiples of
  * 64 bytes, so every load is aligned, and a group is one sequential stream (with the scales in a
  * stream of their own, measured slower: the prefetcher lagged on the second stream).
  * Q8_0's quants are stored as unsigned bytes x + 128 (x ^ 0x80), 8 words of 4 per row and block:
  * byte 4r + j of vector i is element 4i + j of row r. */
 #define CERA_PACK_FIELD 32 /* 16 F16 values */
 
-static inline int cera_pack_fields(cera_type t) { return t == CERA_TYPE_Q4_1 ? 2 : 1; }
+static inline int cera_pack_fields(cera_type t) { return t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_1 ? 2 : 1; }
 static inline size_t cera_pack_qs_bytes(cera_type t) { return t == CERA_TYPE_Q8_0 ? 512 : 256; }
+static inline size_t cera_pack_qh_bytes(cera_type t) {
+    return t == CERA_TYPE_Q5_0 || t == CERA_TYPE_Q5_1 ? 64 : 0;
+}
 static inline size_t cera_pack_unit_bytes(cera_type t) {
-    return (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD + 2 * cera_pack_qs_bytes(t);
+    return (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD + 2 * cera_pack_qh_bytes(t) +
+           2 * cera_pack_qs_bytes(t);
 }
 static inline const uint8_t *cera_pack_unit(const void *group, cera_type t, int64_t b) {
     return (const uint8_t *)group + (size_t)(b >> 1) * cera_pack_unit_bytes(t);
 }
-/* Block b's quants, scales d and (Q4_1) minimums m. */
+/* Block b's quants, scales d, (Q4_1, Q5_1) minimums m and (Q5_0, Q5_1) fifth bits qh. */
 static inline const uint8_t *cera_pack_qs(const void *group, cera_type t, int64_t b) {
     return cera_pack_unit(group, t, b) + (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD +
-           (size_t)(b & 1) * cera_pack_qs_bytes(t);
+           2 * cera_pack_qh_bytes(t) + (size_t)(b & 1) * cera_pack_qs_bytes(t);
+}
+static inline const uint8_t *cera_pack_qh(const void *group, cera_type t, int64_t b) {
+    return cera_pack_unit(group, t, b) + (size_t)cera_pack_fields(t) * 2 * CERA_PACK_FIELD +
+           (size_t)(b & 1) * cera_pack_qh_bytes(t);
 }
 static inline const cera_f16 *cera_pack_d(const void *group, cera_type t, int64_t b) {
     return (const cera_f16 *)(cera_pack_unit(group, t, b) + (size_t)(b & 1) * CERA_PACK_FIELD);
 }
-static inline const cera_f16 *cera_pack_m(const void *group, int64_t b) {
-    return (const cera_f16 *)(cera_pack_unit(group, CERA_TYPE_Q4_1, b) + 2 * CERA_PACK_FIELD +
+static inline const cera_f16 *cera_pack_m(const void *group, cera_type t, int64_t b) {
+    return (const cera_f16 *)(cera_pack_unit(group, t, b) + 2 * CERA_PACK_FIELD +
                               (size_t)(b & 1) * CERA_PACK_FIELD);
 }
 
-/* Per activation block, by weight type (the activations are Q8_0 for Q4_0, Q8_0 and IQ4_NL
- * weights, Q8_1 for Q4_1). */
+/* Per activation block, by weight type (the activations are Q8_0 for Q4_0, Q5_0, Q8_0 and
+ * IQ4_NL weights, Q8_1 for Q4_1 and Q5_1). */
 typedef struct cera_pack_aux_q4_0 { /* also IQ4_NL's */
     int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset (IQ4_NL: -128 * sum) */
     float d;      /* the block's scale as a float */
@@ -101,8 +110,8 @@ typedef struct cera_pack_aux_q4_0 { /* also IQ4_NL's */
 typedef struct cera_pack_aux_q4_1 {
     float d, s; /* the block's scale and d * sum(q), as floats */
 } cera_pack_aux_q4_1;
-typedef struct cera_pack_aux_q8_0 {
-    int32_t corr[8]; /* -128 * sum of word l's 4 quants: the offset of the stored x + 128 */
+typedef struct cera_pack_aux_q8_0 { /* also Q5_0's; Q5_1 takes cera_pack_aux_q4_1 */
+    int32_t corr[8]; /* -128 * sum of word l's 4 quants: the offset of the stored x + 128 (Q5_0: -16 *) */
     float d;
 } cera_pack_aux_q8_0;
 
@@ -116,7 +125,7 @@ typedef struct cera_packed_weight {
     int tile_cols; /* the largest nc the tile takes */
 } cera_packed_weight;
 
-/* Whether type t has a packed layout (Q4_0, Q4_1, Q8_0, IQ4_NL). */
+/* Whether type t has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL). */
 bool cera_pack_type_ok(cera_type t);
 
 /* Bytes of one packed group of 16 rows of k elements of type t (a multiple of 64). */
@@ -163,6 +172,10 @@ void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void 
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                  size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
 
 /* The reference for type t (NULL when none). */
 cera_packed_tile_fn cera_packed_tile_ref(cera_type t);

@@ -72,31 +72,57 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     }
 }
 
-/* Q4_1, rows 8h .. 8h + 7 against one activation column: 8 float partials (one per 4-element
- * word) and the minimum sum, as repack.c's reference. One column per pass: the 8 partials and
- * 8 unpacked words fill the 16 registers. */
-static void q4_1x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const block_q8_1 *y = (const block_q8_1 *)a;
-    const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)aux;
+/* Q4_1, Q5_1 and Q5_0, rows 8h .. 8h + 7 against one activation column: 8 float partials (one
+ * per 4-element word) and the minimum sum, as repack.c's references. One column per pass: the 8
+ * partials and 8 unpacked words fill the 16 registers. Q5's fifth bits as in repack_avx512.c:
+ * the qh byte of each word spread over the lane's bytes, tested, 16 added where set (u <= 31,
+ * so pmaddubsw's pairs stay below 2^15). */
+static void nib8_x8_col(cera_type t, int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a,
+                        const uint8_t *aux) {
+    const bool five = t != CERA_TYPE_Q4_1, mins = t != CERA_TYPE_Q5_0;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
+    const __m256i bits_lo = _mm256_set1_epi32(0x08040201), bits_hi = _mm256_set1_epi32((int)0x80402010);
+    const __m256i first =
+        _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
     __m256 acc[8], summ = _mm256_setzero_ps();
     for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 dx =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_1, b) + 8 * h)));
-        const __m256 mx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, b) + 8 * h)));
-        summ = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax[b].s), summ); /* exact product */
-        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d));
+        const int8_t *yq;
+        float dy;
+        const int32_t *corr = NULL;
+        if (mins) {
+            const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)aux + b;
+            yq = ((const block_q8_1 *)a)[b].qs;
+            dy = ax->d;
+            const __m256 mx =
+                _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, t, b) + 8 * h)));
+            summ = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax->s), summ); /* exact product */
+        } else {
+            const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux + b;
+            yq = ((const block_q8_0 *)a)[b].qs;
+            dy = ax->d;
+            corr = ax->corr;
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, t, b) + 8 * h)));
+        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
+        const __m256i qh = five ? _mm256_load_si256((const __m256i *)(cera_pack_qh(x, t, b) + 32 * h))
+                                : _mm256_setzero_si256();
         for (int i = 0; i < 4; i++) {
-            const __m256i v =
-                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q4_1, b) + 64 * i + 32 * h));
-            const __m256i lo = _mm256_and_si256(v, low4),
-                          hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast32(y[b].qs + 4 * i)), ones);
-            const __m256i phi =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast32(y[b].qs + 16 + 4 * i)), ones);
-            acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), acc[i]);
-            acc[4 + i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), acc[4 + i]);
+            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, t, b) + 64 * i + 32 * h));
+            __m256i w2[2] = {_mm256_and_si256(v, low4), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)};
+            for (int k = 0; k < 2; k++) {
+                const int l = i + 4 * k; /* word l: elements 4l .. 4l + 3 */
+                if (five) {
+                    const __m256i rep =
+                        _mm256_shuffle_epi8(qh, _mm256_add_epi8(first, _mm256_set1_epi8((char)(l / 2))));
+                    const __m256i pat = l & 1 ? bits_hi : bits_lo;
+                    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, pat), pat);
+                    w2[k] = _mm256_or_si256(w2[k], _mm256_and_si256(set, sixteen));
+                }
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w2[k], bcast32(yq + 4 * l)), ones);
+                if (!mins) p = _mm256_add_epi32(p, _mm256_set1_epi32(corr[l]));
+                acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[l]);
+            }
         }
     }
     const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
@@ -104,12 +130,24 @@ static void q4_1x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint
     _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), summ));
 }
 
-static void packed_q4_1_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+static void packed_nib8_avx2(cera_type t, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     for (int c = 0; c < nc; c++)
         for (int h = 0; h < 2; h++)
-            q4_1x8_col(n / QK4_1, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
-                       (const uint8_t *)aux + (size_t)c * aux_stride);
+            nib8_x8_col(t, n / 32, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
+                        (const uint8_t *)aux + (size_t)c * aux_stride);
+}
+static void packed_q4_1_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    packed_nib8_avx2(CERA_TYPE_Q4_1, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+static void packed_q5_1_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    packed_nib8_avx2(CERA_TYPE_Q5_1, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+static void packed_q5_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    packed_nib8_avx2(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
 /* Q8_0, rows 8h .. 8h + 7 against one activation column: 8 float partials, as repack.c's
@@ -199,6 +237,10 @@ void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_Q8_0].packed_cols = 1;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx2;
     ops[CERA_TYPE_Q4_1].packed_cols = 1;
+    ops[CERA_TYPE_Q5_1].packed_tile = packed_q5_1_avx2;
+    ops[CERA_TYPE_Q5_1].packed_cols = 1;
+    ops[CERA_TYPE_Q5_0].packed_tile = packed_q5_0_avx2;
+    ops[CERA_TYPE_Q5_0].packed_cols = 1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx2;
     ops[CERA_TYPE_Q4_0].packed_cols = COLS;
 }

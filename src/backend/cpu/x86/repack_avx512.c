@@ -89,15 +89,19 @@ static void packed_iq4_nl_avx512(int64_t n, float *s, size_t s_stride, const voi
         q4_0x16_cols(true, nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
 }
 
-/* Q4_1: llama.cpp's vec_dot order per output (repack.h), so 8 float partials per column (one
- * per 4-element word of the block) instead of one; the integer words are not summed. */
+/* Q4_1, Q5_1 and Q5_0: llama.cpp's vec_dot order per output (repack.h), so 8 float partials per
+ * column (one per 4-element word of the block) instead of one; the integer words are not summed.
+ * Q5: each word's fifth bits come from the row's qh word: the byte holding bits 4l..4l+3 is
+ * spread over the lane's 4 bytes (a byte shuffle), tested per byte, and 16 added where set. */
 #define COLS_Q4_1 2 /* 16 partials + 2 minimum sums + 8 unpacked vectors in registers */
 
-static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float *s, size_t s_stride,
-                                                               const uint8_t *x, const uint8_t *a,
-                                                               size_t a_stride, const uint8_t *aux,
-                                                               size_t aux_stride, int nc) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
+static inline __attribute__((always_inline)) void nib8_cols(cera_type t, int64_t nb, float *s,
+                                                            size_t s_stride, const uint8_t *x,
+                                                            const uint8_t *a, size_t a_stride,
+                                                            const uint8_t *aux, size_t aux_stride, int nc) {
+    const bool five = t != CERA_TYPE_Q4_1, mins = t != CERA_TYPE_Q5_0;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i bits_lo = _mm512_set1_epi32(0x08040201), bits_hi = _mm512_set1_epi32((int)0x80402010);
     __m512 acc[COLS_Q4_1][8], summ[COLS_Q4_1];
     for (int c = 0; c < COLS_Q4_1; c++) {
         summ[c] = _mm512_setzero_ps();
@@ -106,23 +110,47 @@ static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float
     for (int64_t b = 0; b < nb; b++) {
         __m512i u[8]; /* word l: low nibbles of vector l (l < 4), high nibbles of vector l - 4 */
         for (int i = 0; i < 4; i++) {
-            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, CERA_TYPE_Q4_1, b) + 64 * i));
+            const __m512i v = _mm512_load_si512((const void *)(cera_pack_qs(x, t, b) + 64 * i));
             u[i] = _mm512_and_si512(v, low4);
             u[4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         }
-        const __m512 dx =
-            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, CERA_TYPE_Q4_1, b)));
-        const __m512 mx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, b)));
+        if (five) {
+            const __m512i qh = _mm512_load_si512((const void *)cera_pack_qh(x, t, b));
+            /* byte index of each lane's first byte within its 128-bit half, on all 4 bytes */
+            const __m512i first = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+            for (int q = 0; q < 4; q++) { /* byte q of each row's qh: words 2q and 2q + 1 */
+                const __m512i rep =
+                    _mm512_shuffle_epi8(qh, _mm512_add_epi8(first, _mm512_set1_epi8((char)q)));
+                u[2 * q] =
+                    _mm512_mask_add_epi8(u[2 * q], _mm512_test_epi8_mask(rep, bits_lo), u[2 * q], sixteen);
+                u[2 * q + 1] = _mm512_mask_add_epi8(u[2 * q + 1], _mm512_test_epi8_mask(rep, bits_hi),
+                                                    u[2 * q + 1], sixteen);
+            }
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_d(x, t, b)));
+        const __m512 mx = mins ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)cera_pack_m(x, t, b)))
+                               : _mm512_setzero_ps();
         for (int c = 0; c < nc; c++) {
-            const int8_t *yq = ((const block_q8_1 *)(a + (size_t)c * a_stride))[b].qs;
-            const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * aux_stride) + b;
-            summ[c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(ax->s), summ[c]); /* exact product */
-            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(ax->d));
-            for (int l = 0; l < 8; l++)
-                acc[c][l] = _mm512_fmadd_ps(d,
-                                            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
-                                                _mm512_setzero_si512(), u[l], bcast32(yq + 4 * l))),
-                                            acc[c][l]);
+            const int8_t *yq;
+            float dy;
+            const int32_t *corr = NULL;
+            if (mins) {
+                const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * aux_stride) + b;
+                yq = ((const block_q8_1 *)(a + (size_t)c * a_stride))[b].qs;
+                dy = ax->d;
+                summ[c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(ax->s), summ[c]); /* exact product */
+            } else {
+                const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)(aux + (size_t)c * aux_stride) + b;
+                yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
+                dy = ax->d;
+                corr = ax->corr;
+            }
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(dy));
+            for (int l = 0; l < 8; l++) {
+                const __m512i start = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(corr[l]);
+                acc[c][l] = _mm512_fmadd_ps(
+                    d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[l], bcast32(yq + 4 * l))), acc[c][l]);
+            }
         }
     }
     for (int c = 0; c < nc; c++) {
@@ -136,12 +164,24 @@ static inline __attribute__((always_inline)) void q4_1x16_cols(int64_t nb, float
 
 static void packed_q4_1_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    const int64_t nb = n / QK4_1;
-    const uint8_t *x = w, *ap = a, *xp = aux;
     if (nc == 1)
-        q4_1x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+        nib8_cols(CERA_TYPE_Q4_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
     else
-        q4_1x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_1);
+        nib8_cols(CERA_TYPE_Q4_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+}
+static void packed_q5_1_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    if (nc == 1)
+        nib8_cols(CERA_TYPE_Q5_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
+    else
+        nib8_cols(CERA_TYPE_Q5_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+}
+static void packed_q5_0_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    if (nc == 1)
+        nib8_cols(CERA_TYPE_Q5_0, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
+    else
+        nib8_cols(CERA_TYPE_Q5_0, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
 }
 
 /* Q8_0: the file-layout tile's order per output (repack.h), 8 float partials per column; the
@@ -197,6 +237,10 @@ void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_Q8_0].packed_cols = COLS_Q8_0;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx512;
     ops[CERA_TYPE_Q4_1].packed_cols = COLS_Q4_1;
+    ops[CERA_TYPE_Q5_1].packed_tile = packed_q5_1_avx512;
+    ops[CERA_TYPE_Q5_1].packed_cols = COLS_Q4_1;
+    ops[CERA_TYPE_Q5_0].packed_tile = packed_q5_0_avx512;
+    ops[CERA_TYPE_Q5_0].packed_cols = COLS_Q4_1;
     ops[CERA_TYPE_Q4_0].packed_tile = packed_q4_0_avx512;
     ops[CERA_TYPE_Q4_0].packed_cols = COLS;
 }
