@@ -133,20 +133,31 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
     }
 }
 
-/* A tile's hook waits for the pre chunks, all claimed already by running threads (the
- * pool hands chunks out in order): spin briefly, then yield the core to them. */
-static void wait_pre(mm_job *j) {
-    for (int i = 0; atomic_load_explicit(&j->pre_done, memory_order_acquire) < j->n_pre; i++) {
-        if (i >= 64) sched_yield();
+/* One round of a wait for other threads' chunks: the CPU's pause hint at first (it leaves
+ * the core's resources to an SMT sibling that may be running the awaited chunk), then
+ * yielding the core to them (a busy machine may have preempted them). */
+static inline void wait_round(int i) {
+    if (i >= 64) {
+        sched_yield();
+        return;
     }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* A tile's hook waits for the pre chunks, all claimed already by running threads (the
+ * pool hands chunks out in order). */
+static void wait_pre(mm_job *j) {
+    for (int i = 0; atomic_load_explicit(&j->pre_done, memory_order_acquire) < j->n_pre; i++) wait_round(i);
 }
 
 /* The same for a post chunk: every tile is claimed before it, so it waits for running ones. */
 static void wait_tiles(mm_job *j) {
     const int64_t n = j->n_row_chunks * j->n_tok_chunks;
-    for (int i = 0; atomic_load_explicit(&j->tiles_done, memory_order_acquire) < n; i++) {
-        if (i >= 64) sched_yield();
-    }
+    for (int i = 0; atomic_load_explicit(&j->tiles_done, memory_order_acquire) < n; i++) wait_round(i);
 }
 
 static void compute(void *arg, int64_t c, int ith) {
