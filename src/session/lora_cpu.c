@@ -156,9 +156,10 @@ static int lower_bound(const int *rows, int n, int v) {
     return lo;
 }
 
-/* A finished output tile: columns [o0, o1) of batch rows [t0, t1). For every group in
- * adapter-id order, its rows in [t0, t1) in blocks of tc (their t rows are contiguous in
- * the scratch): y + u·s, as llama.cpp's scale then add. */
+/* y += s·B·t on output columns [o0, o1) of batch rows [t0, t1): a tile the matmul just
+ * finished (form 1), or a post run of all rows. For every group in adapter-id order, its
+ * rows in [t0, t1) in blocks of tc (their t rows are contiguous in the scratch): y + u·s,
+ * as llama.cpp's scale then add. */
 static void tile_done(void *arg, int64_t o0, int64_t o1, int t0, int t1, int ith) {
     (void)ith;
     const cera_lora_cpu_job *j = arg;
@@ -262,13 +263,13 @@ static _Atomic int fusion_mode = -1;
 
 void cera_lora_cpu_set_fusion(int mode) { atomic_store(&fusion_mode, mode < 0 ? -1 : mode > 2 ? 2 : mode); }
 
-/* Output columns [c·cols, (c+1)·cols) of every row. */
-static void cols_run(cera_lora_cpu_job *j, int64_t c, int ith) {
+/* A post chunk (or the unfused form's second job): output columns [c·cols, (c+1)·cols) of
+ * every row, B read in one long run per group. */
+static void post_chunk(void *arg, int64_t c, int ith) {
+    cera_lora_cpu_job *j = arg;
     const int64_t o0 = c * j->cols, o1 = o0 + j->cols < j->d ? o0 + j->cols : j->d;
     tile_done(j, o0, o1, 0, j->b->n_rows, ith);
 }
-
-static void post_chunk(void *arg, int64_t c, int ith) { cols_run(arg, c, ith); }
 
 const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch *b,
                                            int layer, cera_proj proj, const float *x, size_t x_stride,
