@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
     const int nt = e->params.n_threads > 0 ? e->params.n_threads : cera_cpu_count();
     static const char *const form[N_FORMS] = {"", "after the matmul", "fused, B·t per tile",
                                               "fused, B·t post"};
-    const int def = nt < CERA_LORA_CPU_FUSE_MIN_THREADS ? 1 : 1 + CERA_LORA_CPU_FUSE_DEFAULT;
+    const int def = 1 + cera_lora_cpu_default_form(nt);
     printf("| threads | test | no adapter (tok/s) | adapter: form | tok/s | cost "
            "|\n|---:|---|---:|---|---:|---:|\n");
     for (int v = 1; v < N_FORMS; v++)

@@ -259,6 +259,11 @@ static bool prepare(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch
     return true;
 }
 
+int cera_lora_cpu_default_form(int n_threads) {
+    if (n_threads < CERA_LORA_CPU_FUSE_MIN_THREADS) return 0;
+    return n_threads >= CERA_LORA_CPU_FUSE_TILE_THREADS ? 1 : CERA_LORA_CPU_FUSE_DEFAULT;
+}
+
 static _Atomic int fusion_mode = -1;
 
 void cera_lora_cpu_set_fusion(int mode) { atomic_store(&fusion_mode, mode < 0 ? -1 : mode > 2 ? 2 : mode); }
@@ -276,8 +281,7 @@ const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, cera_pool *pool
                                            float *y, size_t y_stride) {
     if (!prepare(j, pool, b, layer, proj, x, x_stride, y, y_stride)) return NULL;
     int mode = atomic_load_explicit(&fusion_mode, memory_order_relaxed);
-    if (mode < 0)
-        mode = cera_pool_size(pool) < CERA_LORA_CPU_FUSE_MIN_THREADS ? 0 : CERA_LORA_CPU_FUSE_DEFAULT;
+    if (mode < 0) mode = cera_lora_cpu_default_form(cera_pool_size(pool));
     if (mode == 0) {
         j->after = CERA_LORA_AFTER_SWEEP;
         return NULL;

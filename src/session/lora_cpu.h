@@ -32,10 +32,17 @@
  * tiles streams it about half as fast as long runs (one thread: 2.7 ms vs 1.6 ms per token
  * for the 24 MB of B of the 1B shape). Measured on the loaded 2-core machine, 1B Q4_0,
  * decode cost with 1 thread: form 0 +10 %, 1 +19 %, 2 +4 %; 2 threads (noisy): 0 +8..34 %,
- * 1 +23..40 %, 2 +7..24 %. Form 2 is the default from CERA_LORA_CPU_FUSE_MIN_THREADS threads
- * on, form 0 below; lora_bench measures all three. */
-#define CERA_LORA_CPU_FUSE_MIN_THREADS 1
-#define CERA_LORA_CPU_FUSE_DEFAULT     2
+ * 1 +23..40 %, 2 +7..24 %. On the H200 host's Xeon with 16 threads (tinyllama-1.1b Q4_0,
+ * two runs): form 0 +24.1 / +22.8 %, 1 +7.0 / +6.0 %, 2 +9.9 / +11.9 %; there the tiles are
+ * short and many threads share B's reads, while the post chunks wait for the slowest tile.
+ * Defaults: form 2 from CERA_LORA_CPU_FUSE_MIN_THREADS threads, form 1 from
+ * CERA_LORA_CPU_FUSE_TILE_THREADS; lora_bench measures all three. */
+#define CERA_LORA_CPU_FUSE_MIN_THREADS  1
+#define CERA_LORA_CPU_FUSE_DEFAULT      2
+#define CERA_LORA_CPU_FUSE_TILE_THREADS 8
+
+/* The form used with n_threads threads when none is set (the rule above). */
+int cera_lora_cpu_default_form(int n_threads);
 
 enum { CERA_LORA_AFTER_NOTHING, CERA_LORA_AFTER_SWEEP, CERA_LORA_AFTER_PORTABLE };
 
