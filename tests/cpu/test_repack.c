@@ -3,10 +3,10 @@
  *
  *   - the per-row activation terms (cera_packed_prep): Q4_0 -8 * sum(q) and the scale, Q4_1 the
  *     scale and s as floats, Q8_0 -128 * the sum of each 4-element word and the scale, IQ4_NL
- *     -128 * sum(q) and the scale;
- *   - the scalar reference of each packed tile (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) agrees with the scalar
- * tier's file-layout dot within 2^-20 of M = sum |w_i a_i| (same integers, other float order), which also
- * checks the interleaving itself;
+ *     -128 * sum(q) and the scale, Q4_K the scale and the 8 sub-block sums;
+ *   - the scalar reference of each packed tile (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K) agrees with the
+ * scalar tier's file-layout dot within 2^-20 of M = sum |w_i a_i| (same integers, other float order), which
+ * also checks the interleaving itself;
  *   - every tier's packed tile gives exactly the reference's bits, at every column count up to
  *     its maximum (so a decode step equals the same token in a prompt, on every tier);
  *   - cera_matmul over a repacked weight (dev set, as the CPU backend does) gives each token the
@@ -45,7 +45,7 @@ static double magnitude(cera_type wt, const void *w, cera_type at, const void *a
 static void check_group(test_rng *rng, cera_type t, int64_t k, int nc) {
     const cera_cpu_type_ops *sc = cera_cpu_ops_tier("scalar", t);
     const char *tn = cera_type_get(t)->name;
-    const int64_t nb = k / 32;
+    const int64_t nb = k / (t == CERA_TYPE_Q4_K ? QK_K : 32);
     const size_t ws = cera_row_size(t, k), as = cera_row_size(sc->act_type, k);
     const size_t xs = cera_packed_aux_size(t, k);
     uint8_t *w = malloc(ws * CERA_PACK_ROWS), *a = malloc(as * (size_t)nc), *aux = malloc(xs * (size_t)nc);
@@ -59,6 +59,19 @@ static void check_group(test_rng *rng, cera_type t, int64_t k, int nc) {
         sc->quantize_act(x, a + (size_t)c * as, k);
         cera_packed_prep(t, a + (size_t)c * as, aux + (size_t)c * xs, k);
         for (int64_t b = 0; b < nb; b++) {
+            if (t == CERA_TYPE_Q4_K) {
+                const block_q8_k *y = (const block_q8_k *)(a + (size_t)c * as) + b;
+                const cera_pack_aux_q4_k *ax = (const cera_pack_aux_q4_k *)(aux + (size_t)c * xs) + b;
+                bool ok = ax->d == y->d;
+                for (int j = 0; j < 8; j++) {
+                    int sum = 0;
+                    for (int e = 0; e < 32; e++) sum += y->qs[32 * j + e];
+                    ok = ok && ax->bs[j] == sum;
+                }
+                CHECK(ok, "prep %s k=%lld block %lld (seed %llu)", tn, (long long)k, (long long)b,
+                      (unsigned long long)seed);
+                continue;
+            }
             if (t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_1) {
                 const block_q8_1 *y = (const block_q8_1 *)(a + (size_t)c * as) + b;
                 const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)(aux + (size_t)c * xs) + b;
@@ -176,8 +189,8 @@ static void check_matmul(test_rng *rng, cera_type type, int64_t n, int64_t k, in
         CHECK(top > 0 && worst <= 1e-5 * top,
               "matmul %s %lldx%lld: repacked vs file layout differ by %.3g (largest output %.3g, seed %llu)",
               cera_type_get(type)->name, (long long)n, (long long)k, worst, top, (unsigned long long)seed);
-        /* Q4_1 and Q8_0 keep the file-layout x86 tiles' order (llama.cpp's): the same bits */
-        if (type != CERA_TYPE_Q4_0 && type != CERA_TYPE_IQ4_NL)
+        /* Q4_1, Q5_0, Q5_1 and Q8_0 keep the file-layout x86 tiles' order (llama.cpp's): the same bits */
+        if (type != CERA_TYPE_Q4_0 && type != CERA_TYPE_IQ4_NL && type != CERA_TYPE_Q4_K)
             CHECK(memcmp(batch, plain, sizeof(float) * (size_t)n * n_tokens) == 0,
                   "matmul %s %lldx%lld: repacked not bit-identical to the file layout (seed %llu)",
                   cera_type_get(type)->name, (long long)n, (long long)k, (unsigned long long)seed);
@@ -197,14 +210,18 @@ int main(int argc, char **argv) {
     test_rng rng = {seed};
     static const int64_t block_counts[] = {1, 2, 3, 5, 8, 13, 64};
     static const int col_counts[] = {1, 3, 8, 11};
-    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1, CERA_TYPE_Q5_0,
-                                      CERA_TYPE_Q5_1, CERA_TYPE_Q8_0, CERA_TYPE_IQ4_NL};
+    static const cera_type types[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q4_1,   CERA_TYPE_Q5_0, CERA_TYPE_Q5_1,
+                                      CERA_TYPE_Q8_0, CERA_TYPE_IQ4_NL, CERA_TYPE_Q4_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        for (size_t i = 0; i < sizeof block_counts / sizeof block_counts[0]; i++)
+        const bool k_quant = types[ti] == CERA_TYPE_Q4_K; /* 256-element super-blocks */
+        const int64_t blk = k_quant ? QK_K : 32;
+        for (size_t i = 0; i < sizeof block_counts / sizeof block_counts[0]; i++) {
+            if (k_quant && block_counts[i] > 13) continue; /* k = 64 * 256 adds nothing but time */
             for (size_t c = 0; c < sizeof col_counts / sizeof col_counts[0]; c++)
-                check_group(&rng, types[ti], block_counts[i] * 32, col_counts[c]);
-        check_matmul(&rng, types[ti], 96, 256, 37);
-        check_matmul(&rng, types[ti], 48, 32 * 7, 5);
+                check_group(&rng, types[ti], block_counts[i] * blk, col_counts[c]);
+        }
+        check_matmul(&rng, types[ti], 96, k_quant ? 3 * QK_K : 256, 37);
+        check_matmul(&rng, types[ti], 48, k_quant ? QK_K : 32 * 7, 5);
     }
     return test_finish();
 }

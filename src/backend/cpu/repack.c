@@ -15,7 +15,7 @@
 
 bool cera_pack_type_ok(cera_type t) {
     return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q4_1 || t == CERA_TYPE_Q5_0 || t == CERA_TYPE_Q5_1 ||
-           t == CERA_TYPE_Q8_0 || t == CERA_TYPE_IQ4_NL;
+           t == CERA_TYPE_Q8_0 || t == CERA_TYPE_IQ4_NL || t == CERA_TYPE_Q4_K;
 }
 
 size_t cera_packed_aux_size(cera_type t, int64_t k) {
@@ -26,6 +26,7 @@ size_t cera_packed_aux_size(cera_type t, int64_t k) {
     case CERA_TYPE_Q5_1: return (size_t)(k / QK8_1) * sizeof(cera_pack_aux_q4_1);
     case CERA_TYPE_Q5_0:
     case CERA_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(cera_pack_aux_q8_0);
+    case CERA_TYPE_Q4_K: return (size_t)(k / QK_K) * sizeof(cera_pack_aux_q4_k);
     default: return 0;
     }
 }
@@ -58,16 +59,46 @@ void cera_packed_prep(cera_type t, const void *act_row, void *aux_row, int64_t k
                     -off * (y[b].qs[4 * l] + y[b].qs[4 * l + 1] + y[b].qs[4 * l + 2] + y[b].qs[4 * l + 3]);
             o[b].d = cera_f16_to_f32(y[b].d);
         }
+    } else if (t == CERA_TYPE_Q4_K) {
+        const block_q8_k *y = act_row;
+        cera_pack_aux_q4_k *o = aux_row;
+        for (int64_t b = 0; b < k / QK_K; b++) {
+            o[b].d = y[b].d;
+            for (int j = 0; j < 8; j++) o[b].bs[j] = (int16_t)(y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
     }
 }
 
 size_t cera_pack_group_bytes(cera_type t, int64_t k) {
+    if (t == CERA_TYPE_Q4_K) return (size_t)(k / QK_K) * CERA_PACK_Q4_K_UNIT;
     return (size_t)((k / 32 + 1) / 2) * cera_pack_unit_bytes(t);
 }
 
 /* Every packed type's block starts with the scale d; Q4_1/Q5_1 have the minimum m next, Q5_0/Q5_1
  * then the 4 bytes of fifth bits, and the quants last. */
+static void repack_q4_k_x16(const void *rows, size_t w_stride, int64_t k, void *dst) {
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        uint8_t *u = (uint8_t *)cera_pack_q4_k_unit(dst, b);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            const block_q4_k *x = (const block_q4_k *)((const uint8_t *)rows + (size_t)r * w_stride) + b;
+            memcpy(u + 2 * r, &x->d, 2);
+            memcpy(u + 32 + 2 * r, &x->dmin, 2);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                k_scale_min(j, x->scales, &sc, &mn);
+                u[CERA_PACK_Q4_K_SC + 16 * j + r] = sc;
+                u[CERA_PACK_Q4_K_MN + 32 * (j / 2) + 2 * r + (j & 1)] = mn;
+            }
+            for (int i = 0; i < 32; i++) memcpy(u + CERA_PACK_Q4_K_QS + 64 * i + 4 * r, x->qs + 4 * i, 4);
+        }
+    }
+}
+
 void cera_repack_x16(cera_type t, const void *rows, size_t w_stride, int64_t k, void *dst) {
+    if (t == CERA_TYPE_Q4_K) {
+        repack_q4_k_x16(rows, w_stride, k, dst);
+        return;
+    }
     const int64_t nb = k / 32;
     const size_t bsz = cera_row_size(t, 32);
     const size_t qh_off = 2 * (size_t)cera_pack_fields(t), qh = cera_pack_qh_bytes(t) ? 4 : 0;
@@ -249,6 +280,40 @@ void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void 
     }
 }
 
+/* Q4_K: the exact per-super-block integers, then two serial float chains (repack.h). */
+void cera_packed_tile_q4_k_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK_K;
+    for (int c = 0; c < nc; c++) {
+        const block_q8_k *y = (const block_q8_k *)((const uint8_t *)a + (size_t)c * a_stride);
+        const cera_pack_aux_q4_k *ax =
+            (const cera_pack_aux_q4_k *)((const uint8_t *)aux + (size_t)c * aux_stride);
+        for (int r = 0; r < CERA_PACK_ROWS; r++) {
+            float acc = 0.0f, accm = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *u = cera_pack_q4_k_unit(w, b);
+                int32_t isum = 0, imin = 0;
+                for (int j = 0; j < 8; j++) {
+                    int32_t p = 0;
+                    for (int l = 0; l < 8; l++)
+                        for (int e = 0; e < 4; e++) {
+                            const uint8_t q = u[CERA_PACK_Q4_K_QS + 64 * (8 * (j / 2) + l) + 4 * r + e];
+                            p += ((j & 1) ? q >> 4 : q & 0x0F) * y[b].qs[32 * j + 4 * l + e];
+                        }
+                    isum += u[CERA_PACK_Q4_K_SC + 16 * j + r] * p;
+                    imin += u[CERA_PACK_Q4_K_MN + 32 * (j / 2) + 2 * r + (j & 1)] * ax[b].bs[j];
+                }
+                cera_f16 dx, dm;
+                memcpy(&dx, u + 2 * r, 2);
+                memcpy(&dm, u + 32 + 2 * r, 2);
+                acc = fmaf((float)isum, cera_f16_to_f32(dx) * ax[b].d, acc);
+                accm = fmaf((float)imin, cera_f16_to_f32(dm) * ax[b].d, accm);
+            }
+            s[(size_t)c * s_stride + r] = acc - accm;
+        }
+    }
+}
+
 cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
     switch (t) {
     case CERA_TYPE_Q4_0: return cera_packed_tile_q4_0_ref;
@@ -257,6 +322,7 @@ cera_packed_tile_fn cera_packed_tile_ref(cera_type t) {
     case CERA_TYPE_IQ4_NL: return cera_packed_tile_iq4_nl_ref;
     case CERA_TYPE_Q5_0: return cera_packed_tile_q5_0_ref;
     case CERA_TYPE_Q5_1: return cera_packed_tile_q5_1_ref;
+    case CERA_TYPE_Q4_K: return cera_packed_tile_q4_k_ref;
     default: return NULL;
     }
 }

@@ -40,12 +40,12 @@
  * row.
  *
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
- * packed_tile; today Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL on the avx2 and avx512 tiers; amx keeps its
- * own tiles for Q4_0, Q8_0 and IQ4_NL; scalar and arm have none) and whose row count is a multiple of 16.
- * cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev field
- * (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped
- * original stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns
- * repacking off (for A/B measurements).
+ * packed_tile; today Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q4_K on the avx2 and avx512 tiers; amx
+ * (which inherits the avx512 ones) keeps its own tile for Q8_0; scalar and arm have none) and whose row count
+ * is a multiple of 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
+ * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped original
+ * stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns repacking off (for A/B
+ * measurements).
  */
 #ifndef CERA_BACKEND_CPU_REPACK_H
 #define CERA_BACKEND_CPU_REPACK_H
@@ -102,7 +102,7 @@ static inline const cera_f16 *cera_pack_m(const void *group, cera_type t, int64_
 }
 
 /* Per activation block, by weight type (the activations are Q8_0 for Q4_0, Q5_0, Q8_0 and
- * IQ4_NL weights, Q8_1 for Q4_1 and Q5_1). */
+ * IQ4_NL weights, Q8_1 for Q4_1 and Q5_1, Q8_K for Q4_K: cera_pack_aux_q4_k below). */
 typedef struct cera_pack_aux_q4_0 { /* also IQ4_NL's */
     int32_t corr; /* -8 * sum of the block's 32 quants: the Q4_0 offset (IQ4_NL: -128 * sum) */
     float d;      /* the block's scale as a float */
@@ -115,6 +115,33 @@ typedef struct cera_pack_aux_q8_0 { /* also Q5_0's; Q5_1 takes cera_pack_aux_q4_
     float d;
 } cera_pack_aux_q8_0;
 
+/* Q4_K (256-element super-blocks of 8 sub-blocks of 32, 6-bit scales and mins): a group is a
+ * sequence of super-block units of CERA_PACK_Q4_K_UNIT bytes, each (offsets in bytes):
+ *   0    the 16 F16 scales d, 32 the 16 F16 dmin;
+ *   64   the 6-bit scales unpacked to bytes: byte 16 j + r = scale of sub-block j of row r;
+ *   192  the mins as byte pairs: byte 32 v + 2 r + t = min of sub-block 2 v + t of row r, so a
+ *        zero extension to 16 bits gives each row's lane the pair (m[2v], m[2v+1]);
+ *   320  the quants, 32 vectors of 64 bytes: byte 4 r + j of vector 8 c + l is byte 32 c + 4 l + j
+ *        of row r's qs, so its low nibble is element 64 c + 4 l + j (sub-block 2 c, word l) and its
+ *        high nibble element 64 c + 32 + 4 l + j (sub-block 2 c + 1, word l).
+ * Arithmetic per output (every tier and the reference): per super-block the exact integers
+ * isum = sum_j sc_j * dot_j (dot_j the sub-block's integer dot) and imin = sum_j m_j * bsum_j
+ * (bsum_j the activation sum over sub-block j), then acc = fma((float)isum, dx * dy, acc) and
+ * accm = fma((float)imin, dmx * dy, accm), serially over the super-blocks from 0; the output is
+ * acc - accm. This is cera's own order (not llama.cpp's: the goldens stay within tolerance, not
+ * bit-exact). */
+#define CERA_PACK_Q4_K_UNIT 2368
+#define CERA_PACK_Q4_K_SC   64
+#define CERA_PACK_Q4_K_MN   192
+#define CERA_PACK_Q4_K_QS   320
+static inline const uint8_t *cera_pack_q4_k_unit(const void *group, int64_t b) {
+    return (const uint8_t *)group + (size_t)b * CERA_PACK_Q4_K_UNIT;
+}
+typedef struct cera_pack_aux_q4_k {
+    float d;       /* the activation super-block's scale */
+    int16_t bs[8]; /* the activation sum over each sub-block of 32 (pairs read as one 32-bit word) */
+} cera_pack_aux_q4_k;
+
 /* One repacked weight: n rows of k inputs of type `type`, in groups of 16 rows. */
 typedef struct cera_packed_weight {
     cera_type type;
@@ -125,7 +152,7 @@ typedef struct cera_packed_weight {
     int tile_cols; /* the largest nc the tile takes */
 } cera_packed_weight;
 
-/* Whether type t has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL). */
+/* Whether type t has a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K). */
 bool cera_pack_type_ok(cera_type t);
 
 /* Bytes of one packed group of 16 rows of k elements of type t (a multiple of 64). */
@@ -175,6 +202,8 @@ void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const voi
 void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
+void cera_packed_tile_q4_k_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc);
 
 /* The reference for type t (NULL when none). */

@@ -1,7 +1,7 @@
 /*
- * repack_avx2.c — the AVX2 tiles over Q4_0, Q4_1, Q8_0 and IQ4_NL weights repacked into 16-row groups
- * (repack.h): a 256-bit vector holds 8 of the 16 rows (the low or high 32 bytes of each 64-byte vector of the
- * layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
+ * repack_avx2.c — the AVX2 tiles over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q4_K weights repacked into
+ * 16-row groups (repack.h): a 256-bit vector holds 8 of the 16 rows (the low or high 32 bytes of each 64-byte
+ * vector of the layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
  * and pmaddwd (int16 pairs into int32); a nibble times an activation is at most 15 * 127, so the
  * 8 pair sums of a block (at most 8 * 2 * 1905 = 30480) add up exactly in int16 before the
  * single widening (Q4_1 keeps its 8 word dots apart, as its reference). Registered by the avx2
@@ -230,7 +230,87 @@ static void packed_iq4_nl_avx2(int64_t n, float *s, size_t s_stride, const void 
                           (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 
+/* Q4_K (repack.h), rows 8h .. 8h + 7 against up to 2 activation columns: per sub-block the 8 word
+ * dots by pmaddubsw into int16 pairs (at most 8 * 2 * 15 * 127 = 30480, exact), and one pmaddwd
+ * against the rows' scale in both halves of each lane gives scale * dot in int32; the minimum
+ * term by pmaddwd of the mins' 16-bit pairs against the activation's sub-block sums. */
+#define COLS_Q4_K 2
+
+static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h, float *s, size_t s_stride,
+                                                              const uint8_t *x, const uint8_t *a,
+                                                              size_t a_stride, const uint8_t *aux,
+                                                              size_t aux_stride, int nc) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[COLS_Q4_K], accm[COLS_Q4_K];
+    for (int c = 0; c < COLS_Q4_K; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *u = cera_pack_q4_k_unit(x, b);
+        __m256i isum[COLS_Q4_K];
+        for (int c = 0; c < COLS_Q4_K; c++) isum[c] = _mm256_setzero_si256();
+        for (int ch = 0; ch < 4; ch++) {
+            const int8_t *yq[COLS_Q4_K];
+            __m256i plo[COLS_Q4_K], phi[COLS_Q4_K];
+            for (int c = 0; c < nc; c++) {
+                yq[c] = ((const block_q8_k *)(a + (size_t)c * a_stride))[b].qs + 64 * ch;
+                plo[c] = phi[c] = _mm256_setzero_si256();
+            }
+            for (int l = 0; l < 8; l++) {
+                const __m256i v =
+                    _mm256_load_si256((const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * h));
+                const __m256i lo = _mm256_and_si256(v, low4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                for (int c = 0; c < nc; c++) {
+                    plo[c] = _mm256_add_epi16(plo[c], _mm256_maddubs_epi16(lo, bcast32(yq[c] + 4 * l)));
+                    phi[c] = _mm256_add_epi16(phi[c], _mm256_maddubs_epi16(hi, bcast32(yq[c] + 32 + 4 * l)));
+                }
+            }
+            __m256i sc[2];
+            for (int t = 0; t < 2; t++) {
+                const __m256i s32 = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * h)));
+                sc[t] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)); /* the scale in both halves */
+            }
+            for (int c = 0; c < nc; c++) {
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(plo[c], sc[0]));
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(phi[c], sc[1]));
+            }
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 16 * h)));
+        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 32 + 16 * h)));
+        for (int c = 0; c < nc; c++) {
+            const cera_pack_aux_q4_k *ax = (const cera_pack_aux_q4_k *)(aux + (size_t)c * aux_stride) + b;
+            __m256i imin = _mm256_setzero_si256();
+            for (int v = 0; v < 4; v++) {
+                int32_t pair;
+                memcpy(&pair, ax->bs + 2 * v, 4);
+                const __m256i mn = _mm256_cvtepu8_epi16(
+                    _mm_load_si128((const __m128i *)(u + CERA_PACK_Q4_K_MN + 32 * v + 16 * h)));
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, _mm256_set1_epi32(pair)));
+            }
+            const __m256 dy = _mm256_set1_ps(ax->d);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(dx, dy), acc[c]);
+            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, dy), accm[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, _mm256_sub_ps(acc[c], accm[c]));
+}
+
+static void packed_q4_k_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                             size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK_K;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    for (int h = 0; h < 2; h++) {
+        if (nc == 1)
+            q4_kx8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+        else
+            q4_kx8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_K);
+    }
+}
+
 void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_K].packed_tile = packed_q4_k_avx2;
+    ops[CERA_TYPE_Q4_K].packed_cols = COLS_Q4_K;
     ops[CERA_TYPE_IQ4_NL].packed_tile = packed_iq4_nl_avx2;
     ops[CERA_TYPE_IQ4_NL].packed_cols = 1;
     ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx2;

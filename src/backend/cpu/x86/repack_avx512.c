@@ -1,9 +1,9 @@
 /*
- * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0, Q4_1, Q8_0 and IQ4_NL weights repacked into 16-row
- * groups (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one vpdpbusd with a broadcast
- * activation word adds 4 products to each of the 16 rows, and the block's float step (convert, scale, fused
- * multiply-add) serves 16 outputs at once. Registered by the avx512 tier (kernels_avx512.c); the arithmetic
- * is repack.c's scalar reference, bit for bit.
+ * repack_avx512.c — the AVX-512 VNNI tiles over Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q4_K weights
+ * repacked into 16-row groups (repack.h): each 32-bit lane of a 512-bit vector is one weight row, so one
+ * vpdpbusd with a broadcast activation word adds 4 products to each of the 16 rows, and the block's float
+ * step (convert, scale, fused multiply-add) serves 16 outputs at once. Registered by the avx512 tier
+ * (kernels_avx512.c); the arithmetic is repack.c's scalar reference, bit for bit.
  *
  * Per block and group: 4 loads of 64 nibble bytes unpacked into 8 vectors (low and high
  * nibbles) shared by every activation column; for Q4_0, per column 8 vpdpbusd in two independent
@@ -230,7 +230,86 @@ static void packed_q8_0_avx512(int64_t n, float *s, size_t s_stride, const void 
         q8_0x16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q8_0);
 }
 
+/* Q4_K (repack.h): per super-block and 64-element chunk, 8 vectors unpacked into 16 (low nibbles:
+ * sub-block 2c, high: 2c + 1) shared by the columns; per column and sub-block 8 vpdpbusd in two
+ * chains, scaled by the rows' sub-block scales (vpmulld) into the exact super-block integer; the
+ * minimum term from the mins as 16-bit pairs against the activation's sub-block sums (vpdpwssd). */
+#define COLS_Q4_K 4
+
+static inline __attribute__((always_inline)) void q4_kx16_cols(int64_t nb, float *s, size_t s_stride,
+                                                               const uint8_t *x, const uint8_t *a,
+                                                               size_t a_stride, const uint8_t *aux,
+                                                               size_t aux_stride, int nc) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[COLS_Q4_K], accm[COLS_Q4_K];
+    for (int c = 0; c < COLS_Q4_K; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *u = cera_pack_q4_k_unit(x, b);
+        __m512i isum[COLS_Q4_K];
+        for (int c = 0; c < COLS_Q4_K; c++) isum[c] = _mm512_setzero_si512();
+        for (int ch = 0; ch < 4; ch++) {
+            __m512i lo[8], hi[8];
+            for (int l = 0; l < 8; l++) {
+                const __m512i v =
+                    _mm512_load_si512((const void *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l)));
+                lo[l] = _mm512_and_si512(v, low4);
+                hi[l] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            }
+            const __m512i sc0 =
+                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(u + CERA_PACK_Q4_K_SC + 32 * ch)));
+            const __m512i sc1 =
+                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(u + CERA_PACK_Q4_K_SC + 32 * ch + 16)));
+            for (int c = 0; c < nc; c++) {
+                const int8_t *yq = ((const block_q8_k *)(a + (size_t)c * a_stride))[b].qs + 64 * ch;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                __m512i p2 = _mm512_setzero_si512(), p3 = _mm512_setzero_si512();
+                for (int l = 0; l < 8; l += 2) {
+                    p0 = _mm512_dpbusd_epi32(p0, lo[l], bcast32(yq + 4 * l));
+                    p1 = _mm512_dpbusd_epi32(p1, lo[l + 1], bcast32(yq + 4 * l + 4));
+                    p2 = _mm512_dpbusd_epi32(p2, hi[l], bcast32(yq + 32 + 4 * l));
+                    p3 = _mm512_dpbusd_epi32(p3, hi[l + 1], bcast32(yq + 32 + 4 * l + 4));
+                }
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(p0, p1), sc0));
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(_mm512_add_epi32(p2, p3), sc1));
+            }
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)u));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(u + 32)));
+        __m512i mn[4];
+        for (int v = 0; v < 4; v++)
+            mn[v] =
+                _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(u + CERA_PACK_Q4_K_MN + 32 * v)));
+        for (int c = 0; c < nc; c++) {
+            const cera_pack_aux_q4_k *ax = (const cera_pack_aux_q4_k *)(aux + (size_t)c * aux_stride) + b;
+            __m512i imin = _mm512_setzero_si512();
+            for (int v = 0; v < 4; v++) {
+                int32_t pair;
+                memcpy(&pair, ax->bs + 2 * v, 4);
+                imin = _mm512_dpwssd_epi32(imin, mn[v], _mm512_set1_epi32(pair));
+            }
+            const __m512 dy = _mm512_set1_ps(ax->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dx, dy), acc[c]);
+            accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, dy), accm[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(s + (size_t)c * s_stride, _mm512_sub_ps(acc[c], accm[c]));
+}
+
+static void packed_q4_k_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK_K;
+    const uint8_t *x = w, *ap = a, *xp = aux;
+    if (nc == 1)
+        q4_kx16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+    else if (nc == COLS_Q4_K)
+        q4_kx16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_K);
+    else
+        q4_kx16_cols(nb, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+}
+
 void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
+    ops[CERA_TYPE_Q4_K].packed_tile = packed_q4_k_avx512;
+    ops[CERA_TYPE_Q4_K].packed_cols = COLS_Q4_K;
     ops[CERA_TYPE_IQ4_NL].packed_tile = packed_iq4_nl_avx512;
     ops[CERA_TYPE_IQ4_NL].packed_cols = COLS;
     ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx512;
