@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "session/engine_impl.h"
+#include "engine_util.h"
 #include "testutil.h"
 
 static cera_engine *open_engine(const char *rel, cera_device dev) {
@@ -41,53 +42,6 @@ static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
     return a;
 }
 
-typedef struct attach {
-    cera_adapter *a;
-    float scale;
-} attach;
-
-/* Logits of every position of tokens with the adapters attached: the prompt as one batch,
- * or one token at a time (decode). malloc'ed, or NULL on failure. */
-static float *run(cera_engine *e, const attach *at, int n_at, const int32_t *tokens, size_t n,
-                  bool one_by_one) {
-    cera_session *s = NULL;
-    cera_error err = {0};
-    if (!e || cera_session_create(e, NULL, &s, &err)) {
-        CHECK(0, "session: %s", err.message);
-        return NULL;
-    }
-    for (int i = 0; i < n_at; i++)
-        CHECK(cera_session_set_adapter(s, at[i].a, at[i].scale, &err) == CERA_OK, "set_adapter: %s",
-              err.message);
-    const int nv = cera_engine_n_vocab(e);
-    float *out = malloc(n * (size_t)nv * sizeof(float));
-    bool ok = out != NULL;
-    if (one_by_one) {
-        for (size_t i = 0; i < n && ok; i++) {
-            ok = cera_session_eval(s, &tokens[i], 1, false, &err) == CERA_OK;
-            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
-        }
-    } else if (ok) {
-        ok = cera_session_eval(s, tokens, n, true, &err) == CERA_OK;
-        for (size_t i = 0; i < n && ok; i++)
-            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
-    }
-    CHECK(ok, "eval: %s", err.message);
-    cera_session_free(s);
-    if (!ok) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 /* The largest |got - ref| over rows, each relative to the row's max |ref|; top-token
  * disagreements counted where ref's two candidates are further apart than the row's
  * difference could move them (twice its largest |got - ref|: one up, one down). */
@@ -103,56 +57,25 @@ static double rel_diff(const float *got, const float *ref, size_t rows, int nv, 
         }
         const double rd = d / (amax > 0 ? amax : 1);
         worst = fmax(worst, rd);
-        const int tg = argmax(g, nv), tr = argmax(r, nv);
+        const int tg = test_argmax(g, nv), tr = test_argmax(r, nv);
         if (tg != tr && fabs(r[tr] - r[tg]) > 2 * d) miss++;
     }
     if (top_miss) *top_miss = miss;
     return got && ref ? worst : INFINITY;
 }
 
-static bool same_bits(const float *a, const float *b, size_t n) {
-    return a && b && !memcmp(a, b, n * sizeof(float));
-}
-
-typedef struct golden {
-    int32_t *tokens, *greedy;
-    size_t n_tokens, n_greedy;
-    float *logits;
-} golden;
-
-static bool load_golden(const char *name, int nv, golden *g) {
-    char p[256];
-    size_t size = 0;
-    memset(g, 0, sizeof *g);
-    snprintf(p, sizeof p, "golden/%s.tokens", name);
-    g->tokens = read_ints(shared_path(p), &g->n_tokens);
-    snprintf(p, sizeof p, "golden/%s.greedy", name);
-    g->greedy = read_ints(shared_path(p), &g->n_greedy);
-    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
-    g->logits = read_file(shared_path(p), &size);
-    const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)nv * sizeof(float);
-    CHECK(ok, "%s: golden files missing or of the wrong size", name);
-    return ok;
-}
-
-static void free_golden(golden *g) {
-    free(g->tokens);
-    free(g->greedy);
-    free(g->logits);
-}
-
 /* The golden comparison of one adapter case on the GPU (prefill), then decode against it, and
  * with greedy the continuation decoded on the GPU against llama.cpp's (float weights only:
  * on quantized ones the int8 activations of the GPU's decode kernels make near ties flip). */
-static void golden_case(cera_engine *e, const char *name, const attach *at, int n_at, double tol,
+static void golden_case(cera_engine *e, const char *name, const test_attach *at, int n_at, double tol,
                         bool greedy) {
     const int nv = cera_engine_n_vocab(e);
-    golden g;
-    if (!load_golden(name, nv, &g)) return;
-    float *l = run(e, at, n_at, g.tokens, g.n_tokens, false);
+    test_golden g;
+    if (!test_golden_load(name, nv, &g)) return;
+    float *l = test_session_logits(e, at, n_at, g.tokens, g.n_tokens, false);
     int miss = 0;
     const double d = rel_diff(l, g.logits, g.n_tokens, nv, &miss);
-    float *ld = run(e, at, n_at, g.tokens, g.n_tokens, true);
+    float *ld = test_session_logits(e, at, n_at, g.tokens, g.n_tokens, true);
     const double dd = rel_diff(ld, l, g.n_tokens, nv, NULL);
     printf("%-26s %3zu positions: %.2e of the row max vs llama.cpp (<= %.0e), top misses %d; decode vs "
            "prefill %.2e\n",
@@ -167,7 +90,7 @@ static void golden_case(cera_engine *e, const char *name, const attach *at, int 
             for (int i = 0; i < n_at; i++) cera_session_set_adapter(s, at[i].a, at[i].scale, &err);
             bool ok = cera_session_eval(s, g.tokens, g.n_tokens, false, &err) == CERA_OK;
             for (size_t i = 0; i < g.n_greedy && ok; i++) {
-                const cera_token t = argmax(cera_session_logits(s, -1), nv);
+                const cera_token t = test_argmax(cera_session_logits(s, -1), nv);
                 if (t != g.greedy[i]) break;
                 same++;
                 ok = cera_session_eval(s, &t, 1, false, &err) == CERA_OK;
@@ -179,7 +102,7 @@ static void golden_case(cera_engine *e, const char *name, const attach *at, int 
     }
     free(l);
     free(ld);
-    free_golden(&g);
+    test_golden_free(&g);
 }
 
 /* One session's life with adapters changing between decode steps, on an engine: the
@@ -226,22 +149,26 @@ static void stories_cases(void) {
     if (!e || !c || !a || !b || !pa || !pb || !ca || !cb) goto out;
     const int nv = cera_engine_n_vocab(e);
     {
-        const attach a1[1] = {{a, 1.0f}}, ah[1] = {{a, 0.5f}}, ab[2] = {{a, 1.0f}, {b, 0.7f}};
+        const test_attach a1[1] = {{a, 1.0f}}, ah[1] = {{a, 0.5f}}, ab[2] = {{a, 1.0f}, {b, 0.7f}};
         golden_case(e, "stories260K.lora-a", a1, 1, 5e-3, true);
         golden_case(e, "stories260K.lora-a-half", ah, 1, 5e-3, true);
         golden_case(e, "stories260K.lora-a-b", ab, 2, 5e-3, true);
     }
-    golden g;
-    if (!load_golden("stories260K.lora-a-b", nv, &g)) goto out;
+    test_golden g;
+    if (!test_golden_load("stories260K.lora-a-b", nv, &g)) goto out;
     {
         const size_t n = g.n_tokens, nf = n * (size_t)nv;
-        const attach ab[2] = {{a, 1.0f}, {b, 0.7f}}, pab[2] = {{pa, 1.0f}, {pb, 0.7f}};
-        const attach z[2] = {{a, 0.0f}, {b, 0.0f}};
-        float *l = run(e, ab, 2, g.tokens, n, false), *lp = run(e, pab, 2, g.tokens, n, false);
-        float *l0 = run(e, NULL, 0, g.tokens, n, false), *lz = run(e, z, 2, g.tokens, n, false);
-        float *d0 = run(e, NULL, 0, g.tokens, n, true), *dz = run(e, z, 2, g.tokens, n, true);
-        CHECK(same_bits(l, lp, nf), "PEFT twins give other logits than the GGUF adapters on the GPU");
-        CHECK(same_bits(l0, lz, nf) && same_bits(d0, dz, nf), "scale 0 differs from no adapter on the GPU");
+        const test_attach ab[2] = {{a, 1.0f}, {b, 0.7f}}, pab[2] = {{pa, 1.0f}, {pb, 0.7f}};
+        const test_attach z[2] = {{a, 0.0f}, {b, 0.0f}};
+        float *l = test_session_logits(e, ab, 2, g.tokens, n, false),
+              *lp = test_session_logits(e, pab, 2, g.tokens, n, false);
+        float *l0 = test_session_logits(e, NULL, 0, g.tokens, n, false),
+              *lz = test_session_logits(e, z, 2, g.tokens, n, false);
+        float *d0 = test_session_logits(e, NULL, 0, g.tokens, n, true),
+              *dz = test_session_logits(e, z, 2, g.tokens, n, true);
+        CHECK(test_same_bits(l, lp, nf), "PEFT twins give other logits than the GGUF adapters on the GPU");
+        CHECK(test_same_bits(l0, lz, nf) && test_same_bits(d0, dz, nf),
+              "scale 0 differs from no adapter on the GPU");
         const double moved = rel_diff(l, l0, n, nv, NULL);
         printf("stories a+b: PEFT == GGUF bits, scale 0 == none bits (prefill and decode); adapters move the "
                "logits by %.2e\n",
@@ -261,7 +188,7 @@ static void stories_cases(void) {
         CHECK(d <= 5e-3 && miss == 0, "live session: GPU vs CPU %.3g, %d top misses", d, miss);
         free(lg), free(lc);
     }
-    free_golden(&g);
+    test_golden_free(&g);
 out:
     cera_adapter_free(a), cera_adapter_free(b), cera_adapter_free(pa), cera_adapter_free(pb);
     cera_adapter_free(ca), cera_adapter_free(cb);
@@ -277,16 +204,16 @@ static void synth_case(const char *type, float scale, double tol) {
     cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
                  *p = load_adapter(e, "golden/lora-synth-llama.peft");
     if (e && a && p) {
-        const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
+        const test_attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
         golden_case(e, name, at, 1, tol, !strcmp(type, "f32"));
-        golden g;
-        if (load_golden(name, cera_engine_n_vocab(e), &g)) {
-            float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
-                  *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
-            CHECK(same_bits(l, lp, g.n_tokens * (size_t)cera_engine_n_vocab(e)),
+        test_golden g;
+        if (test_golden_load(name, cera_engine_n_vocab(e), &g)) {
+            float *l = test_session_logits(e, at, 1, g.tokens, g.n_tokens, false),
+                  *lp = test_session_logits(e, pt, 1, g.tokens, g.n_tokens, false);
+            CHECK(test_same_bits(l, lp, g.n_tokens * (size_t)cera_engine_n_vocab(e)),
                   "%s: PEFT != GGUF on the GPU", name);
             free(l), free(lp);
-            free_golden(&g);
+            test_golden_free(&g);
         }
     }
     cera_adapter_free(a), cera_adapter_free(p);
@@ -326,7 +253,7 @@ static void mixed_batch(void) {
         for (int p = 0; p < len[i]; p++)
             memcpy(solo[i] + (size_t)p * nv, cera_session_logits(s[i], p), nv * 4);
         cera_session_truncate(s[i], 0, &err);
-        bare[i] = run(e, NULL, 0, tok[i], (size_t)len[i], false);
+        bare[i] = test_session_logits(e, NULL, 0, tok[i], (size_t)len[i], false);
     }
     /* The CUDA backend serves one KV pool per batch: the mixed batch uses session 0's pool
      * for every sequence, each sequence on its own blocks. */

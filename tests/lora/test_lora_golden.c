@@ -20,36 +20,8 @@
 #include "cera.h"
 #include "backend/cpu/kernels.h"
 #include "session/lora_cpu.h"
+#include "engine_util.h"
 #include "testutil.h"
-
-typedef struct golden {
-    int32_t *tokens;
-    size_t n_tokens;
-    float *logits; /* [n_tokens, n_vocab] */
-    int32_t *greedy;
-    size_t n_greedy;
-} golden;
-
-static bool load_golden(const char *name, int n_vocab, golden *g) {
-    char p[256];
-    memset(g, 0, sizeof *g);
-    snprintf(p, sizeof p, "golden/%s.tokens", name);
-    g->tokens = read_ints(shared_path(p), &g->n_tokens);
-    snprintf(p, sizeof p, "golden/%s.greedy", name);
-    g->greedy = read_ints(shared_path(p), &g->n_greedy);
-    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
-    size_t size = 0;
-    g->logits = read_file(shared_path(p), &size);
-    const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)n_vocab * sizeof(float);
-    CHECK(ok, "%s: golden files missing or of the wrong size", name);
-    return ok;
-}
-
-static void free_golden(golden *g) {
-    free(g->tokens);
-    free(g->logits);
-    free(g->greedy);
-}
 
 static cera_engine *open_engine(const char *rel) {
     cera_engine_params ep = cera_engine_default_params();
@@ -67,53 +39,6 @@ static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
     cera_error err = {0};
     CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
     return a;
-}
-
-typedef struct attach {
-    cera_adapter *a;
-    float scale;
-} attach;
-
-/* Evaluates tokens in one batch with the adapters attached; returns malloc'ed logits of
- * every position. */
-static float *run(cera_engine *e, const attach *at, int n_at, const int32_t *tokens, size_t n,
-                  bool one_by_one) {
-    cera_session *s = NULL;
-    cera_error err = {0};
-    if (cera_session_create(e, NULL, &s, &err)) {
-        CHECK(0, "session: %s", err.message);
-        return NULL;
-    }
-    for (int i = 0; i < n_at; i++)
-        CHECK(cera_session_set_adapter(s, at[i].a, at[i].scale, &err) == CERA_OK, "set_adapter: %s",
-              err.message);
-    const int nv = cera_engine_n_vocab(e);
-    float *out = malloc(n * (size_t)nv * sizeof(float));
-    bool ok = true;
-    if (one_by_one) {
-        for (size_t i = 0; i < n && ok; i++) {
-            ok = cera_session_eval(s, &tokens[i], 1, false, &err) == CERA_OK;
-            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
-        }
-    } else {
-        ok = cera_session_eval(s, tokens, n, true, &err) == CERA_OK;
-        for (size_t i = 0; i < n && ok; i++)
-            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
-    }
-    CHECK(ok, "eval: %s", err.message);
-    cera_session_free(s);
-    if (!ok) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-static int argmax(const float *v, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
 }
 
 /* KL(p_ref || p) of the softmaxes. */
@@ -137,7 +62,7 @@ typedef struct diff {
 
 /* Compares every position with llama.cpp's logits. A top-token mismatch counts only where
  * llama.cpp's own top two are closer than the largest difference (a near tie). */
-static diff compare(const char *name, const float *got, const golden *g, int nv, double max_diff,
+static diff compare(const char *name, const float *got, const test_golden *g, int nv, double max_diff,
                     double max_kl) {
     diff d = {0, 0};
     int top_miss = 0;
@@ -148,7 +73,7 @@ static diff compare(const char *name, const float *got, const golden *g, int nv,
     }
     for (size_t i = 0; i < g->n_tokens && got; i++) {
         const float *r = g->logits + i * nv, *o = got + i * nv;
-        const int tr = argmax(r, nv), to = argmax(o, nv);
+        const int tr = test_argmax(r, nv), to = test_argmax(o, nv);
         if (tr != to && fabs(r[tr] - r[to]) > d.max_diff) top_miss++;
     }
     printf(
@@ -161,7 +86,8 @@ static diff compare(const char *name, const float *got, const golden *g, int nv,
 }
 
 /* Greedy continuation after the prompt, compared with llama.cpp's. */
-static void check_greedy(cera_engine *e, const attach *at, int n_at, const golden *g, const char *name) {
+static void check_greedy(cera_engine *e, const test_attach *at, int n_at, const test_golden *g,
+                         const char *name) {
     cera_session *s = NULL;
     cera_error err = {0};
     if (!g->greedy || cera_session_create(e, NULL, &s, &err)) return;
@@ -170,7 +96,7 @@ static void check_greedy(cera_engine *e, const attach *at, int n_at, const golde
     bool ok = cera_session_eval(s, g->tokens, g->n_tokens, false, &err) == CERA_OK;
     size_t same = 0;
     for (size_t i = 0; i < g->n_greedy && ok; i++) {
-        const cera_token t = argmax(cera_session_logits(s, -1), nv);
+        const cera_token t = test_argmax(cera_session_logits(s, -1), nv);
         if (t != g->greedy[i]) break;
         same++;
         ok = cera_session_eval(s, &t, 1, false, &err) == CERA_OK;
@@ -181,10 +107,6 @@ static void check_greedy(cera_engine *e, const attach *at, int n_at, const golde
     cera_session_free(s);
 }
 
-static bool same_bits(const float *a, const float *b, size_t n) {
-    return a && b && !memcmp(a, b, n * sizeof(float));
-}
-
 static void stories_cases(void) {
     cera_engine *e = open_engine("models/stories260K.gguf");
     if (!e) return;
@@ -193,10 +115,11 @@ static void stories_cases(void) {
                  *b = load_adapter(e, "golden/lora-stories-b.gguf");
     cera_adapter *pa = load_adapter(e, "golden/lora-stories-a.peft"),
                  *pb = load_adapter(e, "golden/lora-stories-b.peft");
-    golden g0, ga, gh, gab;
-    if (!a || !b || !pa || !pb || !load_golden("stories260K.p1", nv, &g0) ||
-        !load_golden("stories260K.lora-a", nv, &ga) || !load_golden("stories260K.lora-a-half", nv, &gh) ||
-        !load_golden("stories260K.lora-a-b", nv, &gab))
+    test_golden g0, ga, gh, gab;
+    if (!a || !b || !pa || !pb || !test_golden_load("stories260K.p1", nv, &g0) ||
+        !test_golden_load("stories260K.lora-a", nv, &ga) ||
+        !test_golden_load("stories260K.lora-a-half", nv, &gh) ||
+        !test_golden_load("stories260K.lora-a-b", nv, &gab))
         goto out;
     const size_t n = ga.n_tokens, nf = n * (size_t)nv;
 
@@ -204,33 +127,35 @@ static void stories_cases(void) {
      * about as much, plus F16 rounding flips in the KV cache: where the base differs from
      * llama.cpp in the last bits, one K or V value now and then rounds to the neighbouring
      * F16, which moves this tiny model's logits by ~1e-3 (KL stays ~1e-8). */
-    float *base = run(e, NULL, 0, ga.tokens, n, false);
+    float *base = test_session_logits(e, NULL, 0, ga.tokens, n, false);
     compare("stories260K (no adapter)", base, &g0, nv, 1e-4, 1e-8);
-    const attach at_a[1] = {{a, 1.0f}}, at_h[1] = {{a, 0.5f}}, at_ab[2] = {{a, 1.0f}, {b, 0.7f}};
-    float *la = run(e, at_a, 1, ga.tokens, n, false), *lh = run(e, at_h, 1, ga.tokens, n, false),
-          *lab = run(e, at_ab, 2, ga.tokens, n, false);
+    const test_attach at_a[1] = {{a, 1.0f}}, at_h[1] = {{a, 0.5f}}, at_ab[2] = {{a, 1.0f}, {b, 0.7f}};
+    float *la = test_session_logits(e, at_a, 1, ga.tokens, n, false),
+          *lh = test_session_logits(e, at_h, 1, ga.tokens, n, false),
+          *lab = test_session_logits(e, at_ab, 2, ga.tokens, n, false);
     compare("stories260K.lora-a", la, &ga, nv, 5e-3, 1e-6);
     compare("stories260K.lora-a-half", lh, &gh, nv, 5e-3, 1e-6);
     compare("stories260K.lora-a-b", lab, &gab, nv, 5e-3, 1e-6);
-    CHECK(la && base && !same_bits(la, base, nf), "the adapter changes nothing");
+    CHECK(la && base && !test_same_bits(la, base, nf), "the adapter changes nothing");
     check_greedy(e, at_a, 1, &ga, "stories260K.lora-a");
     check_greedy(e, at_h, 1, &gh, "stories260K.lora-a-half");
     check_greedy(e, at_ab, 2, &gab, "stories260K.lora-a-b");
 
     /* PEFT twins: the same numbers after permutation, so the same bits. */
-    const attach pt_ab[2] = {{pa, 1.0f}, {pb, 0.7f}};
-    float *pab = run(e, pt_ab, 2, ga.tokens, n, false);
-    CHECK(same_bits(pab, lab, nf), "PEFT a+b logits differ from the GGUF twins'");
+    const test_attach pt_ab[2] = {{pa, 1.0f}, {pb, 0.7f}};
+    float *pab = test_session_logits(e, pt_ab, 2, ga.tokens, n, false);
+    CHECK(test_same_bits(pab, lab, nf), "PEFT a+b logits differ from the GGUF twins'");
 
     /* Scale 0 is no adapter, bit for bit. */
-    const attach zero[2] = {{a, 0.0f}, {b, 0.0f}};
-    float *lz = run(e, zero, 2, ga.tokens, n, false);
-    CHECK(same_bits(lz, base, nf), "scale 0 differs from no adapter");
+    const test_attach zero[2] = {{a, 0.0f}, {b, 0.0f}};
+    float *lz = test_session_logits(e, zero, 2, ga.tokens, n, false);
+    CHECK(test_same_bits(lz, base, nf), "scale 0 differs from no adapter");
 
     /* Prefill vs decode, bit for bit (the engine's base path must be too). */
-    float *base_dec = run(e, NULL, 0, ga.tokens, n, true), *lab_dec = run(e, at_ab, 2, ga.tokens, n, true);
-    CHECK(same_bits(base_dec, base, nf), "no adapter: decode logits differ from prefill logits");
-    CHECK(same_bits(lab_dec, lab, nf), "a+b: decode logits differ from prefill logits");
+    float *base_dec = test_session_logits(e, NULL, 0, ga.tokens, n, true),
+          *lab_dec = test_session_logits(e, at_ab, 2, ga.tokens, n, true);
+    CHECK(test_same_bits(base_dec, base, nf), "no adapter: decode logits differ from prefill logits");
+    CHECK(test_same_bits(lab_dec, lab, nf), "a+b: decode logits differ from prefill logits");
 
     /* Live changes: one session, attach / rescale / swap / detach between evals. */
     cera_session *s = NULL;
@@ -238,18 +163,18 @@ static void stories_cases(void) {
     if (!cera_session_create(e, NULL, &s, &err)) {
         bool ok = true;
         ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
-        CHECK(ok && same_bits(cera_session_logits(s, 0), base, nv), "fresh session");
+        CHECK(ok && test_same_bits(cera_session_logits(s, 0), base, nv), "fresh session");
         ok &= !cera_session_truncate(s, 0, &err) && !cera_session_set_adapter(s, a, 0.5f, &err);
         ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
-        CHECK(ok && same_bits(cera_session_logits(s, 0), lh, nf), "attach a at 0.5: %s", err.message);
+        CHECK(ok && test_same_bits(cera_session_logits(s, 0), lh, nf), "attach a at 0.5: %s", err.message);
         ok &= !cera_session_truncate(s, 0, &err) && !cera_session_set_adapter(s, a, 1.0f, &err) &&
               !cera_session_set_adapter(s, b, 0.7f, &err);
         ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
-        CHECK(ok && same_bits(cera_session_logits(s, 0), lab, nf) && cera_session_n_adapters(s) == 2,
+        CHECK(ok && test_same_bits(cera_session_logits(s, 0), lab, nf) && cera_session_n_adapters(s) == 2,
               "rescale a, attach b: %s", err.message);
         ok &= !cera_session_truncate(s, 0, &err) && cera_session_remove_adapter(s, b);
         ok &= !cera_session_eval(s, ga.tokens, n, true, &err);
-        CHECK(ok && same_bits(cera_session_logits(s, 0), la, nf) && cera_session_n_adapters(s) == 1,
+        CHECK(ok && test_same_bits(cera_session_logits(s, 0), la, nf) && cera_session_n_adapters(s) == 1,
               "detach b");
         /* Mid-sequence: the prompt with a, then a token without: equals a session whose last
          * token ran without the adapter (the KV keeps what a produced). */
@@ -257,8 +182,8 @@ static void stories_cases(void) {
         ok &= !cera_session_eval(s, &ga.tokens[n - 1], 1, false, &err);
         float *mixed = malloc((size_t)nv * 4);
         if (ok) memcpy(mixed, cera_session_logits(s, -1), (size_t)nv * 4);
-        CHECK(ok && cera_session_n_adapters(s) == 0 && !same_bits(mixed, la + (n - 1) * nv, nv) &&
-                  !same_bits(mixed, base + (n - 1) * nv, nv),
+        CHECK(ok && cera_session_n_adapters(s) == 0 && !test_same_bits(mixed, la + (n - 1) * nv, nv) &&
+                  !test_same_bits(mixed, base + (n - 1) * nv, nv),
               "detaching mid-sequence changes only later tokens");
         free(mixed);
         CHECK(!cera_session_remove_adapter(s, a), "removing an adapter that is not attached");
@@ -282,10 +207,10 @@ static void stories_cases(void) {
     free(lz);
     free(base_dec);
     free(lab_dec);
-    free_golden(&g0);
-    free_golden(&ga);
-    free_golden(&gh);
-    free_golden(&gab);
+    test_golden_free(&g0);
+    test_golden_free(&ga);
+    test_golden_free(&gh);
+    test_golden_free(&gab);
 out:
     cera_adapter_free(a);
     cera_adapter_free(b);
@@ -309,13 +234,13 @@ static void synth_case(const char *type, float scale) {
     const int nv = cera_engine_n_vocab(e);
     cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
                  *p = load_adapter(e, "golden/lora-synth-llama.peft");
-    golden g, g0;
-    if (a && p && load_golden(name, nv, &g) && load_golden(plain, nv, &g0)) {
-        float *l0 = run(e, NULL, 0, g0.tokens, g0.n_tokens, false);
+    test_golden g, g0;
+    if (a && p && test_golden_load(name, nv, &g) && test_golden_load(plain, nv, &g0)) {
+        float *l0 = test_session_logits(e, NULL, 0, g0.tokens, g0.n_tokens, false);
         const diff d0 = compare(plain, l0, &g0, nv, 0.1, 1e-3);
-        const attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
-        float *l = run(e, at, 1, g.tokens, g.n_tokens, false),
-              *lp = run(e, pt, 1, g.tokens, g.n_tokens, false);
+        const test_attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
+        float *l = test_session_logits(e, at, 1, g.tokens, g.n_tokens, false),
+              *lp = test_session_logits(e, pt, 1, g.tokens, g.n_tokens, false);
         /* Where the base is not bit-exact (kernel tiers other than the goldens' AVX-512 order),
          * a last-bit difference can flip one Q8 activation rounding, a step of amax/127: then
          * the adapter run gets the base comparison's own bounds. So does a base that is exact
@@ -331,17 +256,17 @@ static void synth_case(const char *type, float scale) {
             CHECK(d.max_diff == 0,
                   "%s: the base is bit-exact with llama.cpp but the adapter run differs by %g", name,
                   d.max_diff);
-        CHECK(same_bits(l, lp, g.n_tokens * (size_t)nv), "%s: PEFT logits differ from GGUF's", name);
+        CHECK(test_same_bits(l, lp, g.n_tokens * (size_t)nv), "%s: PEFT logits differ from GGUF's", name);
         /* prefill (the adapter spread over the thread pool) vs decode (one row) */
-        float *ld = run(e, at, 1, g.tokens, g.n_tokens, true);
-        CHECK(same_bits(l, ld, g.n_tokens * (size_t)nv), "%s: decode logits differ from prefill logits",
+        float *ld = test_session_logits(e, at, 1, g.tokens, g.n_tokens, true);
+        CHECK(test_same_bits(l, ld, g.n_tokens * (size_t)nv), "%s: decode logits differ from prefill logits",
               name);
         free(ld);
         free(l0);
         free(l);
         free(lp);
-        free_golden(&g);
-        free_golden(&g0);
+        test_golden_free(&g);
+        test_golden_free(&g0);
     }
     cera_adapter_free(a);
     cera_adapter_free(p);

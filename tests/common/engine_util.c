@@ -1,0 +1,74 @@
+/* engine_util.c — see engine_util.h. */
+#include "engine_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+float *test_session_logits(cera_engine *e, const test_attach *at, int n_at, const int32_t *tokens, size_t n,
+                           bool one_by_one) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    if (!e || cera_session_create(e, NULL, &s, &err)) {
+        CHECK(0, "session: %s", err.message);
+        return NULL;
+    }
+    for (int i = 0; i < n_at; i++)
+        CHECK(cera_session_set_adapter(s, at[i].a, at[i].scale, &err) == CERA_OK, "set_adapter: %s",
+              err.message);
+    const int nv = cera_engine_n_vocab(e);
+    float *out = malloc(n * (size_t)nv * sizeof(float));
+    bool ok = out != NULL;
+    if (one_by_one) {
+        for (size_t i = 0; i < n && ok; i++) {
+            ok = cera_session_eval(s, &tokens[i], 1, false, &err) == CERA_OK;
+            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * sizeof(float));
+        }
+    } else if (ok) {
+        ok = cera_session_eval(s, tokens, n, true, &err) == CERA_OK;
+        for (size_t i = 0; i < n && ok; i++)
+            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * sizeof(float));
+    }
+    CHECK(ok, "eval: %s", err.message);
+    cera_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+int test_argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+bool test_same_bits(const float *a, const float *b, size_t n) {
+    return a && b && !memcmp(a, b, n * sizeof(float));
+}
+
+bool test_golden_load(const char *name, int n_vocab, test_golden *g) {
+    char p[256];
+    size_t size = 0;
+    memset(g, 0, sizeof *g);
+    snprintf(p, sizeof p, "golden/%s.tokens", name);
+    g->tokens = read_ints(shared_path(p), &g->n_tokens);
+    snprintf(p, sizeof p, "golden/%s.greedy", name);
+    g->greedy = read_ints(shared_path(p), &g->n_greedy);
+    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
+    g->logits = read_file(shared_path(p), &size);
+    const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)n_vocab * sizeof(float);
+    CHECK(ok, "%s: golden files missing or of the wrong size", name);
+    return ok;
+}
+
+void test_golden_free(test_golden *g) {
+    free(g->tokens);
+    free(g->logits);
+    free(g->greedy);
+    memset(g, 0, sizeof *g);
+}

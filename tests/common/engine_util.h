@@ -1,0 +1,47 @@
+/*
+ * engine_util.h — helpers for tests that run whole models through the public API (the
+ * golden, LoRA and CUDA engine tests): a session's logits for a token sequence with
+ * adapters attached, and the files of one of llama.cpp's golden cases (../shared/golden,
+ * README.md there).
+ */
+#ifndef CERA_TEST_ENGINE_UTIL_H
+#define CERA_TEST_ENGINE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cera.h"
+
+typedef struct test_attach {
+    cera_adapter *a;
+    float scale;
+} test_attach;
+
+/* The logits of every position of tokens[0..n) in a new session of e with the adapters
+ * attached: the tokens as one batch, or one at a time (decode). malloc'ed [n, n_vocab], or
+ * NULL after a failed CHECK. */
+float *test_session_logits(cera_engine *e, const test_attach *at, int n_at, const int32_t *tokens, size_t n,
+                           bool one_by_one);
+
+/* The index of the largest value (the lowest on ties). */
+int test_argmax(const float *v, int n);
+/* True when both are set and hold the same n floats bit for bit. */
+bool test_same_bits(const float *a, const float *b, size_t n);
+
+/* One golden case: its prompt tokens, llama.cpp's logits of every position and its greedy
+ * continuation (NULL when the case has none). */
+typedef struct test_golden {
+    int32_t *tokens;
+    size_t n_tokens;
+    float *logits; /* [n_tokens, n_vocab] */
+    int32_t *greedy;
+    size_t n_greedy;
+} test_golden;
+
+/* Loads golden/<name>.{tokens,logits.f32,greedy}; CHECKs that they are there and of the right
+ * size. */
+bool test_golden_load(const char *name, int n_vocab, test_golden *g);
+void test_golden_free(test_golden *g);
+
+#endif
