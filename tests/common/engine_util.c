@@ -7,6 +7,25 @@
 
 #include "testutil.h"
 
+cera_engine *test_open_engine(const char *rel, cera_device device) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    ep.device = device;
+    cera_engine *e = NULL;
+    cera_error err = {0};
+    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return e;
+}
+
+cera_adapter *test_load_adapter(cera_engine *e, const char *rel) {
+    cera_adapter *a = NULL;
+    cera_error err = {0};
+    if (!e) return NULL;
+    CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
+    return a;
+}
+
 float *test_session_logits(cera_engine *e, const test_attach *at, int n_at, const int32_t *tokens, size_t n,
                            bool one_by_one) {
     cera_session *s = NULL;

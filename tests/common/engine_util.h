@@ -13,6 +13,13 @@
 
 #include "cera.h"
 
+/* An engine for a file under ../shared (2 threads, a context of 256), or NULL after a
+ * failed CHECK. */
+cera_engine *test_open_engine(const char *rel, cera_device device);
+/* An adapter (GGUF file or PEFT folder under ../shared) for e, or NULL (a failed CHECK when e
+ * is set). */
+cera_adapter *test_load_adapter(cera_engine *e, const char *rel);
+
 typedef struct test_attach {
     cera_adapter *a;
     float scale;

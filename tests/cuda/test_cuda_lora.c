@@ -23,25 +23,6 @@
 #include "engine_util.h"
 #include "testutil.h"
 
-static cera_engine *open_engine(const char *rel, cera_device dev) {
-    cera_engine_params ep = cera_engine_default_params();
-    ep.n_threads = 2;
-    ep.n_ctx = 256;
-    ep.device = dev;
-    cera_engine *e = NULL;
-    cera_error err = {0};
-    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
-    return e;
-}
-
-static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
-    cera_adapter *a = NULL;
-    cera_error err = {0};
-    if (!e) return NULL;
-    CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
-    return a;
-}
-
 /* The largest |got - ref| over rows, each relative to the row's max |ref|; top-token
  * disagreements counted where ref's two candidates are further apart than the row's
  * difference could move them (twice its largest |got - ref|: one up, one down). */
@@ -138,14 +119,14 @@ static float *live_session(cera_engine *e, cera_adapter *a, cera_adapter *b, con
 }
 
 static void stories_cases(void) {
-    cera_engine *e = open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA),
-                *c = open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
-    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
-                 *b = load_adapter(e, "golden/lora-stories-b.gguf"),
-                 *pa = load_adapter(e, "golden/lora-stories-a.peft"),
-                 *pb = load_adapter(e, "golden/lora-stories-b.peft"),
-                 *ca = load_adapter(c, "golden/lora-stories-a.gguf"),
-                 *cb = load_adapter(c, "golden/lora-stories-b.gguf");
+    cera_engine *e = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA),
+                *c = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
+    cera_adapter *a = test_load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = test_load_adapter(e, "golden/lora-stories-b.gguf"),
+                 *pa = test_load_adapter(e, "golden/lora-stories-a.peft"),
+                 *pb = test_load_adapter(e, "golden/lora-stories-b.peft"),
+                 *ca = test_load_adapter(c, "golden/lora-stories-a.gguf"),
+                 *cb = test_load_adapter(c, "golden/lora-stories-b.gguf");
     if (!e || !c || !a || !b || !pa || !pb || !ca || !cb) goto out;
     const int nv = cera_engine_n_vocab(e);
     {
@@ -200,9 +181,9 @@ static void synth_case(const char *type, float scale, double tol) {
     char model[128], name[128];
     snprintf(model, sizeof model, "golden/synth-llama-%s.gguf", type);
     snprintf(name, sizeof name, "synth-llama-%s.lora", type);
-    cera_engine *e = open_engine(model, CERA_DEVICE_CUDA);
-    cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
-                 *p = load_adapter(e, "golden/lora-synth-llama.peft");
+    cera_engine *e = test_open_engine(model, CERA_DEVICE_CUDA);
+    cera_adapter *a = test_load_adapter(e, "golden/lora-synth-llama.gguf"),
+                 *p = test_load_adapter(e, "golden/lora-synth-llama.peft");
     if (e && a && p) {
         const test_attach at[1] = {{a, scale}}, pt[1] = {{p, scale}};
         golden_case(e, name, at, 1, tol, !strcmp(type, "f32"));
@@ -224,9 +205,9 @@ static void synth_case(const char *type, float scale, double tol) {
  * test_lora_batch): each row against its sequence run alone on the GPU. */
 #define N_SEQ 4
 static void mixed_batch(void) {
-    cera_engine *e = open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA);
-    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
-                 *b = load_adapter(e, "golden/lora-stories-b.peft");
+    cera_engine *e = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CUDA);
+    cera_adapter *a = test_load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = test_load_adapter(e, "golden/lora-stories-b.peft");
     size_t n1 = 0, n2 = 0, n3 = 0;
     int32_t *t1 = read_ints(shared_path("golden/stories260K.p1.tokens"), &n1);
     int32_t *t2 = read_ints(shared_path("golden/stories260K.p2.tokens"), &n2);

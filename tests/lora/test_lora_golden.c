@@ -23,24 +23,6 @@
 #include "engine_util.h"
 #include "testutil.h"
 
-static cera_engine *open_engine(const char *rel) {
-    cera_engine_params ep = cera_engine_default_params();
-    ep.n_threads = 2;
-    ep.n_ctx = 256;
-    ep.device = CERA_DEVICE_CPU;
-    cera_engine *e = NULL;
-    cera_error err = {0};
-    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
-    return e;
-}
-
-static cera_adapter *load_adapter(cera_engine *e, const char *rel) {
-    cera_adapter *a = NULL;
-    cera_error err = {0};
-    CHECK(cera_adapter_load(e, shared_path(rel), &a, &err) == CERA_OK, "%s: %s", rel, err.message);
-    return a;
-}
-
 /* KL(p_ref || p) of the softmaxes. */
 static double kl(const float *ref, const float *got, int n) {
     double mr = ref[0], mg = got[0];
@@ -108,13 +90,13 @@ static void check_greedy(cera_engine *e, const test_attach *at, int n_at, const 
 }
 
 static void stories_cases(void) {
-    cera_engine *e = open_engine("models/stories260K.gguf");
+    cera_engine *e = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
-    cera_adapter *a = load_adapter(e, "golden/lora-stories-a.gguf"),
-                 *b = load_adapter(e, "golden/lora-stories-b.gguf");
-    cera_adapter *pa = load_adapter(e, "golden/lora-stories-a.peft"),
-                 *pb = load_adapter(e, "golden/lora-stories-b.peft");
+    cera_adapter *a = test_load_adapter(e, "golden/lora-stories-a.gguf"),
+                 *b = test_load_adapter(e, "golden/lora-stories-b.gguf");
+    cera_adapter *pa = test_load_adapter(e, "golden/lora-stories-a.peft"),
+                 *pb = test_load_adapter(e, "golden/lora-stories-b.peft");
     test_golden g0, ga, gh, gab;
     if (!a || !b || !pa || !pb || !test_golden_load("stories260K.p1", nv, &g0) ||
         !test_golden_load("stories260K.lora-a", nv, &ga) ||
@@ -190,7 +172,7 @@ static void stories_cases(void) {
         cera_session_free(s);
     }
     /* An adapter of another engine is refused. */
-    cera_engine *e2 = open_engine("models/stories260K.gguf");
+    cera_engine *e2 = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
     if (e2 && !cera_session_create(e2, NULL, &s, &err)) {
         CHECK(cera_session_set_adapter(s, a, 1.0f, &err) == CERA_ERR_INVALID_ARG,
               "adapter of another engine");
@@ -229,11 +211,11 @@ static void synth_case(const char *type, float scale) {
     snprintf(model, sizeof model, "golden/synth-llama-%s.gguf", type);
     snprintf(name, sizeof name, "synth-llama-%s.lora", type);
     snprintf(plain, sizeof plain, "synth-llama-%s", type);
-    cera_engine *e = open_engine(model);
+    cera_engine *e = test_open_engine(model, CERA_DEVICE_CPU);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
-    cera_adapter *a = load_adapter(e, "golden/lora-synth-llama.gguf"),
-                 *p = load_adapter(e, "golden/lora-synth-llama.peft");
+    cera_adapter *a = test_load_adapter(e, "golden/lora-synth-llama.gguf"),
+                 *p = test_load_adapter(e, "golden/lora-synth-llama.peft");
     test_golden g, g0;
     if (a && p && test_golden_load(name, nv, &g) && test_golden_load(plain, nv, &g0)) {
         float *l0 = test_session_logits(e, NULL, 0, g0.tokens, g0.n_tokens, false);
