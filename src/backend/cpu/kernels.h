@@ -55,7 +55,8 @@ typedef void (*cera_gemm_tile_fn)(int64_t n, float *s, size_t s_stride, const vo
  * activation rows (stride a_stride bytes), with each activation row's per-block terms from
  * cera_packed_prep at aux (stride aux_stride bytes). Every output has the same arithmetic
  * whatever nc, so a decode step (nc = 1) equals the same token in a prompt. Current column
- * counts: AVX-512 Q4_0 and IQ4_NL 8, Q4_1 and Q8_0 2; AVX2 Q4_0 4, the others 1. */
+ * counts: AVX-512 Q4_0 and IQ4_NL 8, Q4_K 4, Q4_1, Q5_0, Q5_1 and Q8_0 2; AVX2 Q4_0 4, Q4_K 2,
+ * the others 1. */
 typedef void (*cera_packed_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                     size_t a_stride, const void *aux, size_t aux_stride, int nc);
 

@@ -128,8 +128,14 @@ typedef struct cera_pack_aux_q8_0 { /* also Q5_0's; Q5_1 takes cera_pack_aux_q4_
  * isum = sum_j sc_j * dot_j (dot_j the sub-block's integer dot) and imin = sum_j m_j * bsum_j
  * (bsum_j the activation sum over sub-block j), then acc = fma((float)isum, dx * dy, acc) and
  * accm = fma((float)imin, dmx * dy, accm), serially over the super-blocks from 0; the output is
- * acc - accm. This is cera's own order (not llama.cpp's: the goldens stay within tolerance, not
- * bit-exact). */
+ * acc - accm. That is the per-output order of llama.cpp's repacked q4_K GEMV/GEMM on x86 (its
+ * layout differs): the synth q4_k_s golden moved from 1.1e-2 to 4.9e-7 (not 0; test_golden.c).
+ * The amx tier inherits this tile, so it takes over from the AMX tile for repacked Q4_K weights
+ * as Q4_0's did where measured; not measured for Q4_K (no AMX machine here).
+ * Q6_K is not repacked: its file-layout order (bit-exact with its golden, asserted) takes a scale
+ * multiply per 4-element word in a 16-row layout, which on this Zen 4 (512-bit ops in two halves)
+ * measured slower for decode than the file layout (tinyllama Q4_K_M tg32, 1 thread: 26.8 against
+ * 36.0 t/s; prompts +10 %). */
 #define CERA_PACK_Q4_K_UNIT 2368
 #define CERA_PACK_Q4_K_SC   64
 #define CERA_PACK_Q4_K_MN   192
