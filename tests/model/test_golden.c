@@ -13,9 +13,10 @@
  * kernels mirror its dot-product summation orders, so most cases agree bit for bit on an
  * AVX-512 machine (measured: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, iq4_nl,
  * iq4_xs and the qwen2/qwen3/granite cases exactly 0; q4_0 and iq4_nl run cera's repacked
- * kernels, which follow llama.cpp's repacked ones). Where a kernel sums in another order
- * (another tier, or llama.cpp's repacked k-quant GEMMs), a last-bit difference can flip
- * an F16 rounding in the attention or an activation's quantization, so:
+ * kernels, which follow llama.cpp's repacked ones; q4_k_s, repacked the same way, 4.9e-7).
+ * Where a kernel sums in another order (another tier, or llama.cpp's repacked k-quant
+ * GEMMs), a last-bit difference can flip an F16 rounding in the attention or an
+ * activation's quantization, so:
  *   f32         1e-3  flipped F16 roundings in attention, measured <= 2.2e-4 on every tier
  *                     (stories260K p2/p3, whose f32 down projection sums in another order);
  *   f16         3e-3  the same on F16 activations, measured <= 6.1e-4 (AVX2 tier);
