@@ -23,7 +23,9 @@
  * and a mixed batch equals its sequences run alone.
  *
  * The kernels here (lora_apply.c) are the portable reference; the CPU backend runs the
- * same plan with its F32 matmul kernels (lora_cpu.c), which round as llama.cpp's.
+ * same plan with its F32 matmul kernels (lora_cpu.c), which round as llama.cpp's; the CUDA
+ * backend uploads each adapter once (F16, kept in cera_adapter.dev and freed by dev_free
+ * with the adapter) and runs the plan with its own kernels (backend/cuda/lora.c).
  */
 #ifndef CERA_SESSION_LORA_H
 #define CERA_SESSION_LORA_H
