@@ -259,10 +259,7 @@ static bool prepare(cera_lora_cpu_job *j, cera_pool *pool, const cera_lora_batch
     return true;
 }
 
-int cera_lora_cpu_default_form(int n_threads) {
-    if (n_threads < CERA_LORA_CPU_FUSE_MIN_THREADS) return 0;
-    return n_threads >= CERA_LORA_CPU_FUSE_TILE_THREADS ? 1 : CERA_LORA_CPU_FUSE_DEFAULT;
-}
+int cera_lora_cpu_default_form(int n_threads) { return n_threads >= CERA_LORA_CPU_FUSE_TILE_THREADS ? 1 : 2; }
 
 static _Atomic int fusion_mode = -1;
 

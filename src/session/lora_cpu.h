@@ -28,17 +28,15 @@
  *   2 fused, B·t post: A·x first, B·t over long runs of B in the job's last chunks, which
  *     wait for the tiles (the threads are in the job already: no wake-up).
  * Fusing saves the two pool synchronisations per projection that the adapter cost at 16
- * threads (decode +21.5 % there, RESULTS.md). Reading B in 32-row pieces between weight
+ * threads (form 0 below). Reading B in 32-row pieces between weight
  * tiles streams it about half as fast as long runs (one thread: 2.7 ms vs 1.6 ms per token
  * for the 24 MB of B of the 1B shape). Measured on the loaded 2-core machine, 1B Q4_0,
  * decode cost with 1 thread: form 0 +10 %, 1 +19 %, 2 +4 %; 2 threads (noisy): 0 +8..34 %,
  * 1 +23..40 %, 2 +7..24 %. On the H200 host's Xeon with 16 threads (tinyllama-1.1b Q4_0,
  * two runs): form 0 +24.1 / +22.8 %, 1 +7.0 / +6.0 %, 2 +9.9 / +11.9 %; there the tiles are
  * short and many threads share B's reads, while the post chunks wait for the slowest tile.
- * Defaults: form 2 from CERA_LORA_CPU_FUSE_MIN_THREADS threads, form 1 from
- * CERA_LORA_CPU_FUSE_TILE_THREADS; lora_bench measures all three. */
-#define CERA_LORA_CPU_FUSE_MIN_THREADS  1
-#define CERA_LORA_CPU_FUSE_DEFAULT      2
+ * Default: form 1 from CERA_LORA_CPU_FUSE_TILE_THREADS threads, form 2 below; lora_bench
+ * measures all three. */
 #define CERA_LORA_CPU_FUSE_TILE_THREADS 8
 
 /* The form used with n_threads threads when none is set (the rule above). */
@@ -75,12 +73,11 @@ const cera_matmul_hook *cera_lora_cpu_hook(cera_lora_cpu_job *j, cera_pool *pool
                                            int layer, cera_proj proj, const float *x, size_t x_stride,
                                            float *y, size_t y_stride);
 
-/* After the matmul: the adapters' work when it was not fused (fewer threads than
- * CERA_LORA_CPU_FUSE_MIN_THREADS, fusion turned off, or no A·x scratch: growing it failed,
- * then with the portable kernels), else nothing. */
+/* After the matmul: the adapters' work when it was not fused (form 0 set, or no A·x
+ * scratch: growing it failed, then with the portable kernels), else nothing. */
 void cera_lora_cpu_after(cera_lora_cpu_job *j);
 
-/* The form: -1 the default (see CERA_LORA_CPU_FUSE_MIN_THREADS), else 0, 1 or 2 (above).
+/* The form: -1 the default (cera_lora_cpu_default_form), else 0, 1 or 2 (above).
  * Process-wide, for benchmarks and tests; results are the same bits either way. */
 void cera_lora_cpu_set_fusion(int mode);
 

@@ -54,7 +54,7 @@ typedef struct cpu_backend {
     void *act;         /* activation scratch of the largest matmul */
     uint8_t *attn_tmp; /* per-thread attention scratch */
     size_t attn_tmp_size;
-    cera_packed_set *packed; /* Q4_0 weights repacked at open (repack.h), hung on their dev fields */
+    cera_packed_set *packed; /* weights repacked at open (repack.h), hung on their dev fields */
 } cpu_backend;
 
 /* ---- projections ------------------------------------------------------------ */

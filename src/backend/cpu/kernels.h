@@ -18,11 +18,10 @@
  * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86
  * vec_dots, so on an AVX-512 CPU most golden cases agree to the bit. llama.cpp repacks q4_0,
  * iq4_nl, q4_k and q2_k at load, and its GEMMs for them run a serial chain of per-block FMAs per
- * output; cera's own repacked q4_0 and iq4_nl (repack.h, avx2/avx512 tiers) run the same chain,
- * so they agree to the bit too where a weight is repacked (rows a multiple of 16). In the file
- * layout that chain ran at about 2/3 of the decode speed (measured), so q4_k/q2_k keep their
- * vec_dot order, and for them llama.cpp rounds differently for a prompt's groups of 4 tokens
- * and for single tokens.
+ * output; cera's own repacked q4_0, iq4_nl and q4_k (repack.h, avx2/avx512 tiers) run the same
+ * chain where a weight is repacked (rows a multiple of 16): q4_0 and iq4_nl agree to the bit,
+ * q4_k to about 5e-7. q2_k keeps the file layout and its vec_dot order, and for it llama.cpp
+ * rounds differently for a prompt's groups of 4 tokens and for single tokens.
  *
  * Contract of the row functions: n is a multiple of the weight type's block size (and of
  * the activation type's, which is the same); rows need only their type's natural alignment

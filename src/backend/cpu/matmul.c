@@ -54,10 +54,11 @@ static void quantize_row(void *arg, int64_t t, int ith) {
 /* Per weight type: does a single token take the row dot rather than a one-column tile?
  * A decode step must round exactly as the same token inside a prompt batch, and the row
  * dot is the fast kernel for one token; so it is used where it agrees bit for bit with
- * the tile, as cera_matmul_prepare checks on a weight's own rows (0 = unchecked or no:
- * the tile, which is always consistent). Wide hardware tiles (AMX: 32 columns) would
- * waste most of their work on one token, so there the row dot is always used. */
-static _Atomic int rowdot_ok[CERA_TYPE_COUNT]; /* 0 unknown/no, 1 yes */
+ * the tile, as cera_matmul_prepare checks on a weight's own rows. A failed check sticks:
+ * one weight whose rows disagree keeps the whole type on the tile, which is always
+ * consistent. Wide hardware tiles (AMX: 32 columns) would waste most of their work on one
+ * token, so there the row dot is always used. */
+static _Atomic int rowdot_ok[CERA_TYPE_COUNT]; /* 0 unchecked, 1 yes, -1 no */
 
 static bool use_rowdot_for_one(cera_type t, const cera_cpu_type_ops *ops) {
     if (!ops->gemm_tile || ops->tile_cols > 8) return true;
@@ -66,7 +67,7 @@ static bool use_rowdot_for_one(cera_type t, const cera_cpu_type_ops *ops) {
 
 cera_status cera_matmul_prepare(const cera_weight *w, cera_error *err) {
     const cera_cpu_type_ops *ops = cera_cpu_ops(w->type);
-    if (!ops || !ops->gemm_tile || ops->tile_cols > 8 || atomic_load(&rowdot_ok[w->type]) == 1)
+    if (!ops || !ops->gemm_tile || ops->tile_cols > 8 || atomic_load(&rowdot_ok[w->type]) != 0)
         return CERA_OK;
     const size_t w_stride = cera_row_size(w->type, w->k), a_stride = cera_row_size(ops->act_type, w->k);
     float *x = malloc((size_t)w->k * sizeof(float));
@@ -95,7 +96,12 @@ cera_status cera_matmul_prepare(const cera_weight *w, cera_error *err) {
     }
     free(x);
     free(a);
-    if (ok) atomic_store(&rowdot_ok[w->type], 1);
+    if (!ok) {
+        atomic_store(&rowdot_ok[w->type], -1);
+    } else {
+        int unchecked = 0; /* a failure recorded meanwhile by another engine's open stays */
+        atomic_compare_exchange_strong(&rowdot_ok[w->type], &unchecked, 1);
+    }
     return CERA_OK;
 }
 
