@@ -15,6 +15,7 @@
  *     llama.cpp's than the file layout's: the q4_k_s golden went from 1.1e-2 to 4.9e-7).
  * Models without a repacking tier here (scalar, arm) run the same checks on the file layout.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,7 @@ static void check_model(const char *name, bool same_bits_unpacked) {
         double worst = 0, top = 0;
         for (size_t i = 0; i < n * nv; i++) {
             const double d = (double)batch[i] - plain[i];
-            if ((d < 0 ? -d : d) > worst) worst = d < 0 ? -d : d;
+            if (!((d < 0 ? -d : d) <= worst)) worst = d == d ? (d < 0 ? -d : d) : INFINITY; // NaN: fail
             if ((plain[i] < 0 ? -plain[i] : plain[i]) > top) top = plain[i] < 0 ? -plain[i] : plain[i];
         }
         printf("%s: repacked vs file layout max |diff| %.3g (largest logit %.3g)\n", name, worst, top);

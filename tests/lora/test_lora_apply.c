@@ -254,7 +254,6 @@ static void batch_cases(test_rng *r) {
             CHECK(all_same, "layer %d %s: batch rows differ from solo rows", l,
                   cera_lora_proj_gguf_name((cera_proj)p));
             CHECK(changed, "layer %d %s: nothing changed", l, cera_lora_proj_gguf_name((cera_proj)p));
-            (void)k;
             /* the CPU backend's hook: any thread count gives the same bits, within float
              * rounding of the portable kernels */
             for (int nt = 0; nt < 4; nt++) {

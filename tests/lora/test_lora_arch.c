@@ -126,7 +126,8 @@ static void arch_case(const char *arch, test_rng *r) {
             int tu = 0, tm = 0;
             for (int j = 0; j < nv; j++) {
                 const size_t k = i * nv + j;
-                d_merge = fmax(d_merge, fabs(unmerged[k] - m[k]));
+                const double dm = fabs(unmerged[k] - m[k]);
+                if (!(dm <= d_merge)) d_merge = isnan(dm) ? INFINITY : dm; // a NaN fails the check
                 d_base = fmax(d_base, fabs(unmerged[k] - base[k]));
                 mag = fmax(mag, fabs(m[k]));
                 if (unmerged[k] > unmerged[i * nv + tu]) tu = j;

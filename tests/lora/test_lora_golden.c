@@ -50,8 +50,13 @@ static diff compare(const char *name, const float *got, const test_golden *g, in
     int top_miss = 0;
     for (size_t i = 0; i < g->n_tokens && got; i++) {
         const float *r = g->logits + i * nv, *o = got + i * nv;
-        for (int j = 0; j < nv; j++) d.max_diff = fmax(d.max_diff, fabs(r[j] - o[j]));
-        d.max_kl = fmax(d.max_kl, kl(r, o, nv));
+        // written so that a NaN (which fmax would drop) makes the difference infinite
+        for (int j = 0; j < nv; j++) {
+            const double dj = fabs(r[j] - o[j]);
+            if (!(dj <= d.max_diff)) d.max_diff = isnan(dj) ? INFINITY : dj;
+        }
+        const double k = kl(r, o, nv);
+        if (!(k <= d.max_kl)) d.max_kl = isnan(k) ? INFINITY : k;
     }
     for (size_t i = 0; i < g->n_tokens && got; i++) {
         const float *r = g->logits + i * nv, *o = got + i * nv;

@@ -77,6 +77,7 @@ static void test_batch_vs_steps(const char *model, const char *tokens) {
     size_t n = 0;
     int32_t *tok = read_ints(shared_path(tokens), &n);
     cera_engine *e = open_model(model, 1, 256, CERA_KV_F16);
+    CHECK(tok, "token file missing");
     if (!tok || !e) goto done;
     const int nv = cera_engine_n_vocab(e);
     float *batch = eval_logits(e, tok, n, 0), *one = eval_logits(e, tok, n, 1),
@@ -107,6 +108,7 @@ static void test_long_batch_vs_steps(void) {
     size_t n0 = 0;
     int32_t *tok0 = read_ints(shared_path("golden/synth-qwen2-f32.tokens"), &n0);
     cera_engine *e = open_model("golden/synth-qwen2-f32.gguf", 1, 256, CERA_KV_F16);
+    CHECK(tok0, "token file missing");
     if (!tok0 || !e) goto done;
     int32_t tok[96];
     size_t n = 0;
@@ -170,6 +172,7 @@ static void test_concurrent_sessions(void) {
     size_t n = 0;
     int32_t *tok = read_ints(shared_path("golden/stories260K.p3.tokens"), &n);
     cera_engine *e = open_model(STORIES, 2, 256, CERA_KV_F16);
+    CHECK(tok, "token file missing");
     if (!tok || !e) goto done;
     const int nv = cera_engine_n_vocab(e);
     float *alone = eval_logits(e, tok, n, 3);
@@ -196,6 +199,7 @@ static void test_threads(void) {
     int32_t *tok = read_ints(shared_path("golden/synth-llama-q4_k_m.tokens"), &n);
     cera_engine *e1 = open_model("golden/synth-llama-q4_k_m.gguf", 1, 128, CERA_KV_F16);
     cera_engine *e3 = open_model("golden/synth-llama-q4_k_m.gguf", 3, 128, CERA_KV_F16);
+    CHECK(tok, "token file missing");
     if (tok && e1 && e3) {
         const int nv = cera_engine_n_vocab(e1);
         float *a = eval_logits(e1, tok, n, 0), *b = eval_logits(e3, tok, n, 0);
@@ -277,7 +281,12 @@ static void test_truncate_and_kv_f32(void) {
     cera_engine *e32 = open_model(STORIES, 1, 256, CERA_KV_F32);
     cera_session *s = NULL;
     cera_error err;
-    if (!tok || !e || !e32 || cera_session_create(e, NULL, &s, &err)) goto done;
+    CHECK(tok, "token file missing");
+    if (!tok || !e || !e32) goto done;
+    if (cera_session_create(e, NULL, &s, &err)) {
+        CHECK(0, "session: %s", err.message);
+        goto done;
+    }
     const int nv = cera_engine_n_vocab(e);
     float *full = eval_logits(e, tok, n, 0);
     /* 40 tokens, back to 10, then the rest: blocks are returned and taken again */
