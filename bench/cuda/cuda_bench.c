@@ -156,7 +156,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "device: %s, %.1f GiB; copy %.0f GB/s (read+write), streaming read %.0f GB/s\n", name,
             mem / 1073741824.0, copy_gbps, read_gbps);
     printf("bandwidth: copy %.0f GB/s, read %.0f GB/s (%s)\n", copy_gbps, read_gbps, name);
-    const double ref_bw = read_gbps > copy_gbps ? read_gbps : copy_gbps;
     if (matvec) {
         const cera_type mt[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q8_0, CERA_TYPE_F16,
                                 CERA_TYPE_BF16, CERA_TYPE_Q4_K, CERA_TYPE_Q6_K,
@@ -170,7 +169,7 @@ int main(int argc, char **argv) {
                     die("matvec", &err);
                 printf("matvec %-6s k=%-5lld n=%-5lld %7.0f GB/s  %5.1f %% of read\n",
                        cera_type_get(mt[i])->name, (long long)shapes[j][0], (long long)shapes[j][1], g,
-                       100 * g / ref_bw);
+                       100 * g / read_gbps);
             }
     }
     if (!synth && !model) return 0;

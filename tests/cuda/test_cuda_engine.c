@@ -7,8 +7,9 @@
  * max |logit| of llama.cpp's golden (as test_cuda_golden's F32 bound) with the same top
  * token, and the 200-token greedy continuation identical. synth-llama-q4_0: logits within
  * 5e-2 (activation quantization, see test_cuda_golden) and the greedy continuation
- * identical (it is on the standalone path). A second session on the same engine (a second
- * KV pool: the decode graph is re-captured) must give the same tokens. Exits 77 without a GPU.
+ * identical (it is on the standalone path). A second session on the same engine, while the
+ * first is still alive (a second KV pool: the decode graph is re-captured), must give the
+ * same tokens. Exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +42,8 @@ static void run_case(const char *model, const char *name, double tol) {
     const int nv = cera_engine_n_vocab(e);
     CHECK(logit_bytes == n_tok * (size_t)nv * sizeof(float), "%s: golden size", name);
     cera_session_params sp = cera_session_default_params();
-    sp.sampler.temp = 0.0f; // greedy
+    sp.sampler.temp = 0.0f;     // greedy
+    cera_session *first = NULL; // kept alive through the second pass, so its KV pool is another one
     for (int pass = 0; pass < 2 && logit_bytes == n_tok * (size_t)nv * sizeof(float); pass++) {
         cera_session *s = NULL;
         st = cera_session_create(e, &sp, &s, &err);
@@ -78,8 +80,12 @@ static void run_case(const char *model, const char *name, double tol) {
               match, n_greedy, pass);
         printf("%-16s session %d: logits %.2e, top %d/%zu, greedy %zu/%zu\n", name, pass, worst, top, n_tok,
                match, n_greedy);
-        cera_session_free(s);
+        if (pass == 0)
+            first = s;
+        else
+            cera_session_free(s);
     }
+    cera_session_free(first);
 done:
     cera_engine_close(e);
     free(tokens), free(greedy), free(golden);

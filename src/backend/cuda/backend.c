@@ -2,8 +2,8 @@
  * backend.c — the CUDA backend behind the engine's backend table (session/backend.h).
  *
  * The engine opens it for CERA_DEVICE_CUDA (or AUTO when a GPU answers). KV blocks live
- * on the GPU: kv_init gives each session's pool device storage (always F16, llama.cpp's
- * default; an F32 request is served as F16, the host never reads the blocks), and a
+ * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default;
+ * an F32 request is refused at open, so AUTO falls back to the CPU), and a
  * forward call hands the batch's block tables to the kernels, which read K/V through
  * them. Logits come back only for the tokens that want them.
  */
@@ -12,6 +12,8 @@
 
 #include "backend/cuda/cuda_state.h"
 #include "session/backend.h"
+
+_Static_assert(CU_KV_BLOCK == CERA_KV_BLOCK, "the kernels' KV block is the engine's");
 
 typedef struct cuda_backend {
     cera_backend base;
@@ -101,7 +103,6 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     cera_cuda_params p = cera_cuda_default_params();
     p.n_ctx = params->n_ctx > 0 ? params->n_ctx : 4096;
     p.n_batch = params->n_batch > 0 ? params->n_batch : 512;
-    p.kv_type = params->kv_type;
     p.external_kv = true;
     cuda_backend *be = calloc(1, sizeof *be);
     if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda backend");

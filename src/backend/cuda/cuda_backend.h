@@ -38,13 +38,12 @@ extern "C" {
 typedef struct cera_cuda_state cera_cuda_state;
 
 typedef struct cera_cuda_params {
-    int n_ctx;            /* KV cache positions (the sequence's context) */
-    int n_batch;          /* most tokens per cera_cuda_forward call */
-    cera_kv_type kv_type; /* CERA_KV_F16 (F32 is served as F16: same layout llama.cpp defaults to) */
-    int device;           /* CUDA device ordinal */
-    bool no_graph;        /* run decode steps as plain launches instead of a CUDA graph */
-    bool no_pdl;          /* capture the decode graph without programmatic dependent launch */
-    bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
+    int n_ctx;        /* KV cache positions (the sequence's context) */
+    int n_batch;      /* most tokens per cera_cuda_forward call */
+    int device;       /* CUDA device ordinal */
+    bool no_graph;    /* run decode steps as plain launches instead of a CUDA graph */
+    bool no_pdl;      /* capture the decode graph without programmatic dependent launch */
+    bool external_kv; /* KV blocks come from the engine's pools (backend.c); none of our own */
     /* Benchmarks only: ignore the weights' data and fill the device copies with random
      * valid blocks on the GPU (weights of any size without a file or host memory). */
     bool synthetic_weights;

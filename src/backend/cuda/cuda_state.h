@@ -43,6 +43,14 @@
 /* Room for attention partials: (token, split) pairs per query head in one launch. */
 #define ATT_TOK_SPLITS 1024
 
+/* What a decode step's LoRA item table depends on: batch row 0's adapters (ids, in plan
+ * order) and their scales; unused slots stay zero so keys compare with memcmp. */
+typedef struct cu_lora_items_key {
+    int n;
+    uint64_t id[CU_LORA_ROW_MAX];
+    float scale[CU_LORA_ROW_MAX];
+} cu_lora_items_key;
+
 typedef struct cu_layer {
     cu_weight wq, wk, wv, wo, wgate, wup, wdown;
     float *attn_norm, *ffn_norm;                    /* [n_embd] */
@@ -113,9 +121,9 @@ struct cera_cuda_state {
     bool lora_uniform;              /* every group covers all rows at one scale (prefill: cuBLAS) */
     const cera_lora_batch *lora_lb; /* the current batch's plan (host) */
     void *lora_items_dev;           /* decode: the item table (lora.items, lora.item_n) */
-    cu_lora_item *lora_items_host;  /* pinned: this step's table | the one on the device */
+    cu_lora_item *lora_items_host;  /* pinned: its staging */
     size_t lora_items_bytes;
-    bool lora_items_valid;
+    cu_lora_items_key lora_items_key; /* the row-0 adapters it was made for (n = -1: none yet) */
     bool lora_fork;    /* decode graphs run A·x on the side stream (CERA_CUDA_LORA_FORK=0: off) */
     cudaStream_t side; /* decode: A·x beside the matvec */
     cudaEvent_t ev_fork, ev_join;

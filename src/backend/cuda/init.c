@@ -16,7 +16,6 @@ cera_cuda_params cera_cuda_default_params(void) {
     memset(&p, 0, sizeof p);
     p.n_ctx = 4096;
     p.n_batch = 512;
-    p.kv_type = CERA_KV_F16;
     p.synthetic_seed = 1;
     return p;
 }

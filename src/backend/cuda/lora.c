@@ -12,6 +12,7 @@
 
 _Static_assert(CERA_LORA_MAX_SET <= CU_LORA_ROW_MAX,
                "the kernels stage at most CU_LORA_ROW_MAX adapters per row");
+_Static_assert(CU_LORA_PROJ == CERA_PROJ_COUNT, "pair tables are indexed in cera_proj order");
 
 /* An adapter's device copy (cera_adapter.dev). */
 typedef struct cu_lora_dev {
@@ -34,6 +35,10 @@ static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_erro
     if (a->n_layer != s->hp.n_layer)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: adapter of %d layers for a model of %d", a->source,
                          a->n_layer, s->hp.n_layer);
+    if (s->n_embd > LORA_NORM_MAX)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "%s: adapters on the GPU support rows of up to %d (the model's are %d wide)",
+                         a->source, LORA_NORM_MAX, s->n_embd);
     const size_t n = a->used;
     cu_lora_dev *d = calloc(1, sizeof *d);
     cu_lora_pair *tab = calloc((size_t)a->n_layer * CU_LORA_PROJ, sizeof *tab);
@@ -149,12 +154,10 @@ cera_status cu_lora_init(cera_cuda_state *s, cera_error *err) {
     const size_t n_pairs = (size_t)s->hp.n_layer * CU_LORA_PROJ;
     s->lora_items_bytes = n_pairs * CU_LORA_ROW_MAX * sizeof(cu_lora_item) + n_pairs * sizeof(int32_t);
     CU_TRY(cudaMalloc(&s->lora_items_dev, s->lora_items_bytes));
-    CU_TRY(cudaMallocHost((void **)&s->lora_items_host,
-                          2 * s->lora_items_bytes)); // this step's | the uploaded one
-    memset(s->lora_items_host, 0, 2 * s->lora_items_bytes);
+    CU_TRY(cudaMallocHost((void **)&s->lora_items_host, s->lora_items_bytes));
     s->lora.items = s->lora_items_dev;
     s->lora.item_n = (const int32_t *)((const cu_lora_item *)s->lora_items_dev + n_pairs * CU_LORA_ROW_MAX);
-    s->lora_items_valid = false;
+    s->lora_items_key.n = -1; // nothing on the device yet
     CU_TRY(cudaMalloc((void **)&s->x2, sizeof(float) * (size_t)s->embd_pad));
     CU_TRY(cudaMemset(s->x2, 0, sizeof(float) * (size_t)s->embd_pad));
     CU_TRY(cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking));
@@ -181,9 +184,19 @@ void cu_lora_free(cera_cuda_state *s) {
  * another (0, 1); O and down are alone. */
 static const int proj_seg[CU_LORA_PROJ] = {0, 1, 2, 0, 0, 1, 0};
 
-/* Decode: the item table of batch row 0 (its entries in plan order), uploaded when it
- * differs from the one on the device. */
+/* Decode: the item table of batch row 0 (its entries in plan order). It depends only on the
+ * row's adapters and scales, so it is built and uploaded only when those change (a decode step
+ * with the same adapters does no host work for it). */
 static cera_status decode_items(cera_cuda_state *s, const cera_lora_batch *lb, cera_error *err) {
+    cu_lora_items_key key;
+    memset(&key, 0, sizeof key); // padding too: keys compare with memcmp
+    for (int g = 0; g < lb->n_groups && key.n < CU_LORA_ROW_MAX; g++) {
+        const cera_lora_group *G = &lb->groups[g];
+        if (G->n_rows < 1 || G->rows[0] != 0) continue;
+        key.id[key.n] = G->adapter->id; // unique per process: a freed adapter's address reused differs
+        key.scale[key.n++] = G->scales[0];
+    }
+    if (!memcmp(&key, &s->lora_items_key, sizeof key)) return CERA_OK;
     const size_t n_pairs = (size_t)s->hp.n_layer * CU_LORA_PROJ;
     cu_lora_item *items = s->lora_items_host;
     int32_t *item_n = (int32_t *)(items + n_pairs * CU_LORA_ROW_MAX);
@@ -206,11 +219,10 @@ static cera_status decode_items(cera_cuda_state *s, const cera_lora_batch *lb, c
         }
         e++;
     }
-    void *prev = (char *)s->lora_items_host + s->lora_items_bytes;
-    if (s->lora_items_valid && !memcmp(prev, items, s->lora_items_bytes)) return CERA_OK;
-    memcpy(prev, items, s->lora_items_bytes);
-    CU_TRY(cudaMemcpyAsync(s->lora_items_dev, prev, s->lora_items_bytes, cudaMemcpyHostToDevice, s->st));
-    s->lora_items_valid = true;
+    // the host table is not touched again before this copy is done: every forward call ends
+    // with a stream synchronize
+    CU_TRY(cudaMemcpyAsync(s->lora_items_dev, items, s->lora_items_bytes, cudaMemcpyHostToDevice, s->st));
+    memcpy(&s->lora_items_key, &key, sizeof key);
     return CERA_OK;
 }
 
