@@ -531,12 +531,8 @@ void cera_dequant_row_q8_k(const void *src, float *dst, int64_t n) {
 void cera_quantize_row_q8_k_ref(const float *src, void *dst, int64_t n) {
     block_q8_k *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; j++)
-            if (fabsf(src[j]) > amax) {
-                amax = fabsf(src[j]);
-                max = src[j];
-            }
+        float amax;
+        const float max = qu_signed_absmax(src, QK_K, &amax);
         if (amax == 0.0f) {
             /* The reference leaves bsums unwritten here; zeros are what they would sum to. */
             memset(&b[i], 0, sizeof b[i]);

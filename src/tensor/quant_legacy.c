@@ -36,12 +36,8 @@ void cera_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK4_0; i++, src += QK4_0) {
         /* The signed value of largest magnitude maps to -8, so the full range -8..7 is used
          * on the side where the block reaches furthest. */
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK4_0; j++)
-            if (amax < fabsf(src[j])) {
-                amax = fabsf(src[j]);
-                max = src[j];
-            }
+        float amax;
+        const float max = qu_signed_absmax(src, QK4_0, &amax);
         const float d = max / -8;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = cera_f32_to_f16(d);
@@ -121,12 +117,8 @@ void cera_dequant_row_q5_0(const void *src, float *dst, int64_t n) {
 void cera_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n) {
     block_q5_0 *b = dst;
     for (int64_t i = 0; i < n / QK5_0; i++, src += QK5_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK5_0; j++)
-            if (amax < fabsf(src[j])) {
-                amax = fabsf(src[j]);
-                max = src[j];
-            }
+        float amax;
+        const float max = qu_signed_absmax(src, QK5_0, &amax);
         const float d = max / -16;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = cera_f32_to_f16(d);

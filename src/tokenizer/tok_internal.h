@@ -185,9 +185,9 @@ bool tok_utf8_decode(const uint8_t *s, size_t n, size_t *pos, uint32_t *cpt);
 /* Encodes cpt (llama.cpp's unicode_cpt_to_utf8); returns the length (1..4), 0 for cpt > 0x10FFFF. */
 int tok_utf8_encode(uint32_t cpt, char *out);
 
-/* The GPT-2 byte-level alphabet: byte -> code point and back (-1: not in the alphabet). */
+/* The GPT-2 byte-level alphabet: byte -> code point (the way back is the tokenizer's
+ * byte_of_cpt table, built at load). */
 uint32_t tok_byte_to_cpt(uint8_t b);
-int tok_cpt_to_byte(uint32_t cpt);
 
 /* Unicode classes as llama.cpp's unicode_cpt_flags (categories through utf8proc). */
 enum {

@@ -417,8 +417,7 @@ void tok_pretok_free(tok_pretok *p) {
 
 /* ---- Splitting ---------------------------------------------------------------------- */
 
-static bool push_piece(tok_scratch *sc, size_t **v, size_t *cap, size_t *n, size_t a, size_t b) {
-    (void)sc;
+static bool push_piece(size_t **v, size_t *cap, size_t *n, size_t a, size_t b) {
     if (a >= b) return true; /* empty pieces hold no tokens */
     if (!tok_reserve((void **)v, cap, 2 * (*n + 1), sizeof(size_t))) return false;
     (*v)[2 * *n] = a;
@@ -456,8 +455,8 @@ static bool split_regex(const pcre2_code *code, tok_scratch *sc, const char *s, 
     size_t len = b - a, done = 0, ms, me;
     int rc = find(code, sc, sub, len, 0, 0, &ms, &me);
     while (rc == 1) {
-        if (!push_piece(sc, v, cap, n, a + done, a + ms)) return false;
-        if (!push_piece(sc, v, cap, n, a + ms, a + me)) return false;
+        if (!push_piece(v, cap, n, a + done, a + ms)) return false;
+        if (!push_piece(v, cap, n, a + ms, a + me)) return false;
         done = me;
         if (ms == me) {
             if (me >= len) break;
@@ -468,14 +467,13 @@ static bool split_regex(const pcre2_code *code, tok_scratch *sc, const char *s, 
             rc = find(code, sc, sub, len, me, 0, &ms, &me);
         }
     }
-    return push_piece(sc, v, cap, n, a + done, b);
+    return push_piece(v, cap, n, a + done, b);
 }
 
 /* llama.cpp's afmoe digit splitter: runs of \p{N} are cut into a 1-2 digit head (length
  * mod 3) and groups of 3; whatever precedes a run (since the last cut) is glued to its
  * first group, and the tail after the last run is one piece. */
-static bool split_digits3(const char *s, size_t a, size_t b, size_t **v, size_t *cap, size_t *n,
-                          tok_scratch *sc) {
+static bool split_digits3(const char *s, size_t a, size_t b, size_t **v, size_t *cap, size_t *n) {
     size_t prev = a, pos = a;
     while (pos < b) {
         uint32_t c;
@@ -501,13 +499,13 @@ static bool split_digits3(const char *s, size_t a, size_t b, size_t **v, size_t 
             if (!tok_utf8_decode((const uint8_t *)s, b, &r, &d)) r = pos + 1;
             pos = r;
             if (++k == cut) {
-                if (!push_piece(sc, v, cap, n, prev, pos)) return false;
+                if (!push_piece(v, cap, n, prev, pos)) return false;
                 prev = pos;
                 cut += 3;
             }
         }
     }
-    return push_piece(sc, v, cap, n, prev, b);
+    return push_piece(v, cap, n, prev, b);
 }
 
 bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, const char *coll, size_t n,
@@ -528,13 +526,13 @@ bool tok_pretok_split(const cera_tokenizer *t, tok_scratch *sc, const char *s, c
     /* cur: the pieces so far; start with the whole text. */
     size_t *cur = sc->pieces, cur_cap = sc->pieces_cap, ncur = 0;
     size_t *nxt = sc->pieces2, nxt_cap = sc->pieces2_cap, nnxt = 0;
-    bool ok = push_piece(sc, &cur, &cur_cap, &ncur, 0, n);
+    bool ok = push_piece(&cur, &cur_cap, &ncur, 0, n);
     for (int st = 0; ok && st < p->n_steps; st++) {
         nnxt = 0;
         for (size_t i = 0; ok && i < ncur; i++) {
             size_t a = cur[2 * i], b = cur[2 * i + 1];
             if (p->kind[st] == TOK_STEP_DIGITS3)
-                ok = split_digits3(s, a, b, &nxt, &nxt_cap, &nnxt, sc);
+                ok = split_digits3(s, a, b, &nxt, &nxt_cap, &nnxt);
             else
                 ok = split_regex(p->code[st], sc, p->collapsed[st] ? coll : s, a, b, &nxt, &nxt_cap, &nnxt);
         }

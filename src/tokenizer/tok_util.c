@@ -143,17 +143,6 @@ uint32_t tok_byte_to_cpt(uint8_t b) {
     return 256 + n;
 }
 
-int tok_cpt_to_byte(uint32_t cpt) {
-    if (cpt < 256) return byte_is_printable(cpt) ? (int)cpt : -1;
-    uint32_t n = 256;
-    for (unsigned c = 0; c < 256; c++) {
-        if (byte_is_printable(c)) continue;
-        if (n == cpt) return (int)c;
-        n++;
-    }
-    return -1;
-}
-
 /* ---- Unicode classes -------------------------------------------------------------- */
 
 /* The White_Space property (a property list of 25 code points, not a category). */

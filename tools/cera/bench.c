@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli.h"
+#include "core/cpus.h"
 #include "gguf/gguf.h"
 #include "tensor/types.h"
 
@@ -369,7 +369,7 @@ int cmd_bench(int argc, char **argv) {
         }
         const int n_vocab = cera_engine_n_vocab(e);
         const cera_token bos = cera_engine_bos(e);
-        const int nth = threads.v[ti] ? threads.v[ti] : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const int nth = threads.v[ti] ? threads.v[ti] : cera_cpu_count(); /* the engine's default */
         /* llama-bench's order: every pp, then every tg, for each depth */
         for (int di = 0; di < depth.n && !rc; di++) {
             for (int kind = 0; kind < 2 && !rc; kind++) {
