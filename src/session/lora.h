@@ -146,8 +146,9 @@ typedef struct cera_lora_group {
 } cera_lora_group;
 
 /* One forward batch's rows grouped by adapter. Storage is allocated once for a batch
- * capacity; a build allocates only when its A·x scratch must grow past any earlier plan's
- * (a newly attached, larger adapter), never per token. */
+ * capacity; the A·x scratch is reserved by cera_lora_batch_reserve (a session does it when
+ * an adapter is attached), and a multi-sequence build grows it only past any earlier
+ * plan's (a newly attached adapter), never per token. */
 typedef struct cera_lora_batch {
     int n_rows; /* rows in the batch */
     int n_groups;
@@ -163,6 +164,9 @@ typedef struct cera_lora_batch {
 
 cera_status cera_lora_batch_init(cera_lora_batch *b, int max_rows, cera_error *err);
 void cera_lora_batch_free(cera_lora_batch *b);
+/* Makes the A·x scratch hold at least `floats` (n_rows x the ranks of a plan's adapters),
+ * so that building such a plan allocates nothing. */
+cera_status cera_lora_batch_reserve(cera_lora_batch *b, size_t floats, cera_error *err);
 /* Row i belongs to sequence row_seq[i], whose set is seq_sets[row_seq[i]] (NULL: none);
  * n_rows <= the capacity. Entries with scale 0 are left out, so a scale of 0 is the same
  * as no adapter, bit for bit. */

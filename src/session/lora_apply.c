@@ -101,20 +101,24 @@ static int group_of(cera_lora_batch *b, const cera_adapter *a) {
     return i;
 }
 
-/* Gives each group its slice of the A·x scratch, growing the scratch when this plan
- * needs more than any before (a new adapter or a bigger batch: not per token). When the
+cera_status cera_lora_batch_reserve(cera_lora_batch *b, size_t floats, cera_error *err) {
+    if (floats <= b->t_cap) return CERA_OK;
+    float *t = realloc(b->t_buf, floats * sizeof *t);
+    if (!t) return cera_fail(err, CERA_ERR_NO_MEMORY, "LoRA scratch of %zu floats", floats);
+    b->t_buf = t;
+    b->t_cap = floats;
+    return CERA_OK;
+}
+
+/* Gives each group its slice of the A·x scratch. A session reserved room for its whole set
+ * when an adapter was attached, so its plans never grow it; a multi-sequence plan grows it
+ * here when it needs more than any before (a new adapter: not per token). When that
  * allocation fails the groups get none and the single-pass path is used. */
 static void layout_scratch(cera_lora_batch *b) {
     size_t need = 0;
     for (int g = 0; g < b->n_groups; g++)
         need += (size_t)b->groups[g].n_rows * (size_t)b->groups[g].adapter->max_rank;
-    if (need > b->t_cap) {
-        float *t = realloc(b->t_buf, need * sizeof *t);
-        if (t) {
-            b->t_buf = t;
-            b->t_cap = need;
-        }
-    }
+    (void)cera_lora_batch_reserve(b, need, NULL);
     size_t off = 0;
     for (int g = 0; g < b->n_groups; g++) {
         b->groups[g].t = need <= b->t_cap ? b->t_buf + off : NULL;

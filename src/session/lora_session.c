@@ -35,6 +35,12 @@ cera_status cera_session_set_adapter(cera_session *s, cera_adapter *a, float sca
         cera_status st = cera_lora_batch_init(&s->lora_batch, s->engine->params.n_batch, err);
         if (st) return st;
     }
+    // room for the A·x of every row with the whole set, so no eval allocates it
+    size_t ranks = (size_t)a->max_rank;
+    for (int i = 0; i < s->lora.n; i++)
+        if (s->lora.e[i].adapter != a) ranks += (size_t)s->lora.e[i].adapter->max_rank;
+    cera_status st = cera_lora_batch_reserve(&s->lora_batch, ranks * (size_t)s->lora_batch.cap_rows, err);
+    if (st) return st;
     return cera_lora_set_put(&s->lora, a, scale, err);
 }
 
