@@ -21,42 +21,8 @@
 #include <string.h>
 
 #include "cera.h"
+#include "engine_util.h"
 #include "testutil.h"
-
-static cera_engine *open_model(const char *rel) {
-    cera_engine_params ep = cera_engine_default_params();
-    ep.device = CERA_DEVICE_CPU;
-    ep.n_threads = 2;
-    ep.n_ctx = 256;
-    cera_engine *e = NULL;
-    cera_error err;
-    CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "open %s: %s", rel, err.message);
-    return e;
-}
-
-/* Logits of every position: as one batch (step 0) or one token at a time (step 1). */
-static float *eval_logits(cera_engine *e, const int32_t *tok, size_t n, size_t step) {
-    const size_t nv = (size_t)cera_engine_n_vocab(e);
-    float *out = malloc(n * nv * sizeof(float));
-    cera_session *s = NULL;
-    cera_error err;
-    if (!out || cera_session_create(e, NULL, &s, &err) != CERA_OK) {
-        CHECK(false, "session: %s", err.message);
-        free(out);
-        return NULL;
-    }
-    if (!step) step = n;
-    for (size_t i = 0; i < n; i += step) {
-        const size_t m = n - i < step ? n - i : step;
-        CHECK(cera_session_eval(s, tok + i, (int)m, true, &err) == CERA_OK, "eval: %s", err.message);
-        for (size_t j = 0; j < m; j++) {
-            const float *l = cera_session_logits(s, (int)j);
-            if (l) memcpy(out + (i + j) * nv, l, nv * sizeof(float));
-        }
-    }
-    cera_session_free(s);
-    return out;
-}
 
 static void check_model(const char *name, bool same_bits_unpacked) {
     char rel[256];
@@ -64,14 +30,15 @@ static void check_model(const char *name, bool same_bits_unpacked) {
     size_t n = 0;
     int32_t *tok = read_ints(shared_path(rel), &n);
     snprintf(rel, sizeof rel, "golden/%s.gguf", name);
-    cera_engine *e = open_model(rel);
+    cera_engine *e = test_open_engine(rel, CERA_DEVICE_CPU);
     setenv("CERA_CPU_REPACK", "0", 1);
-    cera_engine *plain_e = open_model(rel);
+    cera_engine *plain_e = test_open_engine(rel, CERA_DEVICE_CPU);
     unsetenv("CERA_CPU_REPACK");
     if (!tok || !e || !plain_e) goto done;
     const size_t nv = (size_t)cera_engine_n_vocab(e);
-    float *batch = eval_logits(e, tok, n, 0), *one = eval_logits(e, tok, n, 1);
-    float *plain = eval_logits(plain_e, tok, n, 0);
+    float *batch = test_session_logits(e, NULL, 0, tok, n, false),
+          *one = test_session_logits(e, NULL, 0, tok, n, true);
+    float *plain = test_session_logits(plain_e, NULL, 0, tok, n, false);
     if (batch && one && plain) {
         CHECK(memcmp(batch, one, n * nv * sizeof(float)) == 0, "%s: batch vs one token at a time differ",
               name);

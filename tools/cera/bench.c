@@ -185,12 +185,8 @@ static cera_status run_test(cera_session *s, bench_result *r, int reps, bool war
         if (r->n_gen > 0 && (st = eval_gen(s, 1, n_vocab, bos, &rng, err))) return st;
     }
     for (int i = 0; i < reps; i++) {
-        if ((st = cera_session_truncate(s, r->n_depth, err))) return st; /* keeps the depth tokens */
-        if (r->n_depth > 0 && cera_session_n_past(s) != r->n_depth) {
-            /* the session could not keep them: evaluate the depth again (untimed) */
-            if ((st = cera_session_truncate(s, 0, err))) return st;
-            if ((st = eval_prompt(s, buf, r->n_depth, n_vocab, bos, &rng, err))) return st;
-        }
+        /* keeps the depth tokens (truncate fails rather than keep fewer) */
+        if ((st = cera_session_truncate(s, r->n_depth, err))) return st;
         const uint64_t t0 = now_ns();
         if (r->n_prompt > 0 && (st = eval_prompt(s, buf, r->n_prompt, n_vocab, bos, &rng, err))) return st;
         if (r->n_gen > 0 && (st = eval_gen(s, r->n_gen, n_vocab, bos, &rng, err))) return st;
