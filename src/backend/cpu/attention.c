@@ -2,8 +2,6 @@
 #include "backend/cpu/attention.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <string.h>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
@@ -54,15 +52,7 @@ int64_t cera_attention_n_chunks(const cera_attn_args *a) {
 
 void cera_attention_chunk(const cera_attn_args *a, int64_t chunk, void *scratch) {
 #ifdef HAVE_F16C_PATH
-    /* every x86 kernel tier above scalar implies AVX2, FMA and F16C; the scalar tier
-     * (CERA_CPU_TIER=scalar) keeps the portable code */
-    static _Atomic int use_f16c = -1;
-    int use = atomic_load_explicit(&use_f16c, memory_order_relaxed);
-    if (use < 0) {
-        use = strcmp(cera_cpu_tier_name(), "scalar") != 0;
-        atomic_store_explicit(&use_f16c, use, memory_order_relaxed);
-    }
-    if (use) {
+    if (cera_cpu_tier_simd()) { /* the scalar tier (CERA_CPU_TIER=scalar) keeps the portable code */
         attention_chunk_f16c(a, chunk, scratch);
         return;
     }

@@ -186,6 +186,11 @@ const char *cera_cpu_tier_name(void) {
     return tier_names[selected];
 }
 
+bool cera_cpu_tier_simd(void) {
+    pthread_once(&init_once, init_tables);
+    return selected != TIER_SCALAR;
+}
+
 const char *const *cera_cpu_tier_list(int *count) {
     *count = TIER_COUNT;
     return tier_names;

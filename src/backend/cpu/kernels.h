@@ -82,6 +82,10 @@ const cera_cpu_type_ops *cera_cpu_ops_tier(const char *tier, cera_type weight_ty
 /* The name of the selected tier ("avx512", "avx2", "scalar", ...). */
 const char *cera_cpu_tier_name(void);
 
+/* True unless the selected tier is the scalar one (every x86 tier above it implies AVX2,
+ * FMA and F16C: the ops' and attention's fast paths key on this). */
+bool cera_cpu_tier_simd(void);
+
 /* Every tier name this build knows, lowest first (available or not). */
 const char *const *cera_cpu_tier_list(int *count);
 

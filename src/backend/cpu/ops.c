@@ -2,7 +2,6 @@
 #include "backend/cpu/ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -143,14 +142,7 @@ __attribute__((target("avx2,fma"))) static void swiglu_fma(float *y, const float
 
 void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    /* every x86 kernel tier above scalar implies AVX2 and FMA */
-    static _Atomic int use_fma = -1;
-    int use = atomic_load_explicit(&use_fma, memory_order_relaxed);
-    if (use < 0) {
-        use = strcmp(cera_cpu_tier_name(), "scalar") != 0;
-        atomic_store_explicit(&use_fma, use, memory_order_relaxed);
-    }
-    if (use) {
+    if (cera_cpu_tier_simd()) {
         swiglu_fma(y, g, u, n);
         return;
     }
