@@ -7,7 +7,7 @@
  *
  *   lora_bench MODEL [-t THREADS] [-r RANK] [-p N_PROMPT] [-n N_GEN] [-b BATCH] [--reps R] [--forms F]
  *
- * --forms: which forms of the CPU hook to measure (lora_cpu.h: 0 after the matmul, 1 fused with
+ * --forms: which forms of the CPU hook to measure (backend/cpu/lora.h: 0 after the matmul, 1 fused with
  * B·t per tile, 2 fused with B·t post), as digits, e.g. 02; all by default.
  *
  * -b 0 (or 1) skips the batch tests. Adapters are random (factors ~ N(0, 0.02), alpha =
@@ -25,7 +25,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/cpus.h"
 #include "session/engine_impl.h"
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 
 static double now_s(void) {
     struct timespec ts;

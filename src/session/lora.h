@@ -23,7 +23,7 @@
  * and a mixed batch equals its sequences run alone.
  *
  * The kernels here (lora_apply.c) are the portable reference; the CPU backend runs the
- * same plan with its F32 matmul kernels (lora_cpu.c), which round as llama.cpp's; the CUDA
+ * same plan with its F32 matmul kernels (backend/cpu/lora.c), which round as llama.cpp's; the CUDA
  * backend uploads each adapter once (F16, kept in cera_adapter.dev and freed by dev_free
  * with the adapter) and runs the plan with its own kernels (backend/cuda/lora.c).
  */
@@ -178,7 +178,7 @@ void cera_lora_batch_build_uniform(cera_lora_batch *b, const cera_lora_set *set,
 /* The portable hook on a projection's output: for every group, for each of its rows r,
  *   y[r] += s_r · B(A·x[r])     x [n_rows, k] (x_stride floats apart), y [n_rows, d],
  * output columns [d0, d1) only. Each element is computed the same way whatever the batch
- * and the column range. (The CPU backend runs lora_cpu.c's form with its own kernels.) */
+ * and the column range. (The CPU backend runs backend/cpu/lora.c's form with its own kernels.) */
 void cera_lora_batch_apply(const cera_lora_batch *b, int layer, cera_proj p, const float *x, size_t x_stride,
                            float *y, size_t y_stride, int64_t d0, int64_t d1);
 /* True when every group has its A·x scratch (groups[g].t), which a backend's multi-phase

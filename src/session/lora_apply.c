@@ -1,7 +1,7 @@
 /*
  * lora_apply.c — applying LoRA adapters unmerged: per-session adapter sets, the
  * per-batch grouping of rows by adapter, and the portable kernels for y += s · B(A·x)
- * (the reference; the CPU backend applies the same plan with its F32 kernels, lora_cpu.c).
+ * (the reference; the CPU backend applies the same plan with its F32 kernels, backend/cpu/lora.c).
  *
  * Cost per row and projection: rank·k multiply-adds for t = A·x and d·rank for B·t,
  * against d·k for the base projection (rank 16 on a 4096-wide model: under 1 %).

@@ -22,7 +22,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "session/lora.h"
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 #include "testutil.h"
 
 #define N_LAYER 2

@@ -19,7 +19,7 @@
 
 #include "cera.h"
 #include "backend/cpu/kernels.h"
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 #include "engine_util.h"
 #include "testutil.h"
 

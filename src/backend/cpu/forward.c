@@ -31,7 +31,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "session/backend.h"
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 
 typedef struct cpu_backend {
     cera_backend base;
@@ -69,7 +69,7 @@ typedef struct proj_ctx {
  * LoRA hook: after this matmul and before any bias, norm or rope, an adapter adds
  * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
  * (row_seq[r]). Every projection goes through here, so that is the one place; the
- * adapter work runs inside the matmul's own pool job (lora_cpu.h). */
+ * adapter work runs inside the matmul's own pool job (backend/cpu/lora.h). */
 static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const float *x, float *y, int n_rows) {
     cpu_backend *be = ctx->be;
     const cera_weight *w = &be->m->layers[il].proj[proj];

@@ -1,5 +1,5 @@
 /*
- * lora_avx512.c — the LoRA hook's B·t product for AVX-512 CPUs (src/session/lora_cpu.c
+ * lora_avx512.c — the LoRA hook's B·t product for AVX-512 CPUs (src/backend/cpu/lora.c
  * calls it only where the CPU has AVX-512 and a self-check shows it gives the F32 tile's
  * bits). Built on x86-64 only, as every file of this folder.
  *
@@ -10,7 +10,7 @@
  * i+1), but the trees of 16 outputs run side by side as one transpose-and-add (15 vector
  * adds, 30 shuffles) instead of 16 separate reductions.
  */
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 
 #include <immintrin.h>
 

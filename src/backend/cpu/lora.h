@@ -1,5 +1,5 @@
 /*
- * lora_cpu.h — the CPU backend's LoRA hook: a batch plan's adapters applied to a
+ * lora.h — the CPU backend's LoRA hook: a batch plan's adapters applied to a
  * projection's output (before bias, norms and rope, as llama.cpp), fused into the
  * projection's own matmul job (cera_matmul_ex's hook) so an adapter costs no extra
  * wake-up of the thread pool.
@@ -11,8 +11,8 @@
  *   cera_matmul_ex(pool, w, ops, x, n_rows, y, ys, act, h);
  *   cera_lora_cpu_after(&lj);
  */
-#ifndef CERA_SESSION_LORA_CPU_H
-#define CERA_SESSION_LORA_CPU_H
+#ifndef CERA_BACKEND_CPU_LORA_H
+#define CERA_BACKEND_CPU_LORA_H
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"

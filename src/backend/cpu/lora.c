@@ -1,12 +1,12 @@
 /*
- * lora_cpu.c — the CPU backend's LoRA hook (see lora_cpu.h), fused into the projection's
+ * lora.c — the CPU backend's LoRA hook (see lora.h), fused into the projection's
  * matmul job (forward.c, proj_matmul) through cera_matmul_ex's hook.
  *
  * The two products are computed with the CPU table's F32 kernels (the register tile, or
  * the row dot where a type has no tile), exactly as cera_matmul computes an F32 weight:
  * llama.cpp applies an adapter as two F32 matmuls (ggml_mul_mat(b, ggml_mul_mat(a, x))),
  * then scales and adds, so an engine whose F32 matmul rounds as llama.cpp's gives the same
- * adapter contribution bit for bit. By default (form 2 of lora_cpu.h), inside the matmul's
+ * adapter contribution bit for bit. By default (form 2 of lora.h), inside the matmul's
  * one pool job:
  *   - pre chunks (handed out first): t = A·x for every group's rows, into the plan's
  *     scratch, in items of (a few A rows) x (a few batch rows);
@@ -21,7 +21,7 @@
  * thread count (the F32 tile gives each output the same bits whatever nr and nc), so
  * prefill equals decode and a mixed batch equals its sequences run alone, bit for bit.
  */
-#include "session/lora_cpu.h"
+#include "backend/cpu/lora.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
