@@ -75,6 +75,8 @@ typedef int32_t cera_token;
 typedef enum cera_kv_type {
     CERA_KV_F16 = 0, /* the default, as llama.cpp */
     CERA_KV_F32 = 1,
+    CERA_KV_Q8_0 = 2, /* blocks of 32 int8 with an F16 scale (llama.cpp's q8_0): half of F16's
+                       * bytes; the CUDA backend only (the CPU refuses it, so AUTO needs a GPU) */
 } cera_kv_type;
 
 typedef enum cera_device {

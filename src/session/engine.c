@@ -53,7 +53,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
                          CERA_MAX_CTX);
     if (p.n_threads > 1024)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "n_threads %d exceeds 1024", p.n_threads);
-    if (p.kv_type != CERA_KV_F16 && p.kv_type != CERA_KV_F32)
+    if (p.kv_type != CERA_KV_F16 && p.kv_type != CERA_KV_F32 && p.kv_type != CERA_KV_Q8_0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
 
     cera_engine *e = calloc(1, sizeof *e);

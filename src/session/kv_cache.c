@@ -9,14 +9,16 @@
 cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_blocks, bool host_storage,
                              cera_kv_pool **out, cera_error *err) {
     *out = NULL;
-    if (type != CERA_KV_F16 && type != CERA_KV_F32)
+    if (type != CERA_KV_F16 && type != CERA_KV_F32 && type != CERA_KV_Q8_0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)type);
     if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
+    if (type == CERA_KV_Q8_0 && host_storage)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "a Q8_0 KV cache lives on a device backend only");
     cera_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache pool");
     p->type = type;
-    p->elem_size = type == CERA_KV_F16 ? 2 : 4;
+    p->elem_size = type == CERA_KV_F32 ? 4 : 2; /* Q8_0: never in host storage */
     p->n_layer = n_layer;
     p->kv_dim = kv_dim;
     p->n_blocks = n_blocks;

@@ -102,8 +102,8 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, cli_engine_op
         o->ep.n_ctx = (int)l;
         break;
     case 5:
-        ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-        o->ep.kv_type = strcmp(v, "f32") ? CERA_KV_F16 : CERA_KV_F32;
+        ok = !strcmp(v, "f16") || !strcmp(v, "f32") || !strcmp(v, "q8_0");
+        o->ep.kv_type = !strcmp(v, "f32") ? CERA_KV_F32 : !strcmp(v, "q8_0") ? CERA_KV_Q8_0 : CERA_KV_F16;
         break;
     default: ok = cli_parse_device(v, &o->ep.device); break;
     }

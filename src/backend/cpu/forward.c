@@ -327,6 +327,9 @@ static cera_status check_weight(const cera_weight *w, const char *what, int il, 
 cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params *params, cera_backend **out,
                                   cera_error *err) {
     *out = NULL;
+    if (params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_F32)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "the CPU backend keeps its KV cache in F16 or F32 (asked: %s)",
+                         params->kv_type == CERA_KV_Q8_0 ? "Q8_0" : "unknown");
     const cera_hparams *hp = &m->hp;
     const int nb = params->n_batch > 0 ? params->n_batch : 512;
     cpu_backend *be = calloc(1, sizeof *be);

@@ -2,8 +2,8 @@
  * backend.c — the CUDA backend behind the engine's backend table (session/backend.h).
  *
  * The engine opens it for CERA_DEVICE_CUDA (or AUTO when a GPU answers). KV blocks live
- * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default;
- * an F32 request is refused at open, so AUTO falls back to the CPU), and a
+ * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default, or
+ * Q8_0; an F32 request is refused at open, so AUTO falls back to the CPU), and a
  * forward call hands the batch's block tables to the kernels, which read K/V through
  * them. Logits come back only for the tokens that want them.
  */
@@ -94,13 +94,14 @@ static void cuda_free(cera_backend *b) {
 cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_params *params,
                                    cera_backend **out, cera_error *err) {
     *out = NULL;
-    /* the device kernels keep K/V in F16 only: an F32 cache is refused rather than served as F16
-     * (AUTO then falls back to the CPU, which has both) */
-    if (params->kv_type != CERA_KV_F16)
+    /* the device kernels keep K/V in F16 or Q8_0: an F32 cache is refused rather than served as
+     * F16 (AUTO then falls back to the CPU, which has it) */
+    if (params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_Q8_0)
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "the CUDA backend supports only an F16 KV cache (asked: %s)",
+                         "the CUDA backend keeps its KV cache in F16 or Q8_0 (asked: %s)",
                          params->kv_type == CERA_KV_F32 ? "F32" : "unknown");
     cera_cuda_params p = cera_cuda_default_params();
+    p.kv_type = params->kv_type;
     p.n_ctx = params->n_ctx > 0 ? params->n_ctx : 4096;
     p.n_batch = params->n_batch > 0 ? params->n_batch : 512;
     p.external_kv = true;

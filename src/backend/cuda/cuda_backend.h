@@ -41,6 +41,7 @@ typedef struct cera_cuda_params {
     int n_ctx;        /* KV cache positions (the sequence's context) */
     int n_batch;      /* most tokens per cera_cuda_forward call */
     int device;       /* CUDA device ordinal */
+    cera_kv_type kv_type; /* CERA_KV_F16 (default) or CERA_KV_Q8_0 */
     bool no_graph;    /* run decode steps as plain launches instead of a CUDA graph */
     bool no_pdl;      /* capture the decode graph without programmatic dependent launch */
     bool external_kv; /* KV blocks come from the engine's pools (backend.c); none of our own */
