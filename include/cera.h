@@ -184,11 +184,15 @@ CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *
                                        bool all_logits, cera_error *err);
 
 /* Logits of the i-th position of the last eval (i = -1: the last one); n_vocab floats,
- * valid until the next eval. NULL when they were not kept. */
+ * valid until the next eval. NULL when they were not kept. On a GPU backend the last
+ * position's row stays on the device after an eval without all_logits and is copied to
+ * the host the first time it is asked for here (NULL if that copy fails). */
 CERA_API const float *cera_session_logits(const cera_session *session, int i);
 
 /* Samples the next token from the last position's logits with the session's sampler
- * chain (does not append it). Also records it for the repetition penalties. */
+ * chain (does not append it). Also records it for the repetition penalties. On the CUDA
+ * backend the chain runs on the GPU (greedy, or top-k of at most 1024 then top-p, min-p,
+ * temperature and the draw; other chains on the host), with the same tokens and draws. */
 CERA_API cera_token cera_session_sample(cera_session *session);
 
 /* Replaces the session's sampler chain. The new one starts from its seed with the penalty

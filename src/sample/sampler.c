@@ -215,15 +215,25 @@ void cera_sampler_accept(cera_sampler *s, cera_token token) {
     window_add(s, token);
 }
 
+size_t cera_sampler_penalty_window(cera_sampler *s, const int32_t **tokens, const int32_t **counts) {
+    *tokens = s->distinct;
+    *counts = s->distinct_cnt;
+    if (!s->penalties_on) return 0;
+    for (size_t i = 0; i < s->n_distinct; i++) s->distinct_cnt[i] = s->count[s->distinct[i]];
+    return s->n_distinct;
+}
+
+double cera_sampler_draw(cera_sampler *s) { return cera_mt_uniform(&s->rng); }
+
 /* Copies the logits in and applies the stages that work in id order. */
 static void chain_begin(cera_sampler *s, const float *logits) {
     cera_cands_from_logits(&s->cur, logits, (size_t)s->n_vocab);
     cera_stage_logit_bias(&s->cur, s->bias, s->params.n_logit_bias);
-    if (s->penalties_on && s->n_distinct) {
-        for (size_t i = 0; i < s->n_distinct; i++) s->distinct_cnt[i] = s->count[s->distinct[i]];
-        cera_stage_penalties(&s->cur, s->distinct, s->distinct_cnt, s->n_distinct, s->params.repeat_penalty,
-                             s->params.freq_penalty, s->params.presence_penalty);
-    }
+    const int32_t *toks, *counts;
+    const size_t n = cera_sampler_penalty_window(s, &toks, &counts);
+    if (n)
+        cera_stage_penalties(&s->cur, toks, counts, n, s->params.repeat_penalty, s->params.freq_penalty,
+                             s->params.presence_penalty);
 }
 
 /* The filters and the temperature, in llama.cpp's default order. */
@@ -255,8 +265,8 @@ cera_token cera_sampler_sample(cera_sampler *s, const float *logits) {
     chain_begin(s, logits);
     /* llama.cpp's dist stage draws once per token even when greedy; so does cera, so
      * switching temperature mid-sequence keeps the draws in step with it. */
-    const double u = cera_mt_uniform(&s->rng);
-    if (s->params.temp <= 0.0f && s->params.typical_p >= 1.0f) {
+    const double u = cera_sampler_draw(s);
+    if (cera_sampler_params_greedy(&s->params)) {
         /* Greedy: top-k, top-p and min-p all keep the most likely token, so the
          * answer is the argmax after bias and penalties, found in one pass. Typical-p
          * may drop it, so it takes the full chain below. */

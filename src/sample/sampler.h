@@ -18,6 +18,8 @@
 #ifndef CERA_SAMPLE_SAMPLER_H
 #define CERA_SAMPLE_SAMPLER_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cera.h"
@@ -52,5 +54,25 @@ const cera_candidate *cera_sampler_candidates(cera_sampler *s, const float *logi
 
 /* The parameters the sampler was made with (logit_bias points at its copy). */
 const cera_sampler_params *cera_sampler_params_of(const cera_sampler *s);
+
+/* ---- For a chain run elsewhere (a device backend, src/backend/cuda/sample.cu) ----
+ * cera_sampler_sample is: bias and penalties, one draw, then greedy or the filters. A
+ * backend that runs the same chain on its own copy of the logits takes the draw and the
+ * penalty window from here, so its tokens and the RNG sequence are the CPU sampler's. */
+
+/* Whether the chain is the greedy one: the argmax after bias and penalties. */
+static inline bool cera_sampler_params_greedy(const cera_sampler_params *p) {
+    return p->temp <= 0.0f && p->typical_p >= 1.0f;
+}
+
+/* The draw cera_sampler_sample would make now (one uniform double in [0, 1)); advances
+ * the RNG exactly as one cera_sampler_sample call does. */
+double cera_sampler_draw(cera_sampler *s);
+
+/* The penalty window as cera_sampler_sample applies it: *tokens[j] (distinct, in no
+ * particular order) occurred *counts[j] > 0 times. Returns how many; 0 when the penalties
+ * are off (neutral values or penalty_last_n = 0) or the window is empty. The arrays are
+ * the sampler's, valid until its next call. */
+size_t cera_sampler_penalty_window(cera_sampler *s, const int32_t **tokens, const int32_t **counts);
 
 #endif

@@ -15,7 +15,22 @@
  *            for every layer; each token attends causally to positions 0..pos of its
  *            own sequence.
  *   outputs  one row of n_vocab logits per token that wants them, in batch order,
- *            written to logits ([n_out, n_vocab], host memory).
+ *            written to logits ([n_out, n_vocab], host memory). A backend with
+ *            logits_get also takes logits == NULL: then only the last wanted row is
+ *            kept, on the device, in the pool of that token's sequence
+ *            (cera_kv_pool.dev_logits, allocated by kv_init), so that no other
+ *            sequence's forward overwrites it; nothing is copied to the host.
+ * A row kept on the device is read through two optional ops (NULL in the CPU backend):
+ *   logits_get  copies it to the host (the session does so lazily, when the logits
+ *               are asked for);
+ *   sample      runs the session's sampler chain on it there and returns the token:
+ *               the same token, RNG draw and penalty history as cera_sampler_sample on
+ *               the same logits. A chain the backend does not run is refused with
+ *               CERA_ERR_UNSUPPORTED before anything is drawn (the caller then fetches
+ *               the row and samples on the host; the RNG sequence is the same).
+ *               The row itself stays unmodified.
+ * Every op is called under the engine's forward lock (the backend's buffers serve one
+ * call at a time).
  * n_tokens is at most the n_batch the backend was opened with. A backend allocates
  * everything at open (and KV storage at kv_init); forward allocates nothing.
  */
@@ -27,6 +42,7 @@
 
 #include "cera.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 #include "session/kv_cache.h"
 #include "session/lora.h"
 
@@ -51,6 +67,12 @@ struct cera_backend {
     cera_status (*kv_init)(cera_backend *be, cera_kv_pool *pool, cera_error *err); /* may be NULL */
     void (*kv_free)(cera_backend *be, cera_kv_pool *pool);                         /* may be NULL */
     cera_status (*forward)(cera_backend *be, const cera_batch *batch, float *logits, cera_error *err);
+    /* Optional: the row the last forward with logits == NULL kept for pool's sequence,
+     * into out [n_vocab] (host). */
+    cera_status (*logits_get)(cera_backend *be, const cera_kv_pool *pool, float *out, cera_error *err);
+    /* Optional: samples that row with smp (draws from its RNG; does not accept the token). */
+    cera_status (*sample)(cera_backend *be, const cera_kv_pool *pool, cera_sampler *smp, cera_token *out,
+                          cera_error *err);
     void (*free)(cera_backend *be);
 };
 

@@ -50,6 +50,10 @@ struct cera_session {
     size_t logit_cap_rows;
     int n_logit_rows;
     int logits_first; /* the eval-relative index of row 0 (all rows, or only the last) */
+    /* the last row lives on the device (cera_kv_pool.dev_logits, backend.h) and `logits`
+     * holds it only once fetched: cera_session_logits fetches it the first time it is
+     * asked for after an eval; cera_session_sample samples it there when it can */
+    bool logits_on_device, logits_fetched;
     int last_eval_n;
     /* the token cera_session_sample recorded; the eval that appends it does not record it again */
     cera_token pending_sampled;
@@ -67,5 +71,9 @@ struct cera_session {
 
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);
+
+/* Whether the last eval left logits to sample from (on the host or the device); fetches
+ * nothing (session.c). */
+bool cera_session_has_logits(const cera_session *s);
 
 #endif

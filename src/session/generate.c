@@ -66,7 +66,7 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     cera_status st =
         n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);
     if (st) return st;
-    if (!cera_session_logits(s, -1))
+    if (!cera_session_has_logits(s))
         return cera_fail(err, CERA_ERR_INVALID_ARG,
                          "cera_generate: no prompt and no logits to continue from");
 

@@ -33,8 +33,11 @@ typedef struct cera_kv_pool {
     size_t block_bytes; /* n_layer * 2 * CERA_KV_BLOCK * kv_dim * elem_size */
     uint8_t *data;      /* [n_blocks][n_layer][K|V][CERA_KV_BLOCK][kv_dim]; NULL when on a device */
     void *dev;          /* a device backend's storage, or NULL */
-    int32_t *refcount;  /* [n_blocks] */
-    int32_t *free_ids;  /* [n_blocks]: a stack of unused block ids */
+    /* a device backend's [n_vocab] floats: the last wanted logits row of this pool's
+     * sequence when a forward kept it on the device (backend.h), or NULL */
+    void *dev_logits;
+    int32_t *refcount; /* [n_blocks] */
+    int32_t *free_ids; /* [n_blocks]: a stack of unused block ids */
     int n_free;
 } cera_kv_pool;
 

@@ -5,6 +5,13 @@
  * An eval appends tokens and runs them through the backend in batches of at most
  * n_batch (a prompt is one batch when it fits, a generated token a batch of one); the
  * same forward serves both, so they give the same logits for the same positions.
+ *
+ * With a backend that keeps logits on its device (backend.h: logits_get), an eval that
+ * does not ask for all logits leaves the last row there: cera_session_sample runs the
+ * chain on the device when the backend can (only the token comes back), and
+ * cera_session_logits copies the row to the session's host buffer the first time it is
+ * asked for after an eval (so a const session's buffer is filled lazily; NULL when that
+ * copy fails).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +143,8 @@ static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t
         s->logit_cap_rows = rows;
     }
     s->n_logit_rows = 0;
+    /* the last row stays on the device when the backend can keep it there */
+    const bool keep_on_device = !all_logits && e->backend->logits_get;
     cera_status st = cera_kv_seq_reserve(&s->seq, n_past + (int)n_tokens, err);
     if (st) return st;
 
@@ -161,7 +170,7 @@ static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t
                         .n_seqs = 1,
                         .lora = cera_lora_session_plan(s, n)};
         pthread_mutex_lock(&e->forward_lock);
-        st = e->backend->forward(e->backend, &b, out, err);
+        st = e->backend->forward(e->backend, &b, keep_on_device ? NULL : out, err);
         pthread_mutex_unlock(&e->forward_lock);
         if (st) {
             cera_kv_seq_truncate(&s->seq, n_past);
@@ -178,21 +187,53 @@ static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t
     }
     s->pending_sampled = -1;
     s->n_logit_rows = (int)rows;
+    s->logits_on_device = keep_on_device;
+    s->logits_fetched = !keep_on_device;
     s->logits_first = all_logits ? 0 : (int)n_tokens - 1;
     s->last_eval_n = (int)n_tokens;
     return CERA_OK;
 }
+
+bool cera_session_has_logits(const cera_session *s) { return s && s->n_logit_rows > 0; }
 
 const float *cera_session_logits(const cera_session *s, int i) {
     if (!s || s->n_logit_rows == 0) return NULL;
     if (i < 0) i = s->last_eval_n - 1;
     const int row = i - s->logits_first;
     if (row < 0 || row >= s->n_logit_rows) return NULL;
+    if (!s->logits_fetched) {
+        /* the row is on the device (then it is the only one): a lazy fetch into the
+         * session's own buffer, which the const API does not expose as changed */
+        cera_session *m = (cera_session *)s;
+        cera_engine *e = m->engine;
+        cera_error err;
+        pthread_mutex_lock(&e->forward_lock);
+        const cera_status st = e->backend->logits_get(e->backend, m->pool, m->logits, &err);
+        pthread_mutex_unlock(&e->forward_lock);
+        if (st) return NULL;
+        m->logits_fetched = true;
+    }
     return s->logits + (size_t)row * s->engine->model.hp.n_vocab;
 }
 
 cera_token cera_session_sample(cera_session *s) {
     if (!s || cera_session_flush_pending(s, NULL)) return -1;
+    if (s->n_logit_rows == 0) return -1;
+    cera_engine *e = s->engine;
+    if (s->logits_on_device && e->backend->sample) {
+        cera_token t = -1;
+        cera_error err;
+        pthread_mutex_lock(&e->forward_lock);
+        const cera_status st = e->backend->sample(e->backend, s->pool, s->sampler, &t, &err);
+        pthread_mutex_unlock(&e->forward_lock);
+        if (st == CERA_OK) {
+            cera_sampler_accept(s->sampler, t);
+            s->pending_sampled = t;
+            return t;
+        }
+        /* refused before its draw: the host runs the chain with the same RNG state */
+        if (st != CERA_ERR_UNSUPPORTED) return -1;
+    }
     const float *l = cera_session_logits(s, -1);
     if (!l) return -1;
     const cera_token t = cera_sampler_sample(s->sampler, l);

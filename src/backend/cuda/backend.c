@@ -5,15 +5,34 @@
  * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default, or
  * Q8_0; an F32 request is refused at open, so AUTO falls back to the CPU), and a
  * forward call hands the batch's block tables to the kernels, which read K/V through
- * them. Logits come back only for the tokens that want them.
+ * them. Logits come back only for the tokens that want them; a forward without a host
+ * buffer keeps the last wanted row in the sequence's pool (dev_logits), where logits_get
+ * copies it out and sample runs the sampler chain on it (sample.cu), so that a generated
+ * token costs a 4-byte copy instead of n_vocab floats. CERA_CUDA_SAMPLE=0 at open turns
+ * the device chain off (the session then fetches the row and samples on the host).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_state.h"
+#include "backend/cuda/sample_cuda.h"
+#include "sample/sampler.h"
 #include "session/backend.h"
 
 _Static_assert(CU_KV_BLOCK == CERA_KV_BLOCK, "the kernels' KV block is the engine's");
+
+/* What one device sample needs, allocated once: the chain's scratch copy of the logits,
+ * its arguments (sample_cuda.h layout) staged in pinned memory, and the token. */
+typedef struct cu_sampler {
+    int n_vocab;
+    cudaStream_t st;
+    float *scratch;  /* device [n_vocab] */
+    int32_t *d_args; /* device [2 * (CERA_DEVICE_BIAS_MAX + n_vocab)] */
+    int32_t *h_args; /* pinned, as d_args */
+    int32_t *d_tok;  /* device [1] */
+    int32_t *h_tok;  /* pinned [1] */
+} cu_sampler;
 
 typedef struct cuda_backend {
     cera_backend base;
@@ -21,7 +40,88 @@ typedef struct cuda_backend {
     int32_t *tok_tbl; /* [n_batch] */
     int32_t *rows;    /* [n_batch] */
     int32_t *tables;  /* [tables_cap] */
+    cu_sampler smp;   /* device sampling (unused when CERA_CUDA_SAMPLE=0) */
 } cuda_backend;
+
+static void cu_sampler_free(cu_sampler *c) {
+    cudaFree(c->scratch);
+    cudaFree(c->d_args);
+    cudaFree(c->d_tok);
+    cudaFreeHost(c->h_args);
+    cudaFreeHost(c->h_tok);
+    memset(c, 0, sizeof *c);
+}
+
+static cera_status cu_sampler_alloc(cu_sampler *c, int n_vocab, cudaStream_t st, cera_error *err) {
+    memset(c, 0, sizeof *c);
+    c->n_vocab = n_vocab;
+    c->st = st;
+    const size_t arg_bytes = sizeof(int32_t) * 2 * ((size_t)CERA_DEVICE_BIAS_MAX + (size_t)n_vocab);
+    CU_TRY(cudaMalloc((void **)&c->scratch, sizeof(float) * (size_t)n_vocab));
+    CU_TRY(cudaMalloc((void **)&c->d_args, arg_bytes));
+    CU_TRY(cudaMalloc((void **)&c->d_tok, sizeof(int32_t)));
+    CU_TRY(cudaMallocHost((void **)&c->h_args, arg_bytes));
+    CU_TRY(cudaMallocHost((void **)&c->h_tok, sizeof(int32_t)));
+    return CERA_OK;
+}
+
+static cera_status cu_sampler_init(cu_sampler *c, int n_vocab, cudaStream_t st, cera_error *err) {
+    const cera_status r = cu_sampler_alloc(c, n_vocab, st, err);
+    if (r != CERA_OK) cu_sampler_free(c);
+    return r;
+}
+
+/* Whether the device runs this chain (sample_cuda.h); decided before any draw. */
+static bool device_chain(const cera_sampler_params *p) {
+    if (p->n_logit_bias > CERA_DEVICE_BIAS_MAX) return false;
+    if (cera_sampler_params_greedy(p)) return true;
+    return p->typical_p >= 1.0f && p->temp > 0.0f && p->top_k >= 1 && p->top_k <= CERA_DEVICE_TOPK_MAX;
+}
+
+/* Samples logits [n_vocab] (device) with smp's chain: the arguments staged and uploaded,
+ * the draw taken from smp, the chain launched, the token read back. */
+static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float *logits, cera_token *out,
+                                  cera_error *err) {
+    const cera_sampler_params *p = cera_sampler_params_of(smp);
+    if (!device_chain(p))
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: the sampler chain runs on the host");
+    const int32_t *pen_tok, *pen_cnt;
+    const size_t n_pen = cera_sampler_penalty_window(smp, &pen_tok, &pen_cnt);
+    if (n_pen > (size_t)c->n_vocab)
+        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: a penalty window of %zu tokens", n_pen);
+    const int n_bias = p->n_logit_bias;
+    cu_sample_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.greedy = cera_sampler_params_greedy(p);
+    cfg.top_k = p->top_k;
+    cfg.top_p = p->top_p;
+    cfg.min_p = p->min_p;
+    cfg.log_min_p = p->min_p > 0.0f ? logf(p->min_p) : 0.0f; /* the host's logf, as stages.c */
+    cfg.temp = p->temp;
+    cfg.repeat = p->repeat_penalty;
+    cfg.freq = p->freq_penalty;
+    cfg.present = p->presence_penalty;
+    cfg.n_bias = n_bias;
+    cfg.n_pen = (int)n_pen;
+    int32_t *a = c->h_args; /* the previous sample's copy has completed (it synchronized) */
+    for (int i = 0; i < n_bias; i++) {
+        a[i] = p->logit_bias[i].token;
+        memcpy(&a[n_bias + i], &p->logit_bias[i].bias, sizeof(float));
+    }
+    memcpy(a + 2 * n_bias, pen_tok, n_pen * sizeof(int32_t));
+    memcpy(a + 2 * n_bias + n_pen, pen_cnt, n_pen * sizeof(int32_t));
+    const size_t n_args = 2 * ((size_t)n_bias + n_pen);
+    cfg.u = cera_sampler_draw(smp); /* exactly where cera_sampler_sample draws */
+    if (n_args)
+        CU_TRY(cudaMemcpyAsync(c->d_args, a, n_args * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+    CU_TRY(cu_sample_chain(c->st, logits, c->scratch, c->n_vocab, n_args ? c->d_args : NULL, &cfg, c->d_tok));
+    CU_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+    CU_TRY(cudaStreamSynchronize(c->st));
+    if (*c->h_tok < 0 || *c->h_tok >= c->n_vocab)
+        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the sampler kernel returned token %d", *c->h_tok);
+    *out = *c->h_tok;
+    return CERA_OK;
+}
 
 static cera_status cuda_kv_init(cera_backend *b, cera_kv_pool *pool, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
@@ -37,13 +137,41 @@ static cera_status cuda_kv_init(cera_backend *b, cera_kv_pool *pool, cera_error 
                          cudaGetErrorString(e));
     }
     CU_TRY(cudaMemset(pool->dev, 0, bytes));
+    const size_t lbytes = sizeof(float) * (size_t)be->s->n_vocab;
+    e = cudaMalloc(&pool->dev_logits, lbytes);
+    if (e != cudaSuccess) {
+        pool->dev_logits = NULL;
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: a logits row of %zu bytes: %s", lbytes,
+                         cudaGetErrorString(e));
+    }
+    CU_TRY(cudaMemset(pool->dev_logits, 0, lbytes));
     return CERA_OK;
 }
 
 static void cuda_kv_free(cera_backend *b, cera_kv_pool *pool) {
     (void)b;
     if (pool->dev) cudaFree(pool->dev);
+    if (pool->dev_logits) cudaFree(pool->dev_logits);
     pool->dev = NULL;
+    pool->dev_logits = NULL;
+}
+
+static cera_status cuda_logits_get(cera_backend *b, const cera_kv_pool *pool, float *out, cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
+    CU_TRY(cudaSetDevice(be->s->prm.device));
+    CU_TRY(cudaMemcpyAsync(out, pool->dev_logits, sizeof(float) * (size_t)be->s->n_vocab,
+                           cudaMemcpyDeviceToHost, be->s->st));
+    CU_TRY(cudaStreamSynchronize(be->s->st));
+    return CERA_OK;
+}
+
+static cera_status cuda_sample(cera_backend *b, const cera_kv_pool *pool, cera_sampler *smp, cera_token *out,
+                               cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
+    CU_TRY(cudaSetDevice(be->s->prm.device));
+    return cu_sampler_run(&be->smp, smp, pool->dev_logits, out, err);
 }
 
 static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float *logits, cera_error *err) {
@@ -78,12 +206,23 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
         be->tok_tbl[i] = offs[j];
         if (batch->want_logits[i]) be->rows[n_out++] = i;
     }
-    return cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                      kv_base, be->rows, n_out, logits, NULL, batch->lora, err);
+    CERA_TRY(cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
+                        kv_base, be->rows, n_out, logits, NULL, batch->lora, err));
+    if (!logits && n_out > 0) {
+        /* keep the last wanted row ([n_out, n_vocab] rows in s->logits) in its sequence's
+         * pool; stream order puts the copy before any later forward, sample or fetch */
+        cera_kv_pool *pool = batch->seqs[batch->seq[be->rows[n_out - 1]]]->pool;
+        if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
+        CU_TRY(cudaMemcpyAsync(pool->dev_logits, s->logits + (size_t)(n_out - 1) * s->n_vocab,
+                               sizeof(float) * (size_t)s->n_vocab, cudaMemcpyDeviceToDevice, s->st));
+    }
+    return CERA_OK;
 }
 
 static void cuda_free(cera_backend *b) {
     cuda_backend *be = (cuda_backend *)b;
+    if (be->s) cudaSetDevice(be->s->prm.device);
+    cu_sampler_free(&be->smp);
     cera_cuda_free(be->s);
     free(be->tok_tbl);
     free(be->rows);
@@ -124,7 +263,57 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
     be->base.forward = cuda_forward;
+    be->base.logits_get = cuda_logits_get;
     be->base.free = cuda_free;
+    const char *env = getenv("CERA_CUDA_SAMPLE");
+    if (!env || strcmp(env, "0") != 0) {
+        if (cudaSetDevice(be->s->prm.device) != cudaSuccess ||
+            (st = cu_sampler_init(&be->smp, be->s->n_vocab, be->s->st, err)) != CERA_OK) {
+            cuda_free(&be->base);
+            return st != CERA_OK ? st : cera_fail(err, CERA_ERR_DEVICE, "cuda: cudaSetDevice failed");
+        }
+        be->base.sample = cuda_sample;
+    }
     *out = &be->base;
+    return CERA_OK;
+}
+
+/* ---- Test hooks (sample_cuda.h) ------------------------------------------------------ */
+
+cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_vocab, cera_token *out,
+                                  cera_error *err) {
+    if (!device_chain(cera_sampler_params_of(smp)))
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: the sampler chain runs on the host");
+    if (n_vocab <= 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: n_vocab %d", n_vocab);
+    cudaStream_t st = NULL;
+    float *d = NULL;
+    cu_sampler c;
+    memset(&c, 0, sizeof c);
+    cera_status r = CERA_OK;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d, sizeof(float) * (size_t)n_vocab);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(d, logits, sizeof(float) * (size_t)n_vocab, cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess)
+        r = cera_fail(err, CERA_ERR_DEVICE, "cuda: sample test setup: %s", cudaGetErrorString(e));
+    if (r == CERA_OK) r = cu_sampler_init(&c, n_vocab, st, err);
+    if (r == CERA_OK) r = cu_sampler_run(&c, smp, d, out, err);
+    if (st) cudaStreamSynchronize(st);
+    cu_sampler_free(&c);
+    cudaFree(d);
+    if (st) cudaStreamDestroy(st);
+    return r;
+}
+
+cera_status cera_cuda_test_expf(const float *x, float *y, size_t n, cera_error *err) {
+    if (n > (size_t)INT32_MAX) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %zu values", n);
+    float *d = NULL;
+    cudaError_t e = cudaMalloc((void **)&d, sizeof(float) * 2 * (n ? n : 1));
+    if (e == cudaSuccess) e = cudaMemcpy(d, x, sizeof(float) * n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cu_sample_expf(0, d, d + n, (int)n);
+    if (e == cudaSuccess) e = cudaMemcpy(y, d + n, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (e != cudaSuccess)
+        return cera_fail(err, CERA_ERR_DEVICE, "cuda: expf test: %s", cudaGetErrorString(e));
     return CERA_OK;
 }
