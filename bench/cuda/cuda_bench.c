@@ -13,9 +13,10 @@
  * gives for the named type (q4_0 and q4_k_m keep output.weight in Q6_K; q4_k_m puts
  * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
  * types, not on the values. Prints one markdown row per test (and --md-header).
- * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec.
+ * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec;
+ * --kv q8_0 keeps the KV cache in Q8_0 (default f16).
  *
- * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3]
+ * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|q8_0]
  *                   [--bw-gib 4] [--matvec] [--mv-types LIST] [--md-header] [--no-pdl]
  */
 #include <math.h>
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
     const char *synth = NULL, *model = NULL;
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
-    bool matvec = false, header = false, no_pdl = false;
+    bool matvec = false, header = false, no_pdl = false, kv_q8 = false;
     const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,10 +135,12 @@ int main(int argc, char **argv) {
             header = true;
         else if (!strcmp(a, "--no-pdl"))
             no_pdl = true;
+        else if (!strcmp(a, "--kv") && more && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "q8_0")))
+            kv_q8 = !strcmp(argv[++i], "q8_0");
         else {
             fprintf(stderr,
                     "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--matvec] [--mv-types LIST] [--md-header] [--no-pdl]\n");
+                    "[--kv f16|q8_0] [--matvec] [--mv-types LIST] [--md-header] [--no-pdl]\n");
             return 2;
         }
     }
@@ -181,6 +184,7 @@ int main(int argc, char **argv) {
     prm.n_ctx = d + n + 64 > n_batch ? d + n + 64 : n_batch;
     prm.n_batch = n_batch;
     prm.no_pdl = no_pdl;
+    prm.kv_type = kv_q8 ? CERA_KV_Q8_0 : CERA_KV_F16;
     const char *label = model;
     if (synth) {
         cera_type t;
@@ -193,7 +197,8 @@ int main(int argc, char **argv) {
         cera_bench_llama2_7b(&m, t, kmix, out_t);
         prm.synthetic_weights = true;
         static char lb[64];
-        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s", synth, no_pdl ? " no PDL" : "");
+        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s", synth, no_pdl ? " no PDL" : "",
+                 kv_q8 ? " KV q8_0" : "");
         label = lb;
     } else {
         if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) die(model, &err);
@@ -225,8 +230,10 @@ int main(int argc, char **argv) {
            100 * wbytes * st.mean / 1e9 / read_gbps);
     fflush(stdout);
     if (d > 0) {
-        // at depth the KV cache is streamed too: K and V rows of every layer, F16
-        const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) * m.hp.n_head_kv * m.hp.head_dim * 2;
+        // at depth the KV cache is streamed too: K and V rows of every layer (F16, or Q8_0's 34
+        // bytes per 32 values)
+        const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) * m.hp.n_head_kv * m.hp.head_dim *
+                          (kv_q8 ? 34.0 / 32.0 : 2.0);
         for (int i = 0; i < r; i++) v[i] = run_tg(s, n_batch, d, n, m.hp.n_vocab);
         st = stat_of(v, r);
         printf("| %s | tg%d @ d%d | %.1f ± %.1f | %.0f (+KV %.0f) | %.1f %% |\n", label, n, d, st.mean, st.sd,

@@ -8,8 +8,9 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora variants mvsweep mvtests profile (default: tests sanitize
-#   matvec bench lora); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
+#   steps: any of tests sanitize matvec bench lora kv variants mvsweep mvtests profile (default: tests sanitize
+#   matvec bench lora); kv compares decode at depth 4096 with the tiled and the decode attention kernels
+#   and with a Q8_0 cache (KV_TYPES, default q4_0); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
 #   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
@@ -18,7 +19,11 @@
 #   the packed folder (default .devcarry).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-C=$ROOT/${CARRY:-.devcarry}
+C=/tmp/devcarry-unpacked
+PACK=$ROOT/${CARRY:-.devcarry}/pack.tar.xz
+rm -rf "$C" && mkdir -p "$C"
+tar -C "$C" -xJf "$PACK" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK" "$C" || exit 1
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${*:-tests sanitize matvec bench lora}
@@ -41,6 +46,10 @@ if has tests; then
     timeout 120 "$C/bin/test_cuda_engine" 2>&1 | tee "$OUT/test_cuda_engine.log" | tail -12
     log "test_cuda_lora"
     timeout 200 "$C/bin/test_cuda_lora" 2>&1 | tee "$OUT/test_cuda_lora.log" | tail -20
+    log "test_cuda_attention"
+    timeout 120 "$C/bin/test_cuda_attention" 2>&1 | tee "$OUT/test_cuda_attention.log" | grep -E "failed" | tail -12
+    log "test_cuda_sample"
+    timeout 120 "$C/bin/test_cuda_sample" 2>&1 | tee "$OUT/test_cuda_sample.log" | tail -8
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"
@@ -53,6 +62,23 @@ if has sanitize; then
         tee -a "$OUT/sanitize.log" | tail -4
     timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_lora" stories 2>&1 |
         tee -a "$OUT/sanitize.log" | tail -3
+    timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_attention" 2 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -3
+    timeout 150 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_attention" 1 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -3
+    timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_sample" 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -3
+fi
+if has kv; then
+    log "decode at depth 4096: the tiled kernel (CERA_CUDA_ATT_DEC=0), the decode kernel, a Q8_0 cache"
+    for t in ${KV_TYPES:-q4_0}; do
+        CERA_CUDA_ATT_DEC=0 timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 4096 -r 2 --bw-gib 2 2>&1 |
+            tee -a "$OUT/kv.log" | grep "@"
+        timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 4096 -r 2 --bw-gib 2 2>&1 | tee -a "$OUT/kv.log" |
+            grep "tg"
+        timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 2 --bw-gib 2 --kv q8_0 2>&1 |
+            tee -a "$OUT/kv.log" | grep "|"
+    done
 fi
 if has matvec; then
     log "matvec micro-benchmark"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/cuda/pack.sh — builds the CUDA tests and benchmark here and fills .devcarry/ with
 # them, the shared libraries the device machine lacks and the golden files the tests read,
-# for bench/cuda/device_run.sh (the `run` tool carries .devcarry).
+# for bench/cuda/device_run.sh (the `run` tool carries .devcarry). Everything goes into one
+# xz-compressed tar, .devcarry/pack.tar.xz (a call carries 64 MiB at most), which device_run.sh
+# unpacks on the device.
 #   BUILD (default build-cuda-dev) is configured with -DCERA_CUDA=ON and
 #   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines). CARRY (default .devcarry)
 #   names the folder, so that two engineers can pack different builds.
@@ -15,13 +17,15 @@ mkdir -p "$(dirname "$EXCL")"
 grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-cmake --build "$BUILD" --target test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora cuda_bench \
-    cuda_lora_bench -j"${JOBS:-2}"
-if [ -d "$C" ]; then chmod -R u+w "$C"; fi
-rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
-cp "$BUILD/tests/cuda/test_cuda_ops" "$BUILD/tests/cuda/test_cuda_golden" "$BUILD/tests/cuda/test_cuda_engine" \
-    "$BUILD/tests/cuda/test_cuda_lora" "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$C/bin/"
-strip "$C"/bin/* # symbols are not needed there, and a call carries 64 MiB at most
+TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample"}
+cmake --build "$BUILD" --target $TESTS cuda_bench cuda_lora_bench -j"${JOBS:-2}"
+FINAL=$C
+C=$(mktemp -d /tmp/devpack.XXXXXX)
+trap 'rm -rf "$C"' EXIT
+mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
+for t in $TESTS; do cp "$BUILD/tests/cuda/$t" "$C/bin/"; done
+cp "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$C/bin/"
+strip "$C"/bin/* # symbols are not needed there
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
@@ -35,4 +39,7 @@ done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
 cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
 chmod -R u+w "$C/shared"
-du -sh "$C"
+if [ -d "$FINAL" ]; then chmod -R u+w "$FINAL"; fi
+rm -rf "$FINAL" && mkdir -p "$FINAL"
+tar -C "$C" -cf - . | xz -T2 -4 >"$FINAL/pack.tar.xz"
+du -sh "$FINAL"

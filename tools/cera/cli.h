@@ -33,7 +33,7 @@ typedef struct cli_engine_opts {
     "  -f FILE               the prompt, from a file\n"                                                      \
     "  -t N                  threads (default: one per core; at most 512)\n"                                 \
     "  -c N                  context size (default: the model's, at most 4096)\n"                            \
-    "  --kv f16|f32|q8_0     KV cache type (default f16, as llama.cpp; q8_0: CUDA only)\n"                                    \
+    "  --kv f16|f32|q8_0     KV cache type (default f16, as llama.cpp; q8_0: CUDA only)\n"                   \
     "  --device D            cpu, cuda or auto (default: cuda when built in and a GPU exists)\n"
 
 void cli_engine_opts_init(cli_engine_opts *o);

@@ -328,7 +328,8 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
                                   cera_error *err) {
     *out = NULL;
     if (params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_F32)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "the CPU backend keeps its KV cache in F16 or F32 (asked: %s)",
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "the CPU backend keeps its KV cache in F16 or F32 (asked: %s)",
                          params->kv_type == CERA_KV_Q8_0 ? "Q8_0" : "unknown");
     const cera_hparams *hp = &m->hp;
     const int nb = params->n_batch > 0 ? params->n_batch : 512;

@@ -1,22 +1,31 @@
 /*
- * attention.cu — RoPE + KV-cache store, and attention over the F16 KV cache.
+ * attention.cu — RoPE + KV-cache store, and attention over the paged KV cache (F16 or Q8_0).
  *
  * cu_rope_store: one block per (token, head slot): the optional per-head RMS norm
  * (qwen3), the rotation (NORM or NEOX pairs, llama-3 frequency factors and YaRN through
- * the host-made tables), then Q to a f32 buffer and K/V into the cache at the token's slot.
+ * the host-made tables), then Q to a f32 buffer and K/V into the cache at the token's slot
+ * (rounded to F16, or quantized per 32 values as llama.cpp's q8_0).
  *
- * cu_attention (flash-decoding): one block per (KV head, split, token) takes a contiguous
- * chunk of the KV slots 0..pos (at most one split per 64-slot tile is used: a short context
- * is a single block, with no partials to merge) and serves every query head of its group, so each K/V row
- * is read once per group. Tiles of 64 slots: the block stages the tile's K and V rows in
- * shared memory (all loads independent and coalesced: the cache is read at bandwidth, not
- * at latency), a thread per (slot, head) computes a score, the online softmax runs per
- * head, then threads over head dims accumulate p·V. Splits write (max, sum, unnormalized output) partials;
- * the last block of a head to finish (an atomic counter, reset for the next launch) merges them, writes the
- * output and quantizes it for the O projection. Q is rounded to F16 first, as llama.cpp's CPU flash attention
- * does before its F16 dot products.
+ * cu_attention picks one of three kernels. Q is rounded to F16 first in each, as llama.cpp's
+ * flash attention does before its F16 dot products.
+ *   - k_attn_dec (decode, one token per block; flash-decoding): a block per (KV head, up to 4
+ *     of its query heads, split, token) streams a contiguous chunk of the slots 0..pos
+ *     straight into registers, 16 bytes a lane, several rows in flight per warp, with the
+ *     online softmax per row group in registers; at most one split per 64 slots (a short
+ *     context is one block).
+ *   - k_attn_mma (prefill: several tokens of one sequence, head size a multiple of 16 up to
+ *     128): flash attention on tensor cores (WMMA), 64 queries of one head per block.
+ *   - k_attention (the rest): tiles of 64 slots staged in shared memory and shared by up to 16
+ *     query rows (tokens x heads of a group), CUDA-core math.
+ * Splits write (max, sum, unnormalized output) partials; the last block of a head to finish
+ * (an atomic counter, reset for the next launch) merges them, writes the output and
+ * quantizes it for the O projection (att_finish).
  */
 #include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mma.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/lora.cuh"
@@ -25,11 +34,37 @@
 #define ATT_THREADS 128
 #define ATT_TILE    64
 
-/* Row `pos` of K (which = 0) or V (1) of token tok's sequence, in the kv's layer. */
-static __device__ __forceinline__ __half *kv_row(const cu_kv &kv, int tok, int64_t pos, int which) {
+/* Start of the section (block b, the kv's layer, K when which = 0 or V) in the cache. */
+static __device__ __forceinline__ uint8_t *kv_section(const cu_kv &kv, int64_t b, int which) {
+    return static_cast<uint8_t *>(kv.base) +
+           ((b * kv.n_layer + kv.layer) * 2 + which) * cu_kv_section_bytes(kv.q8, kv.kv_dim);
+}
+
+/* Stores buf[0..hd) as head h's row of K (which = 0) or V at position pos of token tok's
+ * sequence. Called by every thread of the block (the Q8_0 form quantizes a warp per 32 values,
+ * as llama.cpp's q8_0: d = amax / 127, q = round(x / d)). */
+static __device__ void kv_store(const cu_kv &kv, int tok, int64_t pos, int which, int h, int hd,
+                                const float *buf) {
     const int64_t b = kv.tables[kv.tok_table[tok] + pos / CU_KV_BLOCK];
-    return static_cast<__half *>(kv.base) +
-           (((b * kv.n_layer + kv.layer) * 2 + which) * CU_KV_BLOCK + pos % CU_KV_BLOCK) * (int64_t)kv.kv_dim;
+    const int slot = (int)(pos % CU_KV_BLOCK);
+    uint8_t *sec = kv_section(kv, b, which);
+    const int64_t col = (int64_t)h * hd;
+    if (!kv.q8) {
+        __half *dst = reinterpret_cast<__half *>(sec) + (int64_t)slot * kv.kv_dim + col;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = __float2half(buf[d]);
+        return;
+    }
+    int8_t *q = reinterpret_cast<int8_t *>(sec) + (int64_t)slot * kv.kv_dim + col;
+    __half *sc = reinterpret_cast<__half *>(sec + (int64_t)CU_KV_BLOCK * kv.kv_dim) +
+                 (int64_t)slot * (kv.kv_dim / 32) + col / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    for (int g = warp; g < hd / 32; g += nw) {
+        const float v = buf[g * 32 + lane];
+        const float d = cu_warp_max(fabsf(v)) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        q[g * 32 + lane] = (int8_t)roundf(v * id);
+        if (lane == 0) sc[g] = __float2half(d);
+    }
 }
 
 template <bool LORA>
@@ -55,8 +90,7 @@ __global__ void __launch_bounds__(64)
     }
     __syncthreads();
     if (kind == 2) {
-        __half *dst = kv_row(kv, tok, p, 1) + (int64_t)h * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = __float2half(buf[d]);
+        kv_store(kv, tok, p, 1, h, hd, buf);
         return;
     }
     const float *nw = kind == 0 ? q_norm : k_norm;
@@ -92,8 +126,7 @@ __global__ void __launch_bounds__(64)
         float *dst = q_out + (int64_t)tok * n_head * hd + (int64_t)h * hd;
         for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d];
     } else {
-        __half *dst = kv_row(kv, tok, p, 0) + (int64_t)h * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = __float2half(buf[d]);
+        kv_store(kv, tok, p, 0, h, hd, buf);
     }
 }
 
@@ -130,16 +163,98 @@ struct att_params {
     cu_act out;
 };
 
+/* The end of both attention kernels. obuf [R][hd] holds a block's unnormalized outputs and
+ * mrow/lrow [R] their running max and sum (shared memory); row r is token tok0 + r / Gr, head
+ * h0 + r % Gr. With one split they are normalized and written; with ns splits each block
+ * writes its partials and the last of them to finish (counter: its atomic, left zero for
+ * the next launch) merges them. Then the rows are quantized for the O projection. */
+static __device__ void att_finish(const att_params &p, float *obuf, const float *mrow, const float *lrow,
+                                  int R, int Gr, int tok0, int h0, int split, int ns, int32_t *counter) {
+    __shared__ bool is_last;
+    const int tid = threadIdx.x, nt = blockDim.x, hd = p.hd;
+    if (ns > 1) {
+        for (int i = tid; i < R * hd; i += nt) {
+            const int r = i / hd, d = i % hd;
+            const int64_t row = ((int64_t)(tok0 + r / Gr) * p.n_head + h0 + r % Gr) * p.n_splits + split;
+            p.scr.part_acc[row * hd + d] = obuf[i];
+        }
+        if (tid < R) {
+            const int64_t row = ((int64_t)(tok0 + tid / Gr) * p.n_head + h0 + tid % Gr) * p.n_splits + split;
+            p.scr.part_ml[row * 2 + 0] = lrow[tid] > 0.0f ? mrow[tid] : -FLT_MAX;
+            p.scr.part_ml[row * 2 + 1] = lrow[tid];
+        }
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            const int done = atomicAdd(counter, 1);
+            is_last = done == ns - 1;
+            if (is_last) *counter = 0; // ready for the next launch (graph replays)
+        }
+        __syncthreads();
+        if (!is_last) return;
+        __threadfence();
+        // merge the splits of every row (each thread its own elements)
+        for (int i = tid; i < R * hd; i += nt) {
+            const int r = i / hd, d = i % hd;
+            const int64_t row0 = ((int64_t)(tok0 + r / Gr) * p.n_head + h0 + r % Gr) * p.n_splits;
+            const float *ml = p.scr.part_ml + row0 * 2;
+            float M = -FLT_MAX;
+            for (int s = 0; s < ns; s++)
+                if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
+            float L = 0.0f, o = 0.0f;
+            for (int s = 0; s < ns; s++) {
+                const float l = __ldcg(ml + 2 * s + 1);
+                if (l <= 0.0f) continue;
+                const float w = expf(__ldcg(ml + 2 * s) - M);
+                L += l * w;
+                o += __ldcg(p.scr.part_acc + (row0 + s) * hd + d) * w;
+            }
+            obuf[i] = o / L;
+        }
+    } else {
+        for (int i = tid; i < R * hd; i += nt) obuf[i] = obuf[i] / lrow[i / hd];
+    }
+    __syncthreads();
+    const int QT = R / Gr;
+    for (int i = tid; i < R * hd; i += nt) {
+        const int qi = i / (Gr * hd), j = i % (Gr * hd);
+        p.out.f[(int64_t)(tok0 + qi) * p.out.k_pad + (int64_t)h0 * hd + j] = obuf[i];
+    }
+    if (p.out.q && (hd % 32) == 0) {
+        // each token's rows are whole quant blocks of the O projection's input
+        const int warp = tid / 32, lane = tid % 32;
+        const int64_t nblk = p.out.k_pad / 32, blk0 = (int64_t)h0 * hd / 32;
+        const int bpt = Gr * hd / 32; // blocks per token
+        for (int b = warp; b < QT * bpt; b += nt / 32) {
+            const int64_t tok = tok0 + b / bpt;
+            cu_quant_block32(obuf[b * 32 + lane], p.out.q + tok * p.out.k_pad, p.out.d + tok * nblk,
+                             p.out.s + tok * nblk, blk0 + b % bpt, lane);
+        }
+    }
+}
+
+/* The slots a split covers: at most one split per tile of slots, so that a short context is
+ * one block that normalizes its own output (no partials, no merge) instead of n_splits slivers. */
+static __device__ __forceinline__ void att_chunk(int n_kv, int n_splits, int split, int *ns, int *start,
+                                                 int *end) {
+    *ns = min(n_splits, (n_kv + ATT_TILE - 1) / ATT_TILE);
+    const int chunk = (n_kv + *ns - 1) / *ns;
+    *start = split * chunk;
+    *end = min(n_kv, *start + chunk);
+}
+
 /* Rows: QT query tokens x G heads (R <= ATT_RMAX). Shared memory: K tile [ATT_TILE][hd + 8]
  * f16 | V tile (same) | q [R][hd] f32 | scores [R][ATT_TILE] | m, l, corr [ATT_RMAX] |
- * out [R * hd] | row offsets [ATT_TILE]. */
+ * out [R * hd] | section offsets [ATT_TILE]. */
 #define ATT_RMAX 16
 static size_t att_smem(int R, int hd) {
     return sizeof(float) * ((size_t)R * hd * 2 + (size_t)R * ATT_TILE + 3 * ATT_RMAX) +
            2 * sizeof(__half) * ATT_TILE * (size_t)(hd + 8) + sizeof(int64_t) * ATT_TILE;
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
+/* The tiled kernel (prefill: QT tokens of one sequence share each staged tile). Q8: the
+ * cache's rows are dequantized to F16 as they are staged. */
+template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
     cu_pdl_enter();
     extern __shared__ __align__(16) uint8_t smem[];
     const int kvh = blockIdx.x, split = blockIdx.y, tok0 = blockIdx.z * p.QT;
@@ -154,20 +269,16 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
     float *crow = lrow + ATT_RMAX;
     float *obuf = crow + ATT_RMAX;
     int64_t *rowoff = reinterpret_cast<int64_t *>(obuf + p.QT * G * hd);
-    __shared__ bool is_last;
 
     // the block's slots: up to the furthest of its tokens; each row masks past its own
     int n_kv = 0;
     for (int qi = 0; qi < QT; qi++) n_kv = max(n_kv, p.pos[tok0 + qi] + 1);
-    // splits in use: no more than one per tile of slots, so a short context is one block
-    // that normalizes its own output (no partials, no merge) instead of n_splits slivers
-    const int ns = min(p.n_splits, (n_kv + ATT_TILE - 1) / ATT_TILE);
+    int ns, start, end;
+    att_chunk(n_kv, p.n_splits, split, &ns, &start, &end);
     if (split >= ns) return; // the whole block
-    const int chunk = (n_kv + ns - 1) / ns;
-    const int start = split * chunk, end = min(n_kv, start + chunk);
     const int h0 = kvh * G, CH = hd / 8;
-    const int64_t vskip = (int64_t)CU_KV_BLOCK * p.kv.kv_dim; // V follows K in a block's layer
-    const __half *kvbase = static_cast<const __half *>(p.kv.base);
+    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim); // V's section follows K's
+    const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[tok0]; // the host groups one sequence's tokens
 
     for (int i = tid; i < R * hd; i += ATT_THREADS) {
@@ -189,19 +300,38 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         const int nt = min(ATT_TILE, end - t0);
         if (tid < nt) {
             const int64_t pos = t0 + tid, b = table[pos / CU_KV_BLOCK];
-            rowoff[tid] =
-                (((b * p.kv.n_layer + p.kv.layer) * 2) * CU_KV_BLOCK + pos % CU_KV_BLOCK) * p.kv.kv_dim +
-                (int64_t)kvh * hd;
+            rowoff[tid] = ((b * p.kv.n_layer + p.kv.layer) * 2) * sec; // the K section of the slot's block
         }
         __syncthreads();
-        // stage the tile's K and V rows: every 16-byte load independent, coalesced per row
+        // stage the tile's K and V rows: every load independent, coalesced per row
 #pragma unroll 4
         for (int i = tid; i < nt * CH; i += ATT_THREADS) {
-            const int t = i / CH, c = i % CH;
-            const __half *src = kvbase + rowoff[t] + c * 8;
-            *reinterpret_cast<int4 *>(ks + t * hs + c * 8) = __ldg(reinterpret_cast<const int4 *>(src));
-            *reinterpret_cast<int4 *>(vs + t * hs + c * 8) =
-                __ldg(reinterpret_cast<const int4 *>(src + vskip));
+            const int t = i / CH, c = i % CH, slot = (t0 + t) % CU_KV_BLOCK;
+            const int64_t col = (int64_t)kvh * hd + c * 8;
+            const uint8_t *ksec = kvbase + rowoff[t];
+            if (!Q8) {
+                const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
+                *reinterpret_cast<int4 *>(ks + t * hs + c * 8) =
+                    __ldg(reinterpret_cast<const int4 *>(ksec + off));
+                *reinterpret_cast<int4 *>(vs + t * hs + c * 8) =
+                    __ldg(reinterpret_cast<const int4 *>(ksec + sec + off));
+            } else {
+                const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
+                const int64_t soff =
+                    (int64_t)CU_KV_BLOCK * p.kv.kv_dim + ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
+#pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    const uint8_t *src = ksec + w * sec;
+                    const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(src + off));
+                    const float d = __half2float(*reinterpret_cast<const __half *>(src + soff));
+                    const int8_t *q8 = reinterpret_cast<const int8_t *>(&raw);
+                    __align__(16) __half h8[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) h8[j] = __float2half((float)q8[j] * d);
+                    *reinterpret_cast<int4 *>((w ? vs : ks) + t * hs + c * 8) =
+                        *reinterpret_cast<const int4 *>(h8);
+                }
+            }
         }
         __syncthreads();
         // scores: consecutive threads take consecutive slots of one row; causal mask per token
@@ -287,67 +417,389 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
         }
         __syncthreads();
     }
+    att_finish(p, obuf, mrow, lrow, R, G, tok0, h0, split, ns,
+               p.scr.counters + (int64_t)blockIdx.z * p.n_head_kv + kvh);
+}
 
-    if (ns > 1) {
-        // partial of row r: token tok0 + r / G, head h0 + r % G
-        for (int i = tid; i < R * hd; i += ATT_THREADS) {
-            const int r = i / hd, d = i % hd;
-            const int64_t row = ((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * p.n_splits + split;
-            p.scr.part_acc[row * hd + d] = obuf[i];
+/* Four int8 values (the bytes of w) as floats without the int-to-float unit (a quarter of the
+ * FMA rate, the Q8_0 cache's bottleneck): each biased byte becomes the low mantissa bits of
+ * 2^23 (a byte permute), and 2^23 + 128 is subtracted. Exact for every int8. */
+static __device__ __forceinline__ void i8x4_to_f32(uint32_t w, float *f) {
+    const uint32_t u = w ^ 0x80808080u; // x + 128 per byte
+#pragma unroll
+    for (int i = 0; i < 4; i++) f[i] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540u + i)) - 8388736.0f;
+}
+
+/* The decode kernel: one query token per block, read at bandwidth. Each warp streams rows of
+ * its split's slots straight into registers (no shared-memory staging, no block barrier in the
+ * loop): a row is LPR lanes of EPL values (16 bytes each: 8 F16 or 16 int8 + the block's scale),
+ * so a warp loads 32 / LPR rows per instruction, U of them in flight. Every row group keeps its
+ * own online softmax over the rows it saw (max, sum and output per head, in registers); the
+ * groups are merged by shuffles, the warps through shared memory, then att_finish. HB query
+ * heads of the KV head's group share each row (a block per HB heads). */
+#define DEC_U 4
+template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn_dec(const att_params p) {
+    cu_pdl_enter();
+    constexpr int EPL = Q8 ? 16 : 8;
+    __shared__ float wm[ATT_THREADS / 32][HB], wl[ATT_THREADS / 32][HB];
+    __shared__ float mrow[HB], lrow[HB];
+    extern __shared__ __align__(16) uint8_t smem[];
+    float *wacc = reinterpret_cast<float *>(smem); // [warps][HB][hd]
+    float *obuf = wacc + (ATT_THREADS / 32) * HB * p.hd;
+    const int hd = p.hd, LPR = hd / EPL, RPW = 32 / LPR;
+    const int nhg = (p.G + HB - 1) / HB;
+    const int kvh = blockIdx.x / nhg, hg = blockIdx.x % nhg, split = blockIdx.y, tok = blockIdx.z;
+    const int h0 = kvh * p.G + hg * HB, nh = min(HB, p.G - hg * HB);
+    int ns, start, end;
+    att_chunk(p.pos[tok] + 1, p.n_splits, split, &ns, &start, &end);
+    if (split >= ns) return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int lr = lane % LPR, n_groups = (ATT_THREADS / 32) * RPW;
+    const int64_t col = (int64_t)kvh * hd + lr * EPL; // this lane's first value in a row
+    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
+    const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
+    const int32_t *table = p.kv.tables + p.kv.tok_table[tok];
+    const int64_t lsec = (int64_t)p.kv.layer * 2 * sec, bsec = (int64_t)p.kv.n_layer * 2 * sec;
+
+    float q[HB][EPL], acc[HB][EPL], m[HB], l[HB];
+#pragma unroll
+    for (int h = 0; h < HB; h++) {
+        m[h] = -FLT_MAX, l[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            acc[h][e] = 0.0f;
+            q[h][e] =
+                h < nh
+                    ? __half2float(__float2half(p.q[((int64_t)tok * p.n_head + h0 + h) * hd + lr * EPL + e]))
+                    : 0.0f;
         }
-        if (tid < R) {
-            const int64_t row = ((int64_t)(tok0 + tid / G) * p.n_head + h0 + tid % G) * p.n_splits + split;
-            p.scr.part_ml[row * 2 + 0] = lrow[tid] > 0.0f ? mrow[tid] : -FLT_MAX;
-            p.scr.part_ml[row * 2 + 1] = lrow[tid];
-        }
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            int32_t *cnt = p.scr.counters + (int64_t)blockIdx.z * p.n_head_kv + kvh;
-            const int done = atomicAdd(cnt, 1);
-            is_last = done == ns - 1;
-            if (is_last) *cnt = 0; // ready for the next launch (graph replays)
-        }
-        __syncthreads();
-        if (!is_last) return;
-        __threadfence();
-        // merge the splits of every row (each thread its own elements)
-        for (int i = tid; i < R * hd; i += ATT_THREADS) {
-            const int r = i / hd, d = i % hd;
-            const int64_t row0 = ((int64_t)(tok0 + r / G) * p.n_head + h0 + r % G) * p.n_splits;
-            const float *ml = p.scr.part_ml + row0 * 2;
-            float M = -FLT_MAX;
-            for (int s = 0; s < ns; s++)
-                if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
-            float L = 0.0f, o = 0.0f;
-            for (int s = 0; s < ns; s++) {
-                const float l = __ldcg(ml + 2 * s + 1);
-                if (l <= 0.0f) continue;
-                const float w = expf(__ldcg(ml + 2 * s) - M);
-                L += l * w;
-                o += __ldcg(p.scr.part_acc + (row0 + s) * hd + d) * w;
+    }
+    // the loop runs alike for every lane of a warp (its shuffles need all 32): rows past the end
+    // are masked, not skipped
+    for (int r0 = start + warp * RPW; r0 < end; r0 += DEC_U * n_groups) {
+        int4 kr[DEC_U], vr[DEC_U];
+        float kd[DEC_U], vd[DEC_U];
+        bool ok[DEC_U];
+#pragma unroll
+        for (int u = 0; u < DEC_U; u++) {
+            const int r = r0 + lane / LPR + u * n_groups;
+            ok[u] = r < end;
+            kr[u] = vr[u] = make_int4(0, 0, 0, 0);
+            kd[u] = vd[u] = 0.0f;
+            if (ok[u]) {
+                const int slot = r % CU_KV_BLOCK;
+                const uint8_t *ks = kvbase + (int64_t)table[r / CU_KV_BLOCK] * bsec + lsec;
+                if (!Q8) {
+                    const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
+                    kr[u] = __ldg(reinterpret_cast<const int4 *>(ks + off));
+                    vr[u] = __ldg(reinterpret_cast<const int4 *>(ks + sec + off));
+                } else {
+                    const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
+                    const int64_t soff = (int64_t)CU_KV_BLOCK * p.kv.kv_dim +
+                                         ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
+                    kr[u] = __ldg(reinterpret_cast<const int4 *>(ks + off));
+                    vr[u] = __ldg(reinterpret_cast<const int4 *>(ks + sec + off));
+                    kd[u] = __half2float(
+                        __ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(ks + soff))));
+                    vd[u] = __half2float(
+                        __ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(ks + sec + soff))));
+                }
             }
-            obuf[i] = o / L;
         }
-    } else {
-        for (int i = tid; i < R * hd; i += ATT_THREADS) obuf[i] = obuf[i] / lrow[i / hd];
+        float sc[DEC_U][HB];
+#pragma unroll
+        for (int u = 0; u < DEC_U; u++) {
+            float kv[EPL];
+            if (!Q8) {
+                const __half2 *h2 = reinterpret_cast<const __half2 *>(&kr[u]);
+#pragma unroll
+                for (int j = 0; j < EPL / 2; j++) {
+                    const float2 f = __half22float2(h2[j]);
+                    kv[2 * j] = f.x, kv[2 * j + 1] = f.y;
+                }
+            } else {
+                const uint32_t *w = reinterpret_cast<const uint32_t *>(&kr[u]);
+#pragma unroll
+                for (int j = 0; j < EPL / 4; j++) i8x4_to_f32(w[j], kv + 4 * j);
+            }
+#pragma unroll
+            for (int h = 0; h < HB; h++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) s += q[h][e] * kv[e];
+                if (Q8) s *= kd[u]; // this lane's 32-value block's scale, before the lanes are summed
+                for (int o = LPR / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                sc[u][h] = ok[u] ? s * p.scale : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+            float mx = m[h];
+#pragma unroll
+            for (int u = 0; u < DEC_U; u++) mx = fmaxf(mx, sc[u][h]);
+            const float corr = expf(m[h] - mx);
+            m[h] = mx;
+            l[h] *= corr;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[h][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < DEC_U; u++) {
+                const float pr = expf(sc[u][h] - mx);
+                l[h] += pr;
+                if (!Q8) {
+                    const __half2 *h2 = reinterpret_cast<const __half2 *>(&vr[u]);
+#pragma unroll
+                    for (int j = 0; j < EPL / 2; j++) {
+                        const float2 f = __half22float2(h2[j]);
+                        acc[h][2 * j] += pr * f.x;
+                        acc[h][2 * j + 1] += pr * f.y;
+                    }
+                } else {
+                    const uint32_t *w = reinterpret_cast<const uint32_t *>(&vr[u]);
+                    const float pv = pr * vd[u];
+#pragma unroll
+                    for (int j = 0; j < EPL / 4; j++) {
+                        float f[4];
+                        i8x4_to_f32(w[j], f);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) acc[h][4 * j + i] += pv * f[i];
+                    }
+                }
+            }
+        }
+    }
+    // merge the row groups of a warp (lanes LPR apart hold the same dims)
+    for (int o = LPR; o < 32; o <<= 1) {
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o),
+                        l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
+            const float M = fmaxf(m[h], m2), c1 = expf(m[h] - M), c2 = expf(m2 - M);
+            l[h] = l[h] * c1 + l2 * c2;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) {
+                const float a2 = __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+                acc[h][e] = acc[h][e] * c1 + a2 * c2;
+            }
+            m[h] = M;
+        }
+    }
+    if (lane < LPR) {
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+#pragma unroll
+            for (int e = 0; e < EPL; e++) wacc[(warp * HB + h) * hd + lr * EPL + e] = acc[h][e];
+            if (lane == 0) wm[warp][h] = m[h], wl[warp][h] = l[h];
+        }
     }
     __syncthreads();
-    for (int i = tid; i < R * hd; i += ATT_THREADS) {
-        const int qi = i / (G * hd), j = i % (G * hd);
-        p.out.f[(int64_t)(tok0 + qi) * p.out.k_pad + (int64_t)h0 * hd + j] = obuf[i];
+    // merge the warps: obuf [nh][hd] unnormalized, mrow / lrow
+    for (int i = threadIdx.x; i < nh * hd; i += ATT_THREADS) {
+        const int h = i / hd, d = i % hd;
+        float M = -FLT_MAX;
+        for (int w = 0; w < ATT_THREADS / 32; w++) M = fmaxf(M, wm[w][h]);
+        float L = 0.0f, o = 0.0f;
+        for (int w = 0; w < ATT_THREADS / 32; w++) {
+            const float c = expf(wm[w][h] - M);
+            L += wl[w][h] * c;
+            o += wacc[(w * HB + h) * hd + d] * c;
+        }
+        obuf[i] = o;
+        if (d == 0) mrow[h] = M, lrow[h] = L;
     }
-    if (p.out.q && (hd % 32) == 0) {
-        // each token's group outputs are whole quant blocks of the O projection's input
-        const int warp = tid / 32, lane = tid % 32;
-        const int64_t nblk = p.out.k_pad / 32, blk0 = (int64_t)h0 * hd / 32;
-        const int bpt = G * hd / 32; // blocks per token
-        for (int b = warp; b < QT * bpt; b += ATT_THREADS / 32) {
-            const int64_t tok = tok0 + b / bpt;
-            cu_quant_block32(obuf[b * 32 + lane], p.out.q + tok * p.out.k_pad, p.out.d + tok * nblk,
-                             p.out.s + tok * nblk, blk0 + b % bpt, lane);
+    __syncthreads();
+    att_finish(p, obuf, mrow, lrow, nh, nh, tok, h0, split, ns,
+               p.scr.counters + ((int64_t)tok * p.n_head_kv + kvh) * nhg + hg);
+}
+
+/* CERA_CUDA_ATT_DEC=0 sends decode through the tiled kernel too (comparisons). */
+static bool use_dec_kernel() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CERA_CUDA_ATT_DEC");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
+/* The prefill kernel on tensor cores (flash attention): a block takes 64 consecutive query
+ * tokens of one sequence for one head; each warp owns 16 of them. Per tile of 64 cache slots
+ * (staged as F16 in shared memory, Q8_0 dequantized there): S = Q·Kᵀ on WMMA (F16 inputs, F32
+ * sums), the causal mask and the online softmax per row in F32 (two lanes a row), P rounded to
+ * F16 (as llama.cpp's CUDA flash attention), then O += P·V on WMMA into F32 rows in shared
+ * memory, rescaled per row first. Slots past the tile's last position are never read. */
+#define FA_Q    64 /* query rows per block */
+#define FA_K    64 /* cache slots per tile */
+#define FA_PADH 8  /* F16 row padding (bank spread; keeps 16-byte row starts) */
+#define FA_PADF 4  /* F32 row padding */
+
+static size_t fa_smem(int hd) {
+    return sizeof(__half) * ((size_t)3 * 64 * (hd + FA_PADH) + (size_t)FA_Q * (FA_K + FA_PADH)) +
+           sizeof(float) * ((size_t)FA_Q * (FA_K + FA_PADF) + (size_t)FA_Q * (hd + FA_PADF) + 3 * FA_Q);
+}
+
+template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_params p) {
+    using namespace nvcuda;
+    cu_pdl_enter();
+    extern __shared__ __align__(128) uint8_t smem[]; // WMMA tiles need 32-byte aligned starts
+    const int hd = p.hd, hs = hd + FA_PADH, ps = FA_K + FA_PADH, ss = FA_K + FA_PADF, os = hd + FA_PADF;
+    __half *qs = reinterpret_cast<__half *>(smem);         // [FA_Q][hs]
+    __half *ks = qs + FA_Q * hs;                           // [FA_K][hs]
+    __half *vs = ks + FA_K * hs;                           // [FA_K][hs]
+    __half *pm = vs + FA_K * hs;                           // [FA_Q][ps]
+    float *sm = reinterpret_cast<float *>(pm + FA_Q * ps); // [FA_Q][ss]
+    float *om = sm + FA_Q * ss;                            // [FA_Q][os]
+    float *mrow = om + FA_Q * os, *lrow = mrow + FA_Q, *crow = lrow + FA_Q;
+    const int h = blockIdx.x, q0 = blockIdx.y * FA_Q, kvh = h / p.G;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int nq = min(FA_Q, p.n_tok - q0);
+    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
+    const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
+    const int32_t *table = p.kv.tables + p.kv.tok_table[q0];
+    const int kv_end = p.pos[q0 + nq - 1] + 1; // positions increase along the sequence's tokens
+    const int CH = hd / 8;
+
+    for (int i = tid; i < FA_Q * CH; i += 128) {
+        const int r = i / CH, c = i % CH;
+        __align__(16) __half h8[8];
+        const float *src = p.q + ((int64_t)(q0 + r) * p.n_head + h) * hd + c * 8;
+#pragma unroll
+        for (int j = 0; j < 8; j++) h8[j] = __float2half(r < nq ? src[j] : 0.0f);
+        *reinterpret_cast<int4 *>(qs + r * hs + c * 8) = *reinterpret_cast<const int4 *>(h8);
+    }
+    for (int i = tid; i < FA_Q * os; i += 128) om[i] = 0.0f;
+    if (tid < FA_Q) mrow[tid] = -FLT_MAX, lrow[tid] = 0.0f;
+    // the two lanes of each of the warp's 16 rows: columns half * 32 .. + 32
+    const int row = warp * 16 + lane / 2, half = lane % 2;
+    const int rpos = row < nq ? p.pos[q0 + row] : -1; // -1: a padding row sees nothing
+
+    for (int t0 = 0; t0 < kv_end; t0 += FA_K) {
+        __syncthreads(); // the previous tile's K/V are no longer read
+        for (int i = tid; i < FA_K * CH; i += 128) {
+            const int t = i / CH, c = i % CH, pos = t0 + t;
+            int4 kq = make_int4(0, 0, 0, 0), vq = kq;
+            if (pos < kv_end) {
+                const uint8_t *ksec =
+                    kvbase + (((int64_t)table[pos / CU_KV_BLOCK] * p.kv.n_layer + p.kv.layer) * 2) * sec;
+                const int slot = pos % CU_KV_BLOCK;
+                const int64_t col = (int64_t)kvh * hd + c * 8;
+                if (!Q8) {
+                    const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
+                    kq = __ldg(reinterpret_cast<const int4 *>(ksec + off));
+                    vq = __ldg(reinterpret_cast<const int4 *>(ksec + sec + off));
+                } else {
+                    const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
+                    const int64_t soff = (int64_t)CU_KV_BLOCK * p.kv.kv_dim +
+                                         ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
+#pragma unroll
+                    for (int w = 0; w < 2; w++) {
+                        const uint8_t *src = ksec + w * sec;
+                        const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(src + off));
+                        const float d = __half2float(
+                            __ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(src + soff))));
+                        const int8_t *q8 = reinterpret_cast<const int8_t *>(&raw);
+                        __align__(16) __half h8[8];
+#pragma unroll
+                        for (int j = 0; j < 8; j++) h8[j] = __float2half((float)q8[j] * d);
+                        (w ? vq : kq) = *reinterpret_cast<const int4 *>(h8);
+                    }
+                }
+            }
+            *reinterpret_cast<int4 *>(ks + t * hs + c * 8) = kq;
+            *reinterpret_cast<int4 *>(vs + t * hs + c * 8) = vq;
+        }
+        __syncthreads();
+        // S = Q·Kᵀ for the warp's 16 rows
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FA_K / 16];
+#pragma unroll
+            for (int n = 0; n < FA_K / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+            for (int k = 0; k < hd; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::load_matrix_sync(a, qs + warp * 16 * hs + k, hs);
+#pragma unroll
+                for (int n = 0; n < FA_K / 16; n++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+                    wmma::load_matrix_sync(b, ks + n * 16 * hs + k, hs);
+                    wmma::mma_sync(acc[n], a, b, acc[n]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < FA_K / 16; n++)
+                wmma::store_matrix_sync(sm + warp * 16 * ss + n * 16, acc[n], ss, wmma::mem_row_major);
+        }
+        __syncwarp();
+        // online softmax: the row's max and sum over its two lanes
+        {
+            float *srow = sm + row * ss + half * 32;
+            float mx = -FLT_MAX;
+            for (int c = 0; c < 32; c++) {
+                const int pos = t0 + half * 32 + c;
+                const float v = pos <= rpos ? srow[c] * p.scale : -INFINITY;
+                srow[c] = v;
+                mx = fmaxf(mx, v);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            const float m_old = mrow[row], m_new = fmaxf(m_old, mx);
+            float sum = 0.0f;
+            __half *prow = pm + row * ps + half * 32;
+            for (int c = 0; c < 32; c++) {
+                const float e = expf(srow[c] - m_new);
+                prow[c] = __float2half(e);
+                sum += e;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            __syncwarp();
+            if (half == 0) {
+                const float corr = expf(m_old - m_new);
+                crow[row] = corr;
+                lrow[row] = lrow[row] * corr + sum;
+                mrow[row] = m_new;
+            }
+        }
+        __syncwarp();
+        for (int i = lane; i < 16 * hd; i += 32) {
+            const int r = warp * 16 + i / hd;
+            om[r * os + i % hd] *= crow[r];
+        }
+        __syncwarp();
+        // O += P·V for the warp's 16 rows
+        for (int n = 0; n < hd; n += 16) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+            wmma::load_matrix_sync(o, om + warp * 16 * os + n, os, wmma::mem_row_major);
+#pragma unroll
+            for (int k = 0; k < FA_K; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
+                wmma::load_matrix_sync(a, pm + warp * 16 * ps + k, ps);
+                wmma::load_matrix_sync(b, vs + k * hs + n, hs);
+                wmma::mma_sync(o, a, b, o);
+            }
+            wmma::store_matrix_sync(om + warp * 16 * os + n, o, os, wmma::mem_row_major);
         }
     }
+    __syncthreads();
+    for (int i = tid; i < nq * hd; i += 128) {
+        const int r = i / hd, d = i % hd;
+        p.out.f[(int64_t)(q0 + r) * p.out.k_pad + (int64_t)h * hd + d] = om[r * os + d] / lrow[r];
+    }
+}
+
+/* CERA_CUDA_ATT_MMA=0 keeps prefill on the tiled kernel (comparisons). */
+static bool use_mma_kernel() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CERA_CUDA_ATT_MMA");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
+template <int HB, bool Q8> static cudaError_t launch_dec(cudaStream_t st, const att_params &p) {
+    const int nhg = (p.G + HB - 1) / HB;
+    const size_t smem = sizeof(float) * ((ATT_THREADS / 32) * HB * p.hd + HB * p.hd);
+    const dim3 grid(p.n_head_kv * nhg, p.n_splits, p.n_tok);
+    return cu_launch(k_attn_dec<HB, Q8>, grid, ATT_THREADS, smem, st, p);
 }
 
 extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos,
@@ -355,7 +807,7 @@ extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, 
                                     int n_splits, int qt, const cu_attn_scratch *scr, const cu_act *out) {
     const int G = n_head / n_head_kv;
     if (G > ATT_RMAX || G * n_head_kv != n_head || hd > 2 * ATT_THREADS || hd % 8 || n_splits < 1 ||
-        n_splits > scr->max_splits || qt < 1)
+        n_splits > scr->max_splits || qt < 1 || (kv->q8 && hd % 32))
         return cudaErrorInvalidValue;
     if (qt * G > ATT_RMAX) qt = ATT_RMAX / G;
     if (qt > n_tok) qt = n_tok;
@@ -373,12 +825,31 @@ extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, 
     p.n_splits = n_splits;
     p.scr = *scr;
     p.out = *out;
+    // one token per block, rows of a power-of-two count of 16-byte loads: the streaming decode kernel
+    const int lpr = kv->q8 ? hd / 16 : hd / 8;
+    if (qt == 1 && lpr <= 32 && (lpr & (lpr - 1)) == 0 && hd % (kv->q8 ? 16 : 8) == 0 && use_dec_kernel()) {
+        if (kv->q8)
+            return G == 1   ? launch_dec<1, true>(st, p)
+                   : G == 2 ? launch_dec<2, true>(st, p)
+                            : launch_dec<4, true>(st, p);
+        return G == 1   ? launch_dec<1, false>(st, p)
+               : G == 2 ? launch_dec<2, false>(st, p)
+                        : launch_dec<4, false>(st, p);
+    }
+    // several tokens of one sequence, F32 output only (the GEMM path's): tensor cores
+    if (qt > 1 && hd % 16 == 0 && hd <= 128 && !out->q && use_mma_kernel()) {
+        void (*k)(const att_params) = kv->q8 ? k_attn_mma<true> : k_attn_mma<false>;
+        const size_t smem = fa_smem(hd);
+        const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        return cu_launch(k, dim3(n_head, (n_tok + FA_Q - 1) / FA_Q), 128, smem, st, p);
+    }
     const size_t smem = att_smem(qt * G, hd);
+    void (*k)(const att_params) = kv->q8 ? k_attention<true> : k_attention<false>;
     if (smem > 48 * 1024) {
-        cudaError_t e =
-            cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     const dim3 grid(n_head_kv, n_splits, (n_tok + qt - 1) / qt);
-    return cu_launch(k_attention, grid, ATT_THREADS, smem, st, p);
+    return cu_launch(k, grid, ATT_THREADS, smem, st, p);
 }

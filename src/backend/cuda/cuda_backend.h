@@ -6,13 +6,13 @@
  * cera_cuda_init uploads every weight once, in its GGUF type (Q4_0 and Q8_0 are
  * repacked at upload into split quant/scale arrays so the decode kernels read them with
  * 16-byte coalesced loads; float rows are padded to 32 elements), and allocates the KV
- * cache (F16) and every scratch buffer for n_ctx positions and n_batch tokens: nothing
+ * cache (F16 or Q8_0) and every scratch buffer for n_ctx positions and n_batch tokens: nothing
  * is allocated per token.
  *
  * cera_cuda_forward evaluates n tokens of one sequence at the given positions. One token
  * runs the decode path (int8 dot-product matvec kernels with fused epilogues, split-K
  * attention, the whole step replayed as one CUDA graph); more tokens run the prefill path
- * (weights dequantized to F16 tiles, cuBLAS GEMM, attention per token). Only what is asked
+ * (weights dequantized to F16 tiles, cuBLAS GEMM, flash attention on tensor cores). Only what is asked
  * for comes back: the logits (all positions or the last) and/or the argmax of the last
  * position, computed on the GPU.
  *
@@ -38,13 +38,13 @@ extern "C" {
 typedef struct cera_cuda_state cera_cuda_state;
 
 typedef struct cera_cuda_params {
-    int n_ctx;        /* KV cache positions (the sequence's context) */
-    int n_batch;      /* most tokens per cera_cuda_forward call */
-    int device;       /* CUDA device ordinal */
+    int n_ctx;            /* KV cache positions (the sequence's context) */
+    int n_batch;          /* most tokens per cera_cuda_forward call */
+    int device;           /* CUDA device ordinal */
     cera_kv_type kv_type; /* CERA_KV_F16 (default) or CERA_KV_Q8_0 */
-    bool no_graph;    /* run decode steps as plain launches instead of a CUDA graph */
-    bool no_pdl;      /* capture the decode graph without programmatic dependent launch */
-    bool external_kv; /* KV blocks come from the engine's pools (backend.c); none of our own */
+    bool no_graph;        /* run decode steps as plain launches instead of a CUDA graph */
+    bool no_pdl;          /* capture the decode graph without programmatic dependent launch */
+    bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
     /* Benchmarks only: ignore the weights' data and fill the device copies with random
      * valid blocks on the GPU (weights of any size without a file or host memory). */
     bool synthetic_weights;
@@ -99,6 +99,16 @@ cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t m,
 /* Dequantizes rows[0..nr) of W[n, k] on the GPU (the embedding lookup's path). */
 cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const void *w, const int32_t *rows,
                                     int nr, float *out, cera_error *err);
+
+/* Attention through the forward pass's kernels on host data: the K and V rows of positions
+ * 0..n_kv-1 (f32 [n_kv][n_head_kv * hd] each) are stored by the RoPE/KV-store kernel (no
+ * rotation) into a paged cache of kv_type whose block table is not the identity; then the
+ * queries q [n_tok][n_head * hd] of one sequence, at positions pos[] (< n_kv), attend with
+ * n_splits splits and qt tokens per block (qt 1: the decode kernel). out: [n_tok][n_head * hd]. */
+cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_type kv_type, int n_kv,
+                                     const float *k, const float *v, int n_tok, const int32_t *pos,
+                                     const float *q, float scale, int n_splits, int qt, float *out,
+                                     cera_error *err);
 
 #ifdef __cplusplus
 }

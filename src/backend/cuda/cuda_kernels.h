@@ -12,9 +12,11 @@
  *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
  *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
  *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
- *   - KV cache: paged as the engine's (session/kv_cache.h): F16 blocks of CU_KV_BLOCK
- *     positions, each [n_layer][K|V][CU_KV_BLOCK][n_head_kv * head_dim]; a token finds its
- *     rows through its sequence's block table.
+ *   - KV cache: paged as the engine's (session/kv_cache.h): blocks of CU_KV_BLOCK
+ *     positions, each [n_layer][K|V] sections; a section is [CU_KV_BLOCK][n_head_kv * head_dim]
+ *     F16 values or, for a Q8_0 cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their
+ *     F16 scales [CU_KV_BLOCK][kv_dim / 32] (llama.cpp's q8_0 numbers, split so that rows load
+ *     16 bytes at a time). A token finds its rows through its sequence's block table.
  *
  * Every launch function returns the launch's cudaError_t (cudaGetLastError), so the host
  * code checks each one.
@@ -134,12 +136,24 @@ cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const 
 
 #define CU_KV_BLOCK 32 /* positions per KV block (CERA_KV_BLOCK) */
 
+#ifdef __CUDACC__
+#define CU_HD __host__ __device__
+#else
+#define CU_HD
+#endif
+
+/* Bytes of one (block, layer, K or V) section of the cache (layout above). */
+static inline CU_HD int64_t cu_kv_section_bytes(bool q8, int64_t kv_dim) {
+    return q8 ? CU_KV_BLOCK * kv_dim + CU_KV_BLOCK * (kv_dim / 32) * 2 : CU_KV_BLOCK * kv_dim * 2;
+}
+
 /* One layer's view of the paged KV cache for a batch. */
 typedef struct cu_kv {
-    void *base;               /* F16 blocks [n_blocks][n_layer][2][CU_KV_BLOCK][kv_dim] */
+    void *base;               /* blocks [n_blocks][n_layer][K|V] sections */
     const int32_t *tables;    /* device: the batch's block tables, concatenated */
     const int32_t *tok_table; /* device [n_tok]: where each token's table starts in tables */
     int n_layer, layer, kv_dim;
+    bool q8; /* Q8_0 sections (else F16) */
 } cu_kv;
 
 typedef struct cu_rope {

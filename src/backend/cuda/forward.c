@@ -138,6 +138,7 @@ static cu_kv layer_kv(const cera_cuda_state *s, int l) {
     kv.n_layer = s->hp.n_layer;
     kv.layer = l;
     kv.kv_dim = s->n_kv;
+    kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
     return kv;
 }
 

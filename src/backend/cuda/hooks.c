@@ -168,6 +168,113 @@ cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const 
     return st;
 }
 
+cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_type kv_type, int n_kv,
+                                     const float *k, const float *v, int n_tok, const int32_t *pos,
+                                     const float *q, float scale, int n_splits, int qt, float *out,
+                                     cera_error *err) {
+    if (!cera_cuda_available()) return cera_fail(err, CERA_ERR_DEVICE, "cuda: no CUDA device found");
+    if (n_head <= 0 || n_head_kv <= 0 || hd <= 0 || n_kv <= 0 || n_tok <= 0 || n_splits <= 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: attention test shape");
+    const bool q8 = kv_type == CERA_KV_Q8_0;
+    const int64_t kvd = (int64_t)n_head_kv * hd, nq = (int64_t)n_head * hd, row = nq + 2 * kvd;
+    const int n_blocks = (n_kv + CU_KV_BLOCK - 1) / CU_KV_BLOCK;
+    float *h_in = calloc((size_t)n_kv * (size_t)row, sizeof(float));
+    int32_t *h_tab = malloc(sizeof(int32_t) * (size_t)(n_blocks + 2 * n_kv));
+    if (!h_in || !h_tab) {
+        free(h_in);
+        free(h_tab);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: attention test");
+    }
+    // [q | k | v] rows for the store (q zero); blocks in reverse order; positions 0..n_kv-1
+    for (int t = 0; t < n_kv; t++) {
+        memcpy(h_in + (size_t)t * row + nq, k + (size_t)t * kvd, sizeof(float) * (size_t)kvd);
+        memcpy(h_in + (size_t)t * row + nq + kvd, v + (size_t)t * kvd, sizeof(float) * (size_t)kvd);
+    }
+    int32_t *h_pos = h_tab + n_blocks, *h_tt = h_pos + n_kv;
+    for (int b = 0; b < n_blocks; b++) h_tab[b] = n_blocks - 1 - b;
+    for (int t = 0; t < n_kv; t++) h_pos[t] = t, h_tt[t] = 0;
+
+    cudaStream_t st = NULL;
+    float *d_in = NULL, *d_q = NULL, *d_qr = NULL, *d_out = NULL;
+    int32_t *d_tab = NULL, *d_pos = NULL, *d_tt = NULL, *d_qpos = NULL;
+    void *d_kv = NULL;
+    cu_attn_scratch scr;
+    memset(&scr, 0, sizeof scr);
+    cera_status rs = CERA_OK;
+    const size_t kv_bytes = (size_t)n_blocks * 2 * (size_t)cu_kv_section_bytes(q8, kvd);
+    const size_t parts = (size_t)n_tok * (size_t)n_head * (size_t)n_splits;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    struct {
+        void **p;
+        size_t bytes;
+    } bufs[] = {
+        {(void **)&d_in, sizeof(float) * (size_t)n_kv * (size_t)row},
+        {(void **)&d_q, sizeof(float) * (size_t)n_tok * (size_t)nq},
+        {(void **)&d_qr, sizeof(float) * (size_t)n_kv * (size_t)nq},
+        {(void **)&d_out, sizeof(float) * (size_t)n_tok * (size_t)nq},
+        {(void **)&d_tab, sizeof(int32_t) * (size_t)n_blocks},
+        {(void **)&d_pos, sizeof(int32_t) * (size_t)n_kv},
+        {(void **)&d_tt, sizeof(int32_t) * (size_t)n_kv},
+        {(void **)&d_qpos, sizeof(int32_t) * (size_t)n_tok},
+        {&d_kv, kv_bytes},
+        {(void **)&scr.part_acc, sizeof(float) * parts * (size_t)hd},
+        {(void **)&scr.part_ml, sizeof(float) * parts * 2},
+        {(void **)&scr.counters, sizeof(int32_t) * (size_t)n_tok * (size_t)n_head},
+    };
+    // the stream is a non-blocking one: every copy and memset goes on it, ordered with the kernels
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && e == cudaSuccess; i++) {
+        e = cudaMalloc(bufs[i].p, bufs[i].bytes);
+        if (e == cudaSuccess) e = cudaMemsetAsync(*bufs[i].p, 0, bufs[i].bytes, st);
+    }
+    scr.max_splits = n_splits;
+    const struct {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    } up[] = {
+        {d_in, h_in, sizeof(float) * (size_t)n_kv * (size_t)row},
+        {d_tab, h_tab, sizeof(int32_t) * (size_t)n_blocks},
+        {d_pos, h_pos, sizeof(int32_t) * (size_t)n_kv},
+        {d_tt, h_tt, sizeof(int32_t) * (size_t)n_kv},
+        {d_qpos, pos, sizeof(int32_t) * (size_t)n_tok},
+        {d_q, q, sizeof(float) * (size_t)n_tok * (size_t)nq},
+    };
+    for (size_t i = 0; i < sizeof up / sizeof up[0] && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(up[i].dst, up[i].src, up[i].bytes, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    cu_kv kv;
+    memset(&kv, 0, sizeof kv);
+    kv.base = d_kv;
+    kv.tables = d_tab;
+    kv.tok_table = d_tt; // zeros: every token reads the one table
+    kv.n_layer = 1;
+    kv.kv_dim = (int)kvd;
+    kv.q8 = q8;
+    cu_rope rope;
+    memset(&rope, 0, sizeof rope); // no rotation
+    if (e == cudaSuccess)
+        e = cu_rope_store(st, d_in, d_in + nq, d_in + nq + kvd, row, n_kv, d_pos, n_head, n_head_kv, hd, NULL,
+                          NULL, 1e-6f, &rope, d_qr, &kv);
+    cu_act a;
+    memset(&a, 0, sizeof a);
+    a.f = d_out;
+    a.k = nq;
+    a.k_pad = nq;
+    if (e == cudaSuccess)
+        e = cu_attention(st, d_q, n_tok, d_qpos, n_head, n_head_kv, hd, &kv, scale, n_splits, qt, &scr, &a);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(out, d_out, sizeof(float) * (size_t)n_tok * (size_t)nq, cudaMemcpyDeviceToHost,
+                            st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess)
+        rs = cera_fail(err, CERA_ERR_DEVICE, "cuda: attention test: %s", cudaGetErrorString(e));
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(*bufs[i].p);
+    if (st) cudaStreamDestroy(st);
+    free(h_in);
+    free(h_tab);
+    return rs;
+}
+
 static int cmp_f(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;

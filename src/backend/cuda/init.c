@@ -360,8 +360,8 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         if ((st = dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err)) !=
                 CERA_OK ||
             (st = dev_alloc((void **)&s->att.part_ml, parts * 2 * f, "attention partials", err)) != CERA_OK ||
-            (st = dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head_kv * sizeof(int32_t),
-                            "attention", err)) != CERA_OK)
+            (st = dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head * sizeof(int32_t), "attention",
+                            err)) != CERA_OK)
             goto done;
     }
     {
@@ -400,7 +400,16 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
     if (s->prm.n_ctx <= 0)
         s->prm.n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     if (s->prm.n_batch <= 0) s->prm.n_batch = 512;
-    cera_status st = init_state(s, m, err);
+    cera_status st = CERA_OK;
+    if (s->prm.kv_type != CERA_KV_F16 && s->prm.kv_type != CERA_KV_Q8_0)
+        st =
+            cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: KV cache type %d (F16 or Q8_0)", (int)s->prm.kv_type);
+    else if (s->prm.kv_type == CERA_KV_Q8_0 && m->hp.head_dim % 32)
+        st = cera_fail(err, CERA_ERR_UNSUPPORTED,
+                       "cuda: a Q8_0 KV cache needs a head size that is a multiple "
+                       "of 32 (the model's: %d)",
+                       m->hp.head_dim);
+    if (st == CERA_OK) st = init_state(s, m, err);
     if (st != CERA_OK) {
         cera_cuda_free(s);
         return st;
@@ -412,7 +421,7 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
 size_t cera_cuda_weight_bytes(const cera_cuda_state *s) { return s->weight_bytes; }
 
 size_t cu_kv_block_bytes(const cera_cuda_state *s) {
-    return (size_t)s->hp.n_layer * 2 * CU_KV_BLOCK * (size_t)s->n_kv * 2;
+    return (size_t)s->hp.n_layer * 2 * cu_kv_section_bytes(s->prm.kv_type == CERA_KV_Q8_0, s->n_kv);
 }
 
 void cera_cuda_free(cera_cuda_state *s) {
