@@ -8,9 +8,9 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv variants mvsweep mvtests profile (default: tests sanitize
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile (default: tests sanitize
 #   matvec bench lora); kv compares decode at depth 4096 with the tiled and the decode attention kernels
-#   and with a Q8_0 cache (KV_TYPES, default q4_0); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
+#   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token; lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
 #   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
@@ -155,5 +155,26 @@ if has profile; then
             grep -E "prefill 512|pp512" | tail -2
     done
     timeout 60 "$C/bin/cuda_bench" --synth q4_0 -p 512 -n 128 -d 0 -r 2 --bw-gib 1 --no-pdl 2>&1 | grep tg128
+fi
+if has ncu; then
+    log "decode kernels of one token (Nsight Compute, each kernel alone, q4_0, depth ~30)"
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    # warm-up 8 tokens + 16: skip into the middle and profile one token's launches
+    timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip 3500 --launch-count 293 \
+        --metrics gpu__time_duration.sum --csv "$C/bin/cuda_bench" --synth q4_0 -p 0 -n 16 -d 0 -r 1 --bw-gib 1 \
+        >"$OUT/ncu.csv" 2>/dev/null
+    python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
+t = collections.defaultdict(float); n = collections.Counter()
+for r in rows[1:]:
+    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] == "nsecond" else v * 1000 if r[ui] == "msecond" else v
+    k = re.sub(r"[<(].*", "", r[ki]); t[k] += v; n[k] += 1
+tot = sum(t.values())
+for k in sorted(t, key=lambda k: -t[k]):
+    print(f"{k:40s} {n[k]:4d} launches {t[k]:8.1f} us  {t[k]/n[k]:6.2f} us each  {100*t[k]/tot:5.1f} %")
+print(f"sum {tot:.1f} us over {sum(n.values())} launches")
+PY
 fi
 log "done"
