@@ -160,7 +160,7 @@ if has ncu; then
     log "decode kernels of one token (Nsight Compute, each kernel alone, q4_0, depth ~30)"
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
     # warm-up 8 tokens + 16: skip into the middle and profile one token's launches
-    timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip 3500 --launch-count 293 \
+    timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip 3500 --launch-count 260 \
         --metrics gpu__time_duration.sum --csv "$C/bin/cuda_bench" --synth q4_0 -p 0 -n 16 -d 0 -r 1 --bw-gib 1 \
         >"$OUT/ncu.csv" 2>/dev/null
     python3 - "$OUT/ncu.csv" <<'PY'
