@@ -169,7 +169,7 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
 t = collections.defaultdict(float); n = collections.Counter()
 for r in rows[1:]:
-    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] == "nsecond" else v * 1000 if r[ui] == "msecond" else v
+    v = float(r[vi].replace(",", "")) * {"ns": 1e-3, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(r[ui], 1.0)
     k = re.sub(r"[<(].*", "", r[ki]); t[k] += v; n[k] += 1
 tot = sum(t.values())
 for k in sorted(t, key=lambda k: -t[k]):
