@@ -336,6 +336,19 @@ static void test_errors(void) {
     CHECK(cera_engine_open(shared_path("golden/no-such-model.gguf"), NULL, &e, &err) == CERA_ERR_IO && !e,
           "missing file: %s", err.message);
 
+    /* a Q8_0 KV cache is the CUDA backend's: the CPU refuses it by name, an unknown type is invalid */
+    {
+        cera_engine_params ep = cera_engine_default_params();
+        ep.device = CERA_DEVICE_CPU;
+        ep.kv_type = CERA_KV_Q8_0;
+        cera_status st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
+        CHECK(st == CERA_ERR_UNSUPPORTED && !e && strstr(err.message, "Q8_0"), "CPU Q8_0 KV: %d (%s)",
+              (int)st, err.message);
+        ep.kv_type = (cera_kv_type)7;
+        st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
+        CHECK(st == CERA_ERR_INVALID_ARG && !e, "KV type 7: %d (%s)", (int)st, err.message);
+    }
+
     /* sizes that would overflow int arithmetic are refused at open */
     const int huge[3][3] = {{INT_MAX, 0, 0}, {256, INT_MAX, 0}, {(1 << 24) + 1, 0, 0}};
     for (int i = 0; i < 3; i++) {
