@@ -177,16 +177,18 @@ cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const float *k_in,
 typedef struct cu_attn_scratch {
     float *part_acc;   /* [n_tok * n_head * max_splits * hd] */
     float *part_ml;    /* [n_tok * n_head * max_splits * 2] */
-    int32_t *counters; /* [n_tok * n_head_kv], zero; left zero after each launch */
+    int32_t *counters; /* [n_tok * n_head], zero; left zero after each launch */
     int max_splits;
 } cu_attn_scratch;
 
 /* out (f32 [n_tok, n_head * hd] in act->f, quantized when act->q is set and hd % 32 == 0,
  * else by a cu_quantize_act the caller runs) = softmax(q K^T * scale) V over the KV slots
- * 0..pos[i] (causal), split over n_splits chunks per KV head (flash-decoding) and combined
- * by the last block of each head. A block serves qt consecutive tokens (which must share
- * one block table: one sequence) so they share each staged K/V tile (prefill); qt is
- * capped at 16 / (query heads per KV head). */
+ * 0..pos[i] (causal). qt = 1: each token on its own (decode; tokens may belong to different
+ * sequences), split over n_splits chunks per KV head (flash-decoding) and combined by the
+ * last block of each head. qt > 1: the tokens are consecutive ones of one sequence (one
+ * block table, increasing positions): with act->q unset and hd a multiple of 16 up to 128
+ * they go to the tensor-core kernel (64 per block, no splits), else qt of them (capped at
+ * 16 / query heads per KV head) share each staged tile. attention.cu says more. */
 cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos, int n_head,
                          int n_head_kv, int hd, const cu_kv *kv, float scale, int n_splits, int qt,
                          const cu_attn_scratch *scr, const cu_act *out);
