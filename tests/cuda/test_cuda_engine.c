@@ -9,8 +9,9 @@
  * 5e-2 (activation quantization, see test_cuda_golden) and the greedy continuation
  * identical (it is on the standalone path). A second session on the same engine, while the
  * first is still alive (a second KV pool: the decode graph is re-captured), must give the
- * same tokens. synth-llama-q4_0 again with a Q8_0 KV cache (cache rounding on top: a wider
- * bound; the top-token and greedy agreement it reaches are printed). Exits 77 without a GPU.
+ * same tokens. synth-llama-q4_0 again with a Q8_0 KV cache (cache rounding on top): logits
+ * within 8e-2, the top token at all but one position, the first 24 greedy tokens identical.
+ * Exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdint.h>
@@ -106,7 +107,8 @@ int main(void) {
     }
     run_case("models/stories260K.gguf", "stories260K.p1", 5e-3, CERA_KV_F16, SIZE_MAX, SIZE_MAX);
     run_case("golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", 5e-2, CERA_KV_F16, SIZE_MAX, SIZE_MAX);
-    // a Q8_0 cache (head size 32): the cache's rounding on top of the weights'
-    run_case("golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", 8e-2, CERA_KV_Q8_0, 0, 0);
+    // a Q8_0 cache (head size 32): the cache's rounding on top of the weights' (measured on the H200,
+    // 4916a6f: 1.70e-2, top token at 39/39 positions, greedy 32/32; bounds with room for the rounding)
+    run_case("golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", 8e-2, CERA_KV_Q8_0, 38, 24);
     return test_finish();
 }
