@@ -234,31 +234,16 @@ void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void 
     tile_min_ref(true, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    const int64_t nb = n / QK5_0;
-    for (int c = 0; c < nc; c++) {
-        const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
-        const cera_pack_aux_q8_0 *ax =
-            (const cera_pack_aux_q8_0 *)((const uint8_t *)aux + (size_t)c * aux_stride);
-        for (int r = 0; r < CERA_PACK_ROWS; r++) {
-            float acc[8] = {0};
-            for (int64_t b = 0; b < nb; b++) {
-                const float d = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q5_0, b)[r]) * ax[b].d;
-                for (int l = 0; l < 8; l++) {
-                    const int32_t p =
-                        ax[b].corr[l] + word_dot5(cera_pack_qs(w, CERA_TYPE_Q5_0, b),
-                                                  cera_pack_qh(w, CERA_TYPE_Q5_0, b), y[b].qs, r, l);
-                    acc[l] = fmaf((float)p, d, acc[l]);
-                }
-            }
-            s[(size_t)c * s_stride + r] = hsum8(acc) + 0.0f; /* as the tile's (no minimums) */
-        }
-    }
+/* The 4-element integer dot of word l of row r in a packed Q8_0 block (stored x + 128). */
+static int32_t word_dot8(const uint8_t *qs, const int8_t *y, int r, int l) {
+    int32_t p = 0;
+    for (int j = 0; j < 4; j++) p += qs[64 * l + 4 * r + j] * y[4 * l + j];
+    return p;
 }
 
-void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+/* Q5_0 and Q8_0: 8 word partials, each starting from its offset correction (repack.h). */
+static void tile_corr_ref(cera_type t, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                          size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK8_0;
     for (int c = 0; c < nc; c++) {
         const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)a + (size_t)c * a_stride);
@@ -267,17 +252,29 @@ void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void 
         for (int r = 0; r < CERA_PACK_ROWS; r++) {
             float acc[8] = {0};
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *qs = cera_pack_qs(w, CERA_TYPE_Q8_0, b);
-                const float d = cera_f16_to_f32(cera_pack_d(w, CERA_TYPE_Q8_0, b)[r]) * ax[b].d;
+                const uint8_t *qs = cera_pack_qs(w, t, b);
+                const float d = cera_f16_to_f32(cera_pack_d(w, t, b)[r]) * ax[b].d;
                 for (int l = 0; l < 8; l++) {
-                    int32_t p = ax[b].corr[l];
-                    for (int j = 0; j < 4; j++) p += qs[64 * l + 4 * r + j] * y[b].qs[4 * l + j];
+                    const int32_t p =
+                        ax[b].corr[l] + (t == CERA_TYPE_Q5_0
+                                             ? word_dot5(qs, cera_pack_qh(w, t, b), y[b].qs, r, l)
+                                             : word_dot8(qs, y[b].qs, r, l));
                     acc[l] = fmaf((float)p, d, acc[l]);
                 }
             }
             s[(size_t)c * s_stride + r] = hsum8(acc) + 0.0f; /* as the tile's (no minimums) */
         }
     }
+}
+
+void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_corr_ref(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
+}
+
+void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    tile_corr_ref(CERA_TYPE_Q8_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
 /* Q4_K: the exact per-super-block integers, then two serial float chains (repack.h). */

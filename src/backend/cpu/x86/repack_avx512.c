@@ -162,26 +162,27 @@ static inline __attribute__((always_inline)) void nib8_cols(cera_type t, int64_t
     }
 }
 
+/* One column (decode) or COLS_Q4_1 at a time; inlined into each type's entry point below, so
+ * that the type's branches fold away. */
+static inline __attribute__((always_inline)) void
+packed_nib8_avx512(cera_type t, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                   size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    if (nc == 1)
+        nib8_cols(t, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
+    else
+        nib8_cols(t, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+}
 static void packed_q4_1_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    if (nc == 1)
-        nib8_cols(CERA_TYPE_Q4_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
-    else
-        nib8_cols(CERA_TYPE_Q4_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+    packed_nib8_avx512(CERA_TYPE_Q4_1, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 static void packed_q5_1_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    if (nc == 1)
-        nib8_cols(CERA_TYPE_Q5_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
-    else
-        nib8_cols(CERA_TYPE_Q5_1, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+    packed_nib8_avx512(CERA_TYPE_Q5_1, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 static void packed_q5_0_avx512(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    if (nc == 1)
-        nib8_cols(CERA_TYPE_Q5_0, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
-    else
-        nib8_cols(CERA_TYPE_Q5_0, n / 32, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_1);
+    packed_nib8_avx512(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
 /* Q8_0: the file-layout tile's order per output (repack.h), 8 float partials per column; the
