@@ -187,14 +187,7 @@ int main(int argc, char **argv) {
     prm.kv_type = kv_q8 ? CERA_KV_Q8_0 : CERA_KV_F16;
     const char *label = model;
     if (synth) {
-        cera_type t;
-        const bool kmix = !strcmp(synth, "q4_k_m");
-        if (kmix)
-            t = CERA_TYPE_Q4_K;
-        else if (!cera_type_from_name(synth, &t))
-            die("unknown type", NULL);
-        const cera_type out_t = (kmix || t == CERA_TYPE_Q4_0) ? CERA_TYPE_Q6_K : t;
-        cera_bench_llama2_7b(&m, t, kmix, out_t);
+        if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
         prm.synthetic_weights = true;
         static char lb[64];
         snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s", synth, no_pdl ? " no PDL" : "",

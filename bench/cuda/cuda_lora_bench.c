@@ -159,14 +159,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuda_lora_bench: no CUDA device\n");
         return 1;
     }
-    cera_type t;
-    const bool kmix = !strcmp(synth, "q4_k_m");
-    if (kmix)
-        t = CERA_TYPE_Q4_K;
-    else if (!cera_type_from_name(synth, &t))
-        die("unknown type", NULL);
     cera_model m;
-    cera_bench_llama2_7b(&m, t, kmix, t == CERA_TYPE_Q4_0 || kmix ? CERA_TYPE_Q6_K : t);
+    if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
     // the adapter loader checks that each target exists; the GPU makes the weights' values
     static const uint8_t present = 0;
     for (int l = 0; l < m.hp.n_layer; l++)

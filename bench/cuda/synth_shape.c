@@ -6,8 +6,12 @@
 #include <string.h>
 
 /* llama2-7b: 4096 embd, 11008 ffn, 32 layers, 32 heads (MHA), 32000 vocab. */
-void cera_bench_llama2_7b(cera_model *m, cera_type t, bool q4_k_m, cera_type out_type) {
+bool cera_bench_llama2_7b(cera_model *m, const char *type) {
     memset(m, 0, sizeof *m);
+    const bool q4_k_m = !strcmp(type, "q4_k_m");
+    cera_type t = CERA_TYPE_Q4_K;
+    if (!q4_k_m && !cera_type_from_name(type, &t)) return false;
+    const cera_type out_type = q4_k_m || t == CERA_TYPE_Q4_0 ? CERA_TYPE_Q6_K : t;
     cera_hparams *hp = &m->hp;
     hp->arch = CERA_ARCH_LLAMA;
     hp->n_vocab = 32000;
@@ -46,4 +50,5 @@ void cera_bench_llama2_7b(cera_model *m, cera_type t, bool q4_k_m, cera_type out
         L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
         L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
     }
+    return true;
 }

@@ -11,8 +11,9 @@
 
 #include "model/model.h"
 
-/* Weights of type t; q4_k_m: Q6_K for attn_v/ffn_down of the use_more_bits layers, as
- * llama-quantize's Q4_K_M; output.weight of out_type. m->layers is malloc'ed. */
-void cera_bench_llama2_7b(cera_model *m, cera_type t, bool q4_k_m, cera_type out_type);
+/* Weights in the types llama-quantize gives for `type` (a tensor type name, or q4_k_m: Q4_K
+ * with Q6_K for attn_v/ffn_down of the use_more_bits layers); output.weight in Q6_K for q4_0
+ * and q4_k_m, else in the same type. m->layers is malloc'ed. False for an unknown name. */
+bool cera_bench_llama2_7b(cera_model *m, const char *type);
 
 #endif
