@@ -59,6 +59,39 @@ float *test_session_logits(cera_engine *e, const test_attach *at, int n_at, cons
     return out;
 }
 
+bool test_mixed_make(int n_seq, const int32_t *const *tok, const int *len, test_mixed *m) {
+    memset(m, 0, sizeof *m);
+    if (n_seq < 1) {
+        CHECK(0, "mixed batch of %d sequences", n_seq);
+        return false;
+    }
+    for (int i = 0; i < n_seq; i++) m->n += len[i];
+    m->tok = malloc((size_t)m->n * sizeof *m->tok);
+    m->pos = malloc((size_t)m->n * sizeof *m->pos);
+    m->seq = malloc((size_t)m->n * sizeof *m->seq);
+    m->want = malloc((size_t)m->n * sizeof *m->want);
+    int *next = calloc((size_t)n_seq, sizeof *next), r = 0;
+    if (!m->tok || !m->pos || !m->seq || !m->want || !next) {
+        CHECK(0, "mixed batch of %d rows: out of memory", m->n);
+        test_mixed_free(m);
+        free(next);
+        return false;
+    }
+    while (r < m->n)
+        for (int i = 0; i < n_seq; i++)
+            if (next[i] < len[i]) {
+                m->tok[r] = tok[i][next[i]], m->pos[r] = next[i]++, m->seq[r] = i, m->want[r] = true;
+                r++;
+            }
+    free(next);
+    return true;
+}
+
+void test_mixed_free(test_mixed *m) {
+    free(m->tok), free(m->pos), free(m->seq), free(m->want);
+    memset(m, 0, sizeof *m);
+}
+
 int test_argmax(const float *v, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)

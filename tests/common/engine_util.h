@@ -31,6 +31,18 @@ typedef struct test_attach {
 float *test_session_logits(cera_engine *e, const test_attach *at, int n_at, const int32_t *tokens, size_t n,
                            bool one_by_one);
 
+/* The rows of several sequences interleaved into one batch, round robin, each sequence's
+ * positions 0..len[i]-1 in order, every row wanting logits (mixed-batch tests). */
+typedef struct test_mixed {
+    int n;
+    cera_token *tok;
+    int32_t *pos, *seq;
+    bool *want;
+} test_mixed;
+/* tok[i][0..len[i]) for sequences i < n_seq; false (a failed CHECK) when out of memory. */
+bool test_mixed_make(int n_seq, const int32_t *const *tok, const int *len, test_mixed *m);
+void test_mixed_free(test_mixed *m);
+
 /* The index of the largest value (the lowest on ties). */
 int test_argmax(const float *v, int n);
 /* True when both are set and hold the same n floats bit for bit. */

@@ -238,18 +238,10 @@ static void mixed_batch(void) {
     }
     /* The CUDA backend serves one KV pool per batch: the mixed batch uses session 0's pool
      * for every sequence, each sequence on its own blocks. */
-    int n = 0;
-    for (int i = 0; i < N_SEQ; i++) n += len[i];
-    cera_token *btok = malloc((size_t)n * sizeof *btok);
-    int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = malloc((size_t)n * sizeof *seq);
-    bool *want = malloc((size_t)n);
-    int next[N_SEQ] = {0}, r = 0;
-    while (r < n)
-        for (int i = 0; i < N_SEQ; i++)
-            if (next[i] < len[i]) {
-                btok[r] = tok[i][next[i]], pos[r] = next[i]++, seq[r] = i, want[r] = true;
-                r++;
-            }
+    test_mixed mx;
+    if (!test_mixed_make(N_SEQ, tok, len, &mx)) goto out;
+    const int n = mx.n;
+    const int32_t *pos = mx.pos, *seq = mx.seq;
     cera_kv_seq kvs[N_SEQ];
     cera_kv_seq *seqs[N_SEQ];
     const cera_lora_set *sets[N_SEQ];
@@ -263,17 +255,17 @@ static void mixed_batch(void) {
     CHECK(!cera_lora_batch_init(&plan, n, &err), "plan");
     cera_lora_batch_build(&plan, seq, sets, n);
     const cera_batch batch = {.n_tokens = n,
-                              .token = btok,
+                              .token = mx.tok,
                               .pos = pos,
                               .seq = seq,
-                              .want_logits = want,
+                              .want_logits = mx.want,
                               .seqs = seqs,
                               .n_seqs = N_SEQ,
                               .lora = &plan};
     float *out = malloc((size_t)n * nv * sizeof(float));
     CHECK(!e->backend->forward(e->backend, &batch, out, &err), "mixed forward: %s", err.message);
     double worst = 0, nearest_bare = INFINITY;
-    for (r = 0; r < n; r++) {
+    for (int r = 0; r < n; r++) {
         const float *ref = solo[seq[r]] + (size_t)pos[r] * nv;
         worst = fmax(worst, rel_diff(out + (size_t)r * nv, ref, 1, nv, NULL));
         if (seq[r] != 2 && pos[r] > 0)
@@ -287,7 +279,8 @@ static void mixed_batch(void) {
     CHECK(nearest_bare > 10 * worst, "adapted rows too close to the unadapted ones (%.3g)", nearest_bare);
     for (int i = 0; i < N_SEQ; i++) cera_kv_seq_release(&kvs[i]);
     cera_lora_batch_free(&plan);
-    free(out), free(btok), free(pos), free(seq), free(want);
+    free(out);
+    test_mixed_free(&mx);
     for (int i = 0; i < N_SEQ; i++) free(solo[i]), free(bare[i]);
 out:
     for (int i = 0; i < N_SEQ; i++) cera_session_free(s[i]);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "gguf/gguf.h"
+#include "engine_util.h"
 #include "session/engine_impl.h"
 #include "testutil.h"
 
@@ -57,29 +58,10 @@ static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
     return ok;
 }
 
+/* Logits of every position with adapter a (or none) at scale 1 (engine_util). */
 static float *eval(cera_engine *e, cera_adapter *a, const int32_t *tok, size_t n, bool one_by_one) {
-    cera_session *s = NULL;
-    cera_error err = {0};
-    const int nv = cera_engine_n_vocab(e);
-    float *out = malloc(n * (size_t)nv * sizeof *out);
-    bool ok = !cera_session_create(e, NULL, &s, &err) && !(a && cera_session_set_adapter(s, a, 1.0f, &err));
-    if (ok && one_by_one) {
-        for (size_t i = 0; i < n && ok; i++) {
-            ok = !cera_session_eval(s, &tok[i], 1, false, &err);
-            if (ok) memcpy(out + i * nv, cera_session_logits(s, -1), (size_t)nv * 4);
-        }
-    } else if (ok) {
-        ok = !cera_session_eval(s, tok, n, true, &err);
-        for (size_t i = 0; i < n && ok; i++)
-            memcpy(out + i * nv, cera_session_logits(s, (int)i), (size_t)nv * 4);
-    }
-    CHECK(ok, "eval: %s", err.message);
-    cera_session_free(s);
-    if (!ok) {
-        free(out);
-        return NULL;
-    }
-    return out;
+    const test_attach at = {a, 1.0f};
+    return test_session_logits(e, &at, a ? 1 : 0, tok, n, one_by_one);
 }
 
 static void arch_case(const char *arch, test_rng *r) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_util.h"
 #include "session/engine_impl.h"
 #include "testutil.h"
 
@@ -62,22 +63,11 @@ int main(void) {
     }
 
     /* Mixed: the rows of all sequences interleaved in one batch. */
-    int n = 0;
-    for (int i = 0; i < N_SEQ; i++) n += len[i];
+    test_mixed mx;
+    if (!test_mixed_make(N_SEQ, tok, len, &mx)) return test_finish();
+    const int n = mx.n;
+    const int32_t *pos = mx.pos, *seq = mx.seq;
     CHECK(n < 64, "the batch (%d rows) must stay under the attention's F32 threshold", n);
-    cera_token *btok = malloc((size_t)n * sizeof *btok);
-    int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = malloc((size_t)n * sizeof *seq);
-    bool *want = malloc((size_t)n);
-    int next[N_SEQ] = {0}, r = 0;
-    while (r < n)
-        for (int i = 0; i < N_SEQ; i++)
-            if (next[i] < len[i]) {
-                btok[r] = tok[i][next[i]];
-                pos[r] = next[i]++;
-                seq[r] = i;
-                want[r] = true;
-                r++;
-            }
     cera_kv_seq *seqs[N_SEQ];
     const cera_lora_set *sets[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
@@ -90,17 +80,17 @@ int main(void) {
     cera_lora_batch_build(&plan, seq, sets, n);
     CHECK(plan.n_groups == 2, "%d adapter groups (a and b)", plan.n_groups);
     const cera_batch batch = {.n_tokens = n,
-                              .token = btok,
+                              .token = mx.tok,
                               .pos = pos,
                               .seq = seq,
-                              .want_logits = want,
+                              .want_logits = mx.want,
                               .seqs = seqs,
                               .n_seqs = N_SEQ,
                               .lora = &plan};
     float *out = malloc((size_t)n * nv * sizeof(float));
     CHECK(!e->backend->forward(e->backend, &batch, out, &err), "mixed forward: %s", err.message);
     int same = 0;
-    for (r = 0; r < n; r++) {
+    for (int r = 0; r < n; r++) {
         const bool eq = !memcmp(out + (size_t)r * nv, solo[seq[r]] + (size_t)pos[r] * nv, nv * 4);
         CHECK(eq, "row %d (sequence %d, position %d) differs from the sequence run alone", r, seq[r], pos[r]);
         same += eq;
@@ -115,10 +105,7 @@ int main(void) {
 
     cera_lora_batch_free(&plan);
     free(out);
-    free(btok);
-    free(pos);
-    free(seq);
-    free(want);
+    test_mixed_free(&mx);
     for (int i = 0; i < N_SEQ; i++) {
         free(solo[i]);
         cera_session_free(s[i]);
