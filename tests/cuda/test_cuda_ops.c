@@ -38,6 +38,38 @@ static bool q8_act(cera_type t) {
     return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_Q4_K || t == CERA_TYPE_Q6_K;
 }
 
+/* The decode matvec of W (GGUF rows wq, dequantized wd [n][k]) against x, through the kernels'
+ * path: the worst error relative to sum |w x| against a double reference on the activation the
+ * kernel sees (llama.cpp's Q8_0 round trip for the int8 types), INFINITY for a NaN output, or
+ * -1 when the call failed (a failed CHECK naming what). */
+static double matvec_worst(cera_type t, int64_t k, int64_t n, const void *wq, const float *wd,
+                           const float *x) {
+    float *xr = malloc(sizeof(float) * (size_t)k), *y = malloc(sizeof(float) * (size_t)n);
+    if (q8_act(t)) {
+        block_q8_0 *xq = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+        cera_quantize_row_q8_0_ref(x, xq, k);
+        cera_dequant_row_q8_0(xq, xr, k);
+        free(xq);
+    } else {
+        memcpy(xr, x, sizeof(float) * (size_t)k);
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = NAN;
+    cera_error err;
+    const cera_status st = cera_cuda_test_matvec(t, k, n, wq, x, y, &err);
+    CHECK(st == CERA_OK, "%s matvec k=%lld n=%lld: %s", cera_type_get(t)->name, (long long)k, (long long)n,
+          err.message);
+    double worst = st == CERA_OK ? 0 : -1;
+    for (int64_t r = 0; r < n && st == CERA_OK; r++) {
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < k; j++)
+            ref += (double)wd[r * k + j] * xr[j], mag += fabs((double)wd[r * k + j] * xr[j]);
+        const double e = isnan(y[r]) ? INFINITY : fabs(y[r] - ref) / (mag > 0 ? mag : 1);
+        worst = fmax(worst, e);
+    }
+    free(xr), free(y);
+    return worst;
+}
+
 static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
     const cera_type_traits *tt = cera_type_get(t);
     const int64_t bs = tt->block_size;
@@ -47,7 +79,6 @@ static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
     float *wd = malloc(sizeof(float) * (size_t)(n * k));
     uint8_t *wq = malloc(row * (size_t)n);
     float *x = malloc(sizeof(float) * (size_t)(m * k));
-    float *xr = malloc(sizeof(float) * (size_t)k);
     float *y = malloc(sizeof(float) * (size_t)(m * n));
     float *g = malloc(sizeof(float) * (size_t)(3 * k));
     for (int64_t i = 0; i < n * k; i++) wf[i] = test_rng_normal(rng) * 0.5f;
@@ -76,25 +107,7 @@ static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
           (unsigned long long)seed);
 
     // decode matvec
-    if (q8_act(t)) {
-        block_q8_0 *xq = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
-        cera_quantize_row_q8_0_ref(x, xq, k);
-        cera_dequant_row_q8_0(xq, xr, k);
-        free(xq);
-    } else {
-        memcpy(xr, x, sizeof(float) * (size_t)k);
-    }
-    for (int64_t i = 0; i < n; i++) y[i] = NAN;
-    st = cera_cuda_test_matvec(t, k, n, wq, x, y, &err);
-    CHECK(st == CERA_OK, "%s matvec: %s", tt->name, err.message);
-    worst = 0;
-    for (int64_t r = 0; r < n; r++) {
-        double ref = 0, mag = 0;
-        for (int64_t j = 0; j < k; j++)
-            ref += (double)wd[r * k + j] * xr[j], mag += fabs((double)wd[r * k + j] * xr[j]);
-        const double e = isnan(y[r]) ? INFINITY : fabs(y[r] - ref) / (mag > 0 ? mag : 1);
-        worst = fmax(worst, e);
-    }
+    worst = matvec_worst(t, k, n, wq, wd, x);
     CHECK(worst <= 1e-5, "%s matvec: worst error %.3g of sum|wx| (seed %llu)", tt->name, worst,
           (unsigned long long)seed);
 
@@ -116,7 +129,7 @@ static void check_type(cera_type t, test_rng *rng, uint64_t seed) {
     CHECK(worst <= tol, "%s gemm: worst error %.3g of sum|wx| (bound %.0e, seed %llu)", tt->name, worst, tol,
           (unsigned long long)seed);
     printf("%-7s get_rows ok, matvec ok, gemm worst %.2e\n", tt->name, worst);
-    free(wf), free(wd), free(wq), free(x), free(xr), free(y), free(g);
+    free(wf), free(wd), free(wq), free(x), free(y), free(g);
 }
 
 /* Decode matvec alone on a k x n weight (k whole blocks of t). */
@@ -127,38 +140,17 @@ static void check_matvec_shape(cera_type t, int64_t k, int64_t n, test_rng *rng,
     float *wd = malloc(sizeof(float) * (size_t)(n * k));
     uint8_t *wq = malloc(row * (size_t)n);
     float *x = malloc(sizeof(float) * (size_t)k);
-    float *xr = malloc(sizeof(float) * (size_t)k);
-    float *y = malloc(sizeof(float) * (size_t)n);
     for (int64_t r = 0; r < n; r++) {
         for (int64_t i = 0; i < k; i++) wf[i] = test_rng_normal(rng) * 0.5f;
         tt->from_float_ref(wf, wq + (size_t)r * row, k);
         tt->to_float(wq + (size_t)r * row, wd + r * k, k);
     }
     for (int64_t i = 0; i < k; i++) x[i] = test_rng_normal(rng);
-    if (q8_act(t)) {
-        block_q8_0 *xq = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
-        cera_quantize_row_q8_0_ref(x, xq, k);
-        cera_dequant_row_q8_0(xq, xr, k);
-        free(xq);
-    } else {
-        memcpy(xr, x, sizeof(float) * (size_t)k);
-    }
-    for (int64_t i = 0; i < n; i++) y[i] = NAN;
-    cera_error err;
-    const cera_status st = cera_cuda_test_matvec(t, k, n, wq, x, y, &err);
-    CHECK(st == CERA_OK, "%s matvec k=%lld n=%lld: %s", tt->name, (long long)k, (long long)n, err.message);
-    double worst = 0;
-    for (int64_t r = 0; r < n; r++) {
-        double ref = 0, mag = 0;
-        for (int64_t j = 0; j < k; j++)
-            ref += (double)wd[r * k + j] * xr[j], mag += fabs((double)wd[r * k + j] * xr[j]);
-        const double e = isnan(y[r]) ? INFINITY : fabs(y[r] - ref) / (mag > 0 ? mag : 1);
-        worst = fmax(worst, e);
-    }
+    const double worst = matvec_worst(t, k, n, wq, wd, x);
     CHECK(worst <= 1e-5, "%s matvec k=%lld n=%lld: worst error %.3g of sum|wx| (seed %llu)", tt->name,
           (long long)k, (long long)n, worst, (unsigned long long)seed);
     printf("%-7s matvec k=%lld n=%lld ok (worst %.2e)\n", tt->name, (long long)k, (long long)n, worst);
-    free(wf), free(wd), free(wq), free(x), free(xr), free(y);
+    free(wf), free(wd), free(wq), free(x);
 }
 
 int main(void) {
