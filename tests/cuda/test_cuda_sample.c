@@ -79,16 +79,8 @@ static void test_kernel(int n_vocab, int steps) {
     if (!logits) return;
     for (int c = 0; c < CASE_CHAINS; c++) {
         test_rng r = {0xdecade + (uint64_t)c};
-        const cera_sampler_params p = case_chain(c, n_vocab, bias, &r);
-        cera_sampler *cpu = NULL, *dev = NULL;
-        CHECK(cera_sampler_new(&p, n_vocab, &cpu, NULL) == CERA_OK, "sampler_new (chain %d)", c);
-        if (!cpu) continue;
-        for (int i = 0; i < 100; i++) cera_sampler_accept(cpu, (cera_token)(test_rng_next(&r) % 64));
-        CHECK(cera_sampler_clone(cpu, &dev, NULL) == CERA_OK, "clone");
-        if (!dev) {
-            cera_sampler_free(cpu);
-            continue;
-        }
+        cera_sampler *cpu, *dev;
+        if (!case_sampler_pair(c, n_vocab, bias, &r, &cpu, &dev)) continue;
         int same = 0, first_bad = -1;
         cera_token bad_cpu = 0, bad_dev = 0;
         cera_error err;

@@ -91,6 +91,25 @@ static inline cera_sampler_params case_chain(int c, int n_vocab, cera_logit_bias
     return p;
 }
 
+/* Chain c's two samplers: the reference and the one under test, with the same parameters
+ * and the same 100-token history. False (after a failed CHECK) when either could not be
+ * made; then neither is left to free. */
+static inline bool case_sampler_pair(int c, int n_vocab, cera_logit_bias *bias, test_rng *r,
+                                     cera_sampler **ref, cera_sampler **dut) {
+    const cera_sampler_params p = case_chain(c, n_vocab, bias, r);
+    *ref = *dut = NULL;
+    CHECK(cera_sampler_new(&p, n_vocab, ref, NULL) == CERA_OK, "sampler_new (chain %d)", c);
+    if (!*ref) return false;
+    for (int i = 0; i < 100; i++) cera_sampler_accept(*ref, (cera_token)(test_rng_next(r) % 64));
+    CHECK(cera_sampler_clone(*ref, dut, NULL) == CERA_OK, "clone");
+    if (!*dut) {
+        cera_sampler_free(*ref);
+        *ref = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* ---- The device chain's algorithm on the host (src/backend/cuda/sample.cu) --------- */
 
 static inline uint32_t emu_order_key(float l) {

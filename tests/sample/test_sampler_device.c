@@ -116,16 +116,8 @@ static void test_device_algorithm(int n_vocab, int steps) {
     if (!logits || !scratch) return;
     for (int c = 0; c < CASE_CHAINS; c++) {
         test_rng r = {0xc0ffee + (uint64_t)c};
-        const cera_sampler_params p = case_chain(c, n_vocab, bias, &r);
-        cera_sampler *a = NULL, *b = NULL;
-        CHECK(cera_sampler_new(&p, n_vocab, &a, NULL) == CERA_OK, "sampler_new (chain %d)", c);
-        if (!a) continue;
-        for (int i = 0; i < 100; i++) cera_sampler_accept(a, (cera_token)(test_rng_next(&r) % 64));
-        CHECK(cera_sampler_clone(a, &b, NULL) == CERA_OK, "clone");
-        if (!b) {
-            cera_sampler_free(a);
-            continue;
-        }
+        cera_sampler *a, *b;
+        if (!case_sampler_pair(c, n_vocab, bias, &r, &a, &b)) continue;
         int same = 0, first_bad = -1;
         cera_token bad_cpu = 0, bad_dev = 0;
         for (int t = 0; t < steps; t++) {
