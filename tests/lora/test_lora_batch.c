@@ -18,16 +18,9 @@
 #define N_SEQ 4
 
 int main(void) {
-    cera_engine_params ep = cera_engine_default_params();
-    ep.n_threads = 2;
-    ep.n_ctx = 128;
-    ep.device = CERA_DEVICE_CPU;
-    cera_engine *e = NULL;
+    cera_engine *e = test_open_engine("models/stories260K.gguf", CERA_DEVICE_CPU);
     cera_error err = {0};
-    if (cera_engine_open(shared_path("models/stories260K.gguf"), &ep, &e, &err)) {
-        CHECK(0, "stories260K: %s", err.message);
-        return test_finish();
-    }
+    if (!e) return test_finish();
     cera_adapter *a = NULL, *b = NULL;
     CHECK(!cera_adapter_load(e, shared_path("golden/lora-stories-a.gguf"), &a, &err), "a: %s", err.message);
     CHECK(!cera_adapter_load(e, shared_path("golden/lora-stories-b.peft"), &b, &err), "b: %s", err.message);
