@@ -182,13 +182,13 @@ static void tile_chain_ref(bool iq4, int64_t n, float *s, size_t s_stride, const
     }
 }
 
-void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_chain_ref(false, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                                 size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                        size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_chain_ref(true, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
@@ -224,13 +224,13 @@ static void tile_min_ref(bool five, int64_t n, float *s, size_t s_stride, const 
     }
 }
 
-void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_min_ref(false, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_min_ref(true, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
@@ -267,19 +267,19 @@ static void tile_corr_ref(cera_type t, int64_t n, float *s, size_t s_stride, con
     }
 }
 
-void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_corr_ref(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     tile_corr_ref(CERA_TYPE_Q8_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
 /* Q4_K: the exact per-super-block integers, then two serial float chains (repack.h). */
-void cera_packed_tile_q4_k_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+static void cera_packed_tile_q4_k_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
+                                      size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK_K;
     for (int c = 0; c < nc; c++) {
         const block_q8_k *y = (const block_q8_k *)((const uint8_t *)a + (size_t)c * a_stride);

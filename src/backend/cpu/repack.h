@@ -195,24 +195,8 @@ cera_status cera_cpu_repack_model(const cera_model *m, cera_pool *pool, cera_pac
 /* Clears the dev fields set by cera_cpu_repack_model and frees the copies; NULL is fine. */
 void cera_cpu_repack_free(cera_packed_set *set);
 
-/* The scalar references of the packed tiles, with the arithmetic described above: the SIMD
- * tiles must give the same bits (tests/cpu). Same arguments as cera_packed_tile_fn. */
-void cera_packed_tile_q4_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_q4_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_q8_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_iq4_nl_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                                 size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_q5_0_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_q5_1_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-void cera_packed_tile_q4_k_ref(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
-                               size_t a_stride, const void *aux, size_t aux_stride, int nc);
-
-/* The reference for type t (NULL when none). */
+/* The scalar reference of type t's packed tile (NULL when none), with the arithmetic described
+ * above: the SIMD tiles must give the same bits (tests/cpu). */
 cera_packed_tile_fn cera_packed_tile_ref(cera_type t);
 
 #endif
