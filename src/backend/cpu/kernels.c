@@ -120,6 +120,58 @@ static void build_tier(int tier, int below) {
     tier_ok[tier] = true;
 }
 
+#if CERA_X86
+/* Whether a tier's gemm_tile for type t gives vec_dot's bits for every (row, column) of
+ * random rows, for tiles of 1, 7 and the widest column count. A single token takes the row
+ * dot and a prompt the tile, and a token's logits must not depend on which (decode equals
+ * prefill, and a sequence's rows equal whatever batch it shares); so a tile that rounds
+ * differently from the row dot is not used. */
+static bool tile_matches_rowdot(const cera_cpu_type_ops *o, cera_type t) {
+    const cera_type_traits *tt = cera_type_get(t);
+    if (!tt || !tt->from_float_ref || !o->quantize_act) return false;
+    enum { K = 512, ROWS = 16, COLS = 32 };
+    const size_t ws = cera_row_size(t, K), as = cera_row_size(o->act_type, K);
+    float *x = malloc(sizeof(float) * K), *tile = malloc(sizeof(float) * ROWS * COLS);
+    uint8_t *w = malloc(ws * ROWS), *a = malloc(as * COLS);
+    bool ok = x && tile && w && a && ws && as;
+    uint32_t state = 2463534242u;
+    for (int r = 0; ok && r < ROWS + COLS; r++) {
+        for (int i = 0; i < K; i++) {
+            state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+            x[i] = (float)((int32_t)state >> 8) * 0x1p-23f * (1.0f + (float)(r % 5));
+        }
+        if (r < ROWS)
+            tt->from_float_ref(x, w + (size_t)r * ws, K);
+        else
+            o->quantize_act(x, a + (size_t)(r - ROWS) * as, K);
+    }
+    const int widths[3] = {1, 7, o->tile_cols < COLS ? o->tile_cols : COLS};
+    for (int wi = 0; ok && wi < 3; wi++) {
+        const int nc = widths[wi] < o->tile_cols ? widths[wi] : o->tile_cols;
+        const int nr = o->tile_rows < ROWS ? o->tile_rows : ROWS;
+        o->gemm_tile(K, tile, ROWS, w, ws, a, as, nr, nc);
+        for (int c = 0; ok && c < nc; c++)
+            for (int r = 0; ok && r < nr; r++) {
+                float d = 0;
+                o->vec_dot(K, &d, w + (size_t)r * ws, a + (size_t)c * as);
+                ok = memcmp(&d, &tile[(size_t)c * ROWS + r], sizeof d) == 0;
+            }
+    }
+    free(x);
+    free(tile);
+    free(w);
+    free(a);
+    return ok;
+}
+
+/* Keeps a register function's new tiles only where they round as the row dot. */
+static void keep_rowdot_tiles(cera_cpu_type_ops *ops, const cera_cpu_type_ops *below) {
+    for (int t = 0; t < CERA_TYPE_COUNT; t++)
+        if (ops[t].gemm_tile && ops[t].gemm_tile != below[t].gemm_tile && !tile_matches_rowdot(&ops[t], t))
+            ops[t] = below[t];
+}
+#endif
+
 static void init_tables(void) {
     cera_cpu_register_scalar(tables[TIER_SCALAR]);
     tier_ok[TIER_SCALAR] = true;
@@ -137,6 +189,7 @@ static void init_tables(void) {
             if (f.amx_tile && f.amx_int8 && f.amx_bf16 && f.avx512bf16 && request_amx_permission()) {
                 build_tier(TIER_AMX, TIER_AVX512);
                 cera_cpu_register_amx(tables[TIER_AMX]);
+                keep_rowdot_tiles(tables[TIER_AMX], tables[TIER_AVX512]);
                 best = TIER_AMX;
             }
         }
