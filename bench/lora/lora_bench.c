@@ -24,7 +24,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/cpus.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "backend/cpu/lora.h"
 
 static double now_s(void) {

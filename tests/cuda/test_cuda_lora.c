@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "engine_util.h"
 #include "testutil.h"
 

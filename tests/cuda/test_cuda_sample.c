@@ -27,7 +27,7 @@
 #include "backend/cuda/sample_cuda.h"
 #include "cera.h"
 #include "sample/sampler.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "testutil.h"
 
 #include "../sample/sample_cases.h"

@@ -17,8 +17,8 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "session/lora.h"
-#include "session/safetensors.h"
+#include "lora/lora.h"
+#include "lora/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

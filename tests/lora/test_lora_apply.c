@@ -21,7 +21,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 #include "backend/cpu/lora.h"
 #include "testutil.h"
 

@@ -17,7 +17,7 @@
 #include "core/fp16.h"
 #include "gguf/gguf.h"
 #include "engine_util.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "testutil.h"
 
 #define RANK 48 /* large enough that the CPU hook uses the thread pool on the wide projections */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "engine_util.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "testutil.h"
 
 #define N_SEQ 4

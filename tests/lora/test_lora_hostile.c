@@ -15,8 +15,8 @@
 #include "core/fp16.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "session/lora.h"
-#include "session/safetensors.h"
+#include "lora/lora.h"
+#include "lora/safetensors.h"
 #include "testutil.h"
 
 static cera_model *M; /* stories260K: 64 embd, 8 heads, 4 KV heads, 172 ffn */

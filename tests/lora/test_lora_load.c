@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "session/lora.h"
-#include "session/safetensors.h"
+#include "lora/lora.h"
+#include "lora/safetensors.h"
 #include "testutil.h"
 
 typedef struct base {

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 #include "testutil.h"
 
 /* Largest |merged - expected| / (max |expected| of the row) over a targeted weight. */

@@ -23,7 +23,7 @@
 
 #include "cera.h"
 #include "compare.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "testutil.h"
 
 #define STORIES "models/stories260K.gguf"

@@ -4,7 +4,7 @@
  *
  *   cera lora merge -m BASE --lora FILE [--lora-scaled FILE S]... -o OUT.gguf [--type T]
  *
- * The merge itself is src/session/lora_merge.c's (W + Σ s·B·A in F32, requantized);
+ * The merge itself is src/lora/lora_merge.c's (W + Σ s·B·A in F32, requantized);
  * this file parses arguments, loads the base model and the adapters, and reports.
  */
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "lora_cli.h"
 #include "model/model.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 /* ---- Shared options ------------------------------------------------------------------ */
 

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "session/kv_cache.h"
+#include "kv/kv_cache.h"
 
 /* Batches of at least this many tokens take llama.cpp's tiled F32 path, when the head
  * size is a multiple of its float vector width (16 on the AVX-512 build of the goldens). */

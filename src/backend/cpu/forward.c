@@ -30,7 +30,7 @@
 #include "backend/cpu/threadpool.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "session/backend.h"
+#include "backend/backend.h"
 #include "backend/cpu/lora.h"
 
 typedef struct cpu_backend {

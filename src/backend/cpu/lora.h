@@ -17,7 +17,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/threadpool.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 /* The forms (cera_lora_cpu_set_fusion's modes; every one gives the same bits):
  *   0 after the matmul: two pool jobs of its own after each projection's matmul job, A·x

@@ -1,5 +1,5 @@
 /*
- * backend.c — the CUDA backend behind the engine's backend table (session/backend.h).
+ * backend.c — the CUDA backend behind the engine's backend table (backend/backend.h).
  *
  * The engine opens it for CERA_DEVICE_CUDA (or AUTO when a GPU answers). KV blocks live
  * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default, or
@@ -18,7 +18,7 @@
 #include "backend/cuda/cuda_state.h"
 #include "backend/cuda/sample_cuda.h"
 #include "sample/sampler.h"
-#include "session/backend.h"
+#include "backend/backend.h"
 
 _Static_assert(CU_KV_BLOCK == CERA_KV_BLOCK, "the kernels' KV block is the engine's");
 

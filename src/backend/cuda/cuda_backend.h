@@ -16,7 +16,7 @@
  * for comes back: the logits (all positions or the last) and/or the argmax of the last
  * position, computed on the GPU.
  *
- * The engine reaches it through cera_cuda_backend_open (backend.c, the session/backend.h
+ * The engine reaches it through cera_cuda_backend_open (backend.c, the backend/backend.h
  * contract: paged KV through block tables, batches of several sequences); the functions
  * here are the standalone form used by tests and benchmarks (one sequence whose KV
  * blocks the state owns).

@@ -12,7 +12,7 @@
  *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
  *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
  *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
- *   - KV cache: paged as the engine's (session/kv_cache.h): blocks of CU_KV_BLOCK
+ *   - KV cache: paged as the engine's (kv/kv_cache.h): blocks of CU_KV_BLOCK
  *     positions, each [n_layer][K|V] sections; a section is [CU_KV_BLOCK][n_head_kv * head_dim]
  *     F16 values or, for a Q8_0 cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their
  *     F16 scales [CU_KV_BLOCK][kv_dim / 32] (llama.cpp's q8_0 numbers, split so that rows load

@@ -13,7 +13,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/lora_cuda.h"
 #include "core/error.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 /* Checks a CUDA runtime call or launch; on failure returns CERA_ERR_DEVICE naming it. */
 #define CU_TRY(call)                                                                                         \

@@ -1,6 +1,6 @@
 /*
  * lora.c — the host side of LoRA on the GPU (lora_cuda.h): uploading an adapter the first
- * time a batch uses it, turning a batch's plan (session/lora.h: rows grouped by adapter)
+ * time a batch uses it, turning a batch's plan (lora/lora.h: rows grouped by adapter)
  * into the device plan the kernels read, and the launches forward.c makes around each
  * projection group.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_state.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 _Static_assert(CERA_LORA_MAX_SET <= CU_LORA_ROW_MAX,
                "the kernels stage at most CU_LORA_ROW_MAX adapters per row");

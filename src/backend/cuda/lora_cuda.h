@@ -1,7 +1,7 @@
 /*
  * lora_cuda.h — LoRA adapters on the GPU: the device form of an adapter, the per-batch
  * plan the kernels read, and the two launches that apply an adapter to a projection
- * (lora.cu), y += s · B(A·x) unmerged, as session/lora.h defines it.
+ * (lora.cu), y += s · B(A·x) unmerged, as lora/lora.h defines it.
  *
  * Device layout:
  *   - an adapter is uploaded once, the first time a batch uses it (lora.c): its factors

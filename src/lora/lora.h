@@ -27,8 +27,8 @@
  * backend uploads each adapter once (F16, kept in cera_adapter.dev and freed by dev_free
  * with the adapter) and runs the plan with its own kernels (backend/cuda/lora.c).
  */
-#ifndef CERA_SESSION_LORA_H
-#define CERA_SESSION_LORA_H
+#ifndef CERA_LORA_LORA_H
+#define CERA_LORA_LORA_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -194,14 +194,6 @@ void cera_lora_apply_row_ref(const cera_lora_pair *p, float s, const float *x, f
                              int64_t d1);
 /* The dot product every LoRA kernel uses: 8 interleaved partial sums, fixed reduction. */
 float cera_lora_dot(const float *a, const float *b, int64_t n);
-
-/* ---- Session glue (lora_session.c) --------------------------------------------------- */
-
-/* The plan for an eval of n_rows rows of the session (all its rows share its set), or
- * NULL when no attached adapter is active. */
-const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
-/* Detaches everything and frees the plan (from cera_session_free). */
-void cera_lora_session_free(cera_session *s);
 
 /* ---- Merging (lora_merge.c) -------------------------------------------------------- */
 

@@ -34,8 +34,8 @@
  * n_tokens is at most the n_batch the backend was opened with. A backend allocates
  * everything at open (and KV storage at kv_init); forward allocates nothing.
  */
-#ifndef CERA_SESSION_BACKEND_H
-#define CERA_SESSION_BACKEND_H
+#ifndef CERA_BACKEND_BACKEND_H
+#define CERA_BACKEND_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -43,8 +43,8 @@
 #include "cera.h"
 #include "model/model.h"
 #include "sample/sampler.h"
-#include "session/kv_cache.h"
-#include "session/lora.h"
+#include "kv/kv_cache.h"
+#include "lora/lora.h"
 
 typedef struct cera_batch {
     int n_tokens;
@@ -54,7 +54,7 @@ typedef struct cera_batch {
     const bool *want_logits;  /* [n_tokens] */
     cera_kv_seq *const *seqs; /* [n_seqs] */
     int n_seqs;
-    const cera_lora_batch *lora; /* rows grouped by LoRA adapter (session/lora.h), or NULL: none */
+    const cera_lora_batch *lora; /* rows grouped by LoRA adapter (lora/lora.h), or NULL: none */
 } cera_batch;
 
 typedef struct cera_backend cera_backend;

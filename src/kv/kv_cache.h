@@ -13,8 +13,8 @@
  * returning blocks never allocates. A device backend keeps its own copy of the storage
  * in `dev` and uses the same block ids.
  */
-#ifndef CERA_SESSION_KV_CACHE_H
-#define CERA_SESSION_KV_CACHE_H
+#ifndef CERA_KV_KV_CACHE_H
+#define CERA_KV_KV_CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,7 +6,7 @@
  * comes from the file is checked before it is used in arithmetic, so a hostile file
  * gives an error naming the file, the tensor and the problem, never a crash.
  */
-#include "session/safetensors.h"
+#include "lora/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -9,8 +9,8 @@
  * forward calls are serialized by the engine's lock (a session itself is used by one
  * thread at a time).
  */
-#ifndef CERA_SESSION_ENGINE_IMPL_H
-#define CERA_SESSION_ENGINE_IMPL_H
+#ifndef CERA_ENGINE_ENGINE_IMPL_H
+#define CERA_ENGINE_ENGINE_IMPL_H
 
 #include <pthread.h>
 
@@ -18,9 +18,9 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "sample/sampler.h"
-#include "session/backend.h"
-#include "session/kv_cache.h"
-#include "session/lora.h"
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "lora/lora.h"
 #include "tokenizer/tokenizer.h"
 
 /* The largest n_ctx and n_batch an engine accepts (cera.h): positions + a batch stay far from INT_MAX. */
@@ -68,6 +68,12 @@ struct cera_session {
     cera_lora_set lora;
     cera_lora_batch lora_batch;
 };
+
+/* LoRA glue (lora_session.c): the plan for an eval of n_rows rows of the session (all its
+ * rows share its set), or NULL when no attached adapter is active; and detaching
+ * everything and freeing the plan (from cera_session_free). */
+const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
+void cera_lora_session_free(cera_session *s);
 
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 
 cera_engine_params cera_engine_default_params(void) {
     cera_engine_params p;

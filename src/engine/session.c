@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 
 cera_session_params cera_session_default_params(void) {
     cera_session_params p;

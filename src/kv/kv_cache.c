@@ -1,5 +1,5 @@
 /* kv_cache.c — the paged KV cache's block pool and block tables (see kv_cache.h). */
-#include "session/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 /* One row of n elements of a type to F32 / from F32; false when the type has no
  * reference converter. */

@@ -22,8 +22,8 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
-#include "session/lora.h"
-#include "session/safetensors.h"
+#include "lora/lora.h"
+#include "lora/safetensors.h"
 
 typedef struct peft_config {
     int r;       /* 0 when absent */

@@ -15,8 +15,8 @@
  * After safetensors_open* succeeds every tensor's data pointer is safe to read for
  * nbytes bytes (possibly unaligned: copy out with memcpy).
  */
-#ifndef CERA_SESSION_SAFETENSORS_H
-#define CERA_SESSION_SAFETENSORS_H
+#ifndef CERA_LORA_SAFETENSORS_H
+#define CERA_LORA_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "session/engine_impl.h"
-#include "session/lora.h"
+#include "engine/engine_impl.h"
+#include "lora/lora.h"
 
 cera_status cera_adapter_load(cera_engine *engine, const char *path, cera_adapter **out, cera_error *err) {
     cera_error_clear(err);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "session/lora.h"
+#include "lora/lora.h"
 
 /* ---- Sets -------------------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "session/engine_impl.h"
+#include "engine/engine_impl.h"
 
 cera_generate_params cera_generate_default_params(void) {
     cera_generate_params p;

@@ -19,8 +19,8 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
-#include "session/lora.h"
-#include "session/safetensors.h"
+#include "lora/lora.h"
+#include "lora/safetensors.h"
 
 static const char *const proj_gguf[CERA_PROJ_COUNT] = {
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
