@@ -85,12 +85,22 @@ typedef enum cera_device {
     CERA_DEVICE_CUDA = 2,
 } cera_device;
 
+/* Every params struct starts with struct_size, set by its *_default_params() to the size
+ * this header declares: a library built with more fields reads only what the caller's
+ * version has, so start from the default and change fields. */
 typedef struct cera_engine_params {
+    uint32_t struct_size; /* sizeof(cera_engine_params) */
     int n_threads;        /* CPU threads; 0 = one per core; at most 1024 */
     int n_ctx;            /* context size per session; 0 = the model's, capped at 4096; at most 1<<24 */
     int n_batch;          /* most tokens per forward call; 0 = 512; at most 1<<24 */
     cera_kv_type kv_type; /* KV cache element type */
     cera_device device;
+    /* The KV cache is one pool of blocks for all the engine's sessions (a session holds
+     * the blocks of its own tokens; forked sessions share blocks). */
+    int n_seq_max;   /* sessions open at once; 0 = 64; at most 65536 */
+    size_t kv_bytes; /* the pool's size in bytes; 0 = room for min(n_seq_max, 4) full contexts
+                      * (n_ctx tokens each). A session that needs a block when none is free gets
+                      * CERA_ERR_CONTEXT_FULL, saying so. */
 } cera_engine_params;
 
 CERA_API cera_engine_params cera_engine_default_params(void);
@@ -155,14 +165,25 @@ CERA_API cera_sampler_params cera_sampler_default_params(void);
 /* ---- Session --------------------------------------------------------------- */
 
 typedef struct cera_session_params {
+    uint32_t struct_size; /* sizeof(cera_session_params) */
     cera_sampler_params sampler;
 } cera_session_params;
 
 CERA_API cera_session_params cera_session_default_params(void);
 
+/* A new, empty session: a sequence slot of the engine's pool (CERA_ERR_NO_MEMORY when all
+ * n_seq_max are taken). */
 CERA_API cera_status cera_session_create(cera_engine *engine, const cera_session_params *params,
                                          cera_session **out, cera_error *err);
+/* Frees the session; its KV blocks go back to the engine's pool. */
 CERA_API void cera_session_free(cera_session *session);
+
+/* A new session continuing src's timeline: the same tokens (their KV blocks shared, not
+ * copied: a block is copied only when one of them writes into it), adapters and scales,
+ * sampler parameters and state (penalty history and RNG), and the last eval's logits. A
+ * pending generated token of src is evaluated first. Evaluating either afterwards does
+ * not change the other. */
+CERA_API cera_status cera_session_fork(cera_session *src, cera_session **out, cera_error *err);
 
 /* Number of evaluated tokens in the session's timeline (its position). The last token a
  * cera_generate streamed is not counted yet: it is evaluated (one forward, as inside one long
@@ -201,6 +222,35 @@ CERA_API cera_token cera_session_sample(cera_session *session);
 CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_sampler_params *params,
                                               cera_error *err);
 
+/* ---- Batches ---------------------------------------------------------------- */
+
+/* One session's part of a batch: tokens to append (n_tokens may be 0: only a pending
+ * generated token is evaluated, as cera_session_eval does), and whether to keep every new
+ * position's logits. */
+typedef struct cera_batch_item {
+    cera_session *session;
+    const cera_token *tokens;
+    size_t n_tokens;
+    bool all_logits;
+} cera_batch_item;
+
+/* Evaluates the tokens of several sessions of one engine together: prompt chunks and
+ * single decode steps mixed, each session at most once. Each session ends as if
+ * cera_session_eval(item) had been called on it alone, and its logits are the same: bit
+ * for bit on the CPU, within the backend's tolerance on a GPU (a sequence's tokens are cut
+ * into forward calls the same way whatever else the batch holds). Sessions work through
+ * the batch in shared forward calls of at most n_batch tokens, so the weights are read
+ * once per call for all of them. On an error no session has changed (the first failing
+ * check or call is reported). */
+CERA_API cera_status cera_batch_eval(cera_engine *engine, const cera_batch_item *items, int n_items,
+                                     cera_error *err);
+
+/* Samples the next token of each session (as cera_session_sample on each, in order) into
+ * out[i]. On an error (a session without logits, a sampler with nothing to choose), out[i]
+ * is -1 for that session and the call reports the first one. */
+CERA_API cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out,
+                                       cera_error *err);
+
 /* ---- Generation ------------------------------------------------------------ */
 
 /* Called once for each generated token, in order, never twice for one token, with the
@@ -213,6 +263,7 @@ CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_
 typedef bool (*cera_token_callback)(cera_token token, const char *piece, size_t len, void *user);
 
 typedef struct cera_generate_params {
+    uint32_t struct_size;    /* sizeof(cera_generate_params) */
     int n_predict;           /* tokens to generate at most; -1 = until the context is full */
     const char *const *stop; /* stop strings (generation ends when one appears; not passed on) */
     int n_stop;

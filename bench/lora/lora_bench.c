@@ -131,14 +131,8 @@ static void single(cera_engine *e, cera_adapter *a, int n_prompt, int n_gen, int
 static double batched(cera_engine *e, cera_adapter **ad, int B, int mode, int n_steps, int reps) {
     cera_error err;
     cera_session **s = calloc((size_t)B, sizeof *s);
-    cera_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
-    const cera_lora_set **sets = calloc((size_t)B, sizeof *sets);
+    cera_batch_item *items = calloc((size_t)B, sizeof *items);
     cera_token *tok = malloc((size_t)B * sizeof *tok);
-    int32_t *pos = malloc((size_t)B * sizeof *pos), *seq = malloc((size_t)B * sizeof *seq);
-    bool *want = malloc((size_t)B);
-    float *logits = malloc((size_t)B * cera_engine_n_vocab(e) * sizeof(float));
-    cera_lora_batch plan;
-    if (cera_lora_batch_init(&plan, B, &err)) die(&err);
     double best = 0;
     for (int r = 0; r < reps; r++) {
         for (int i = 0; i < B; i++) {
@@ -146,43 +140,19 @@ static double batched(cera_engine *e, cera_adapter **ad, int B, int mode, int n_
             if (mode && cera_session_set_adapter(s[i], ad[mode == 1 ? 0 : i], 1.0f, &err)) die(&err);
             const cera_token t0 = 1 + i;
             if (cera_session_eval(s[i], &t0, 1, false, &err)) die(&err);
-            seqs[i] = &s[i]->seq;
-            sets[i] = &s[i]->lora;
-            seq[i] = i;
-            want[i] = true;
             tok[i] = 2 + i;
+            items[i] = (cera_batch_item){s[i], &tok[i], 1, false};
         }
         const double t0 = now_s();
-        for (int step = 0; step < n_steps; step++) {
-            for (int i = 0; i < B; i++) {
-                pos[i] = s[i]->seq.n_pos;
-                if (cera_kv_seq_reserve(&s[i]->seq, pos[i] + 1, &err)) die(&err);
-            }
-            cera_lora_batch_build(&plan, seq, sets, B);
-            const cera_batch b = {.n_tokens = B,
-                                  .token = tok,
-                                  .pos = pos,
-                                  .seq = seq,
-                                  .want_logits = want,
-                                  .seqs = seqs,
-                                  .n_seqs = B,
-                                  .lora = plan.n_groups ? &plan : NULL};
-            if (e->backend->forward(e->backend, &b, logits, &err)) die(&err);
-            for (int i = 0; i < B; i++) s[i]->seq.n_pos++;
-        }
+        for (int step = 0; step < n_steps; step++)
+            if (cera_batch_eval(e, items, B, &err)) die(&err);
         const double t1 = now_s();
         if (B * n_steps / (t1 - t0) > best) best = B * n_steps / (t1 - t0);
         for (int i = 0; i < B; i++) cera_session_free(s[i]);
     }
-    cera_lora_batch_free(&plan);
     free(s);
-    free(seqs);
-    free(sets);
+    free(items);
     free(tok);
-    free(pos);
-    free(seq);
-    free(want);
-    free(logits);
     return best;
 }
 

@@ -1,7 +1,7 @@
 /*
  * backend.h — where the engine meets a compute backend: the batch a forward pass
  * takes and the function table a backend implements. The device choice is made in
- * one place (engine.c, cera_backend_open); the CPU backend lives in src/backend/cpu,
+ * one place (engine/engine.c, open_backend); the CPU backend lives in src/backend/cpu,
  * a CUDA one in src/backend/cuda.
  *
  * The forward contract:
@@ -16,19 +16,27 @@
  *            own sequence.
  *   outputs  one row of n_vocab logits per token that wants them, in batch order,
  *            written to logits ([n_out, n_vocab], host memory). A backend with
- *            logits_get also takes logits == NULL: then only the last wanted row is
- *            kept, on the device, in the pool of that token's sequence
- *            (cera_kv_pool.dev_logits, allocated by kv_init), so that no other
- *            sequence's forward overwrites it; nothing is copied to the host.
+ *            logits_get also takes logits == NULL: then, for every sequence of the batch
+ *            with a wanted token, the last such row is kept on the device in that
+ *            sequence's slot (indexed by cera_kv_seq.id, allocated by kv_init), so that
+ *            no other sequence's forward overwrites it; nothing is copied to the host.
  * A row kept on the device is read through two optional ops (NULL in the CPU backend):
- *   logits_get  copies it to the host (the session does so lazily, when the logits
- *               are asked for);
+ *   logits_get  copies sequence slot seq_id's row to the host (the session does so
+ *               lazily, when the logits are asked for);
  *   sample      runs the session's sampler chain on it there and returns the token:
  *               the same token, RNG draw and penalty history as cera_sampler_sample on
  *               the same logits. A chain the backend does not run is refused with
  *               CERA_ERR_UNSUPPORTED before anything is drawn (the caller then fetches
  *               the row and samples on the host; the RNG sequence is the same).
  *               The row itself stays unmodified.
+ * KV storage: the engine has one pool (kv/kv_cache.h) for all its sequences. A backend
+ * that keeps K/V in its own memory (kv_on_host false) allocates storage for every block
+ * of it in kv_init, and copies blocks in kv_copy (copy on write of a shared block, asked
+ * for before the forward that writes it).
+ * Batch invariance: a token's logits depend only on its own sequence (its tokens in the
+ * batch and its cache), never on the other sequences of the batch or on the batch's
+ * size: the CPU backend gives the same bits, a GPU backend the same within its stated
+ * tolerance.
  * Every op is called under the engine's forward lock (the backend's buffers serve one
  * call at a time).
  * n_tokens is at most the n_batch the backend was opened with. A backend allocates
@@ -64,15 +72,17 @@ struct cera_backend {
     /* Whether KV blocks live in host memory (cera_kv_pool.data) or in the backend's own
      * storage (attached to cera_kv_pool.dev by kv_init). */
     bool kv_on_host;
-    cera_status (*kv_init)(cera_backend *be, cera_kv_pool *pool, cera_error *err); /* may be NULL */
-    void (*kv_free)(cera_backend *be, cera_kv_pool *pool);                         /* may be NULL */
+    /* The engine's pool: storage for its blocks and a logits row per sequence slot. */
+    cera_status (*kv_init)(cera_backend *be, const cera_kv_pool *pool, cera_error *err); /* may be NULL */
+    void (*kv_free)(cera_backend *be);                                                   /* may be NULL */
+    /* Copies whole blocks (every layer's K and V) src -> dst; may be NULL with kv_on_host. */
+    cera_status (*kv_copy)(cera_backend *be, const cera_kv_copy *copies, int n, cera_error *err);
     cera_status (*forward)(cera_backend *be, const cera_batch *batch, float *logits, cera_error *err);
-    /* Optional: the row the last forward with logits == NULL kept for pool's sequence,
+    /* Optional: the row the last forward with logits == NULL kept for sequence slot seq_id,
      * into out [n_vocab] (host). */
-    cera_status (*logits_get)(cera_backend *be, const cera_kv_pool *pool, float *out, cera_error *err);
+    cera_status (*logits_get)(cera_backend *be, int seq_id, float *out, cera_error *err);
     /* Optional: samples that row with smp (draws from its RNG; does not accept the token). */
-    cera_status (*sample)(cera_backend *be, const cera_kv_pool *pool, cera_sampler *smp, cera_token *out,
-                          cera_error *err);
+    cera_status (*sample)(cera_backend *be, int seq_id, cera_sampler *smp, cera_token *out, cera_error *err);
     void (*free)(cera_backend *be);
 };
 

@@ -14,6 +14,7 @@
 cera_engine_params cera_engine_default_params(void) {
     cera_engine_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.n_threads = 0;
     p.n_ctx = 0;
     p.n_batch = 0;
@@ -38,15 +39,56 @@ static cera_status open_backend(cera_engine *e, cera_error *err) {
     return cera_cpu_backend_open(&e->model, &e->params, &e->backend, err);
 }
 
+cera_status cera_params_read(void *dst, size_t size, const void *src, const char *what, cera_error *err) {
+    if (!src) return CERA_OK;
+    uint32_t n;
+    memcpy(&n, src, sizeof n);
+    if (n < sizeof n || n > size)
+        return cera_fail(err, CERA_ERR_INVALID_ARG,
+                         "%s: struct_size %u is not one this library knows (at most %zu): start from its "
+                         "*_default_params()",
+                         what, n, size);
+    memcpy(dst, src, n);
+    memcpy(dst, &(uint32_t){(uint32_t)size}, sizeof n);
+    return CERA_OK;
+}
+
+/* The engine's KV pool: n_seq_max slots, kv_bytes of blocks (or min(n_seq_max, 4) full
+ * contexts), storage on the host for the CPU backend or in the device backend's memory. */
+static cera_status open_kv(cera_engine *e, cera_error *err) {
+    const cera_hparams *hp = &e->model.hp;
+    const cera_engine_params *p = &e->params;
+    const size_t elem = p->kv_type == CERA_KV_F32 ? 4 : 2; /* Q8_0: counted as F16 (a bound) */
+    const size_t block_bytes =
+        (size_t)hp->n_layer * 2 * CERA_KV_BLOCK * (size_t)hp->n_head_kv * hp->head_dim * elem;
+    const int per_ctx = (p->n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
+    size_t n_blocks = p->kv_bytes ? p->kv_bytes / block_bytes
+                                  : (size_t)per_ctx * (size_t)(p->n_seq_max < 4 ? p->n_seq_max : 4);
+    if (n_blocks < 1)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "kv_bytes %zu holds no KV block (%zu bytes each)",
+                         p->kv_bytes, block_bytes);
+    if (n_blocks > (size_t)INT32_MAX / 2) n_blocks = (size_t)INT32_MAX / 2;
+    cera_status st = cera_kv_pool_new(p->kv_type, hp->n_layer, hp->n_head_kv * hp->head_dim, (int)n_blocks,
+                                      p->n_seq_max, p->n_ctx, e->backend->kv_on_host, &e->kv, err);
+    if (st) return st;
+    if (e->backend->kv_init) return e->backend->kv_init(e->backend, e->kv, err);
+    return CERA_OK;
+}
+
 cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
                              cera_error *err) {
     cera_error_clear(err);
     if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: out is NULL");
     *out = NULL;
     if (!path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: path is NULL");
-    cera_engine_params p = params ? *params : cera_engine_default_params();
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0)
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "negative n_ctx, n_batch or n_threads");
+    cera_engine_params p = cera_engine_default_params();
+    cera_status st = cera_params_read(&p, sizeof p, params, "cera_engine_params", err);
+    if (st) return st;
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0 || p.n_seq_max < 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "negative n_ctx, n_batch, n_threads or n_seq_max");
+    if (p.n_seq_max > 65536)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "n_seq_max %d exceeds 65536", p.n_seq_max);
+    if (p.n_seq_max == 0) p.n_seq_max = 64;
     /* bounds that keep every position, block count and per-batch size product in an int */
     if (p.n_ctx > CERA_MAX_CTX || p.n_batch > CERA_MAX_CTX)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "n_ctx %d or n_batch %d exceeds %d", p.n_ctx, p.n_batch,
@@ -59,7 +101,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
     cera_engine *e = calloc(1, sizeof *e);
     if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");
     pthread_mutex_init(&e->forward_lock, NULL);
-    cera_status st = gguf_open(path, &e->file, err);
+    st = gguf_open(path, &e->file, err);
     if (st) goto fail;
     if ((st = cera_model_load(e->file, &e->model, err))) {
         cera_error_prefix(err, "%s", path);
@@ -80,10 +122,11 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
     if (p.n_batch == 0) p.n_batch = 512;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     e->params = p;
-    if ((st = open_backend(e, err))) {
+    if ((st = open_backend(e, err)) || (st = open_kv(e, err))) {
         cera_error_prefix(err, "%s", path);
         goto fail;
     }
+    if ((st = cera_batch_init(e, err))) goto fail;
     *out = e;
     return CERA_OK;
 fail:
@@ -93,6 +136,9 @@ fail:
 
 void cera_engine_close(cera_engine *e) {
     if (!e) return;
+    if (e->backend && e->kv && e->backend->kv_free) e->backend->kv_free(e->backend);
+    cera_kv_pool_free(e->kv);
+    cera_batch_free(e);
     if (e->backend) e->backend->free(e->backend);
     cera_tokenizer_free(e->tok);
     cera_model_free(&e->model);

@@ -2,12 +2,13 @@
  * engine_impl.h — the insides of the public cera_engine and cera_session (include/cera.h),
  * shared by engine.c, session.c and generate.c.
  *
- * An engine owns the mapped file, the model description, the tokenizer and one compute
- * backend (which owns the thread pool and the activation buffers). A session owns one
- * sequence: its KV blocks (a pool sized for n_ctx, allocated at creation), its sampler,
- * its logits and the batch arrays of an eval. Sessions share the engine's backend; its
- * forward calls are serialized by the engine's lock (a session itself is used by one
- * thread at a time).
+ * An engine owns the mapped file, the model description, the tokenizer, one compute
+ * backend (which owns the thread pool and the activation buffers) and the KV pool every
+ * session takes its blocks from. A session owns one sequence of that pool (a slot and its
+ * block table), its sampler and its logits. Sessions share the engine's backend and pool;
+ * forward calls and pool changes are serialized by the engine's lock (a session itself is
+ * used by one thread at a time). batch.c turns evals of one or many sessions into forward
+ * calls.
  */
 #ifndef CERA_ENGINE_ENGINE_IMPL_H
 #define CERA_ENGINE_ENGINE_IMPL_H
@@ -31,17 +32,28 @@ struct cera_engine {
     cera_model model;
     cera_tokenizer *tok;
     cera_backend *backend;
-    cera_engine_params params; /* resolved: n_ctx and n_batch are set */
-    /* the backend's buffers serve one forward call at a time: sessions evaluated from
-     * several threads take turns */
+    cera_engine_params params; /* resolved: n_ctx, n_batch and n_seq_max are set */
+    cera_kv_pool *kv;          /* every session's KV blocks */
+    /* the backend's buffers serve one forward call at a time and the pool is shared:
+     * sessions used from several threads take turns (forward calls, pool changes) */
     pthread_mutex_t forward_lock;
+    /* batch.c's buffers for one forward call, used under the lock: [n_batch] arrays, the
+     * rows' adapter plan, and host logits of the call's wanted rows (grown, rarely, to the
+     * most rows a call has wanted) */
+    cera_token *b_tok;
+    int32_t *b_pos, *b_seq;
+    bool *b_want;
+    cera_kv_seq **b_seqs;
+    const cera_lora_set **b_sets;
+    void *b_runs, *b_call; /* [n_seq_max] per-session progress (batch.c) */
+    cera_lora_batch lora_plan;
+    float *stage_logits;
+    size_t stage_rows;
 };
 
 struct cera_session {
     cera_engine *engine;
-    cera_kv_pool *pool;
-    cera_kv_seq seq;
-    cera_kv_seq *seqs[1];
+    cera_kv_seq seq;    /* its sequence in the engine's pool */
     cera_token *tokens; /* [n_ctx]: the evaluated timeline, to rebuild the penalty history on truncate */
     cera_sampler *sampler;
     cera_sampler_params sampler_params;
@@ -50,7 +62,7 @@ struct cera_session {
     size_t logit_cap_rows;
     int n_logit_rows;
     int logits_first; /* the eval-relative index of row 0 (all rows, or only the last) */
-    /* the last row lives on the device (cera_kv_pool.dev_logits, backend.h) and `logits`
+    /* the last row lives on the device (the backend's slot seq.id, backend.h) and `logits`
      * holds it only once fetched: cera_session_logits fetches it the first time it is
      * asked for after an eval; cera_session_sample samples it there when it can */
     bool logits_on_device, logits_fetched;
@@ -61,19 +73,25 @@ struct cera_session {
      * eval, sample or generate evaluates it first, so that a continuation equals one long
      * generation without a forward wasted when nothing follows */
     cera_token pending_eval;
-    /* one forward call's arrays, [n_batch] */
-    int32_t *pos, *seq_idx;
-    bool *want;
     /* attached LoRA adapters and their batch plan (lora_session.c) */
     cera_lora_set lora;
     cera_lora_batch lora_batch;
 };
+
+/* Copies a caller's params struct (src, NULL: keep dst) over dst, which holds the
+ * defaults: as many bytes as src's struct_size says, which must be between 4 and size
+ * (engine.c). */
+cera_status cera_params_read(void *dst, size_t size, const void *src, const char *what, cera_error *err);
 
 /* LoRA glue (lora_session.c): the plan for an eval of n_rows rows of the session (all its
  * rows share its set), or NULL when no attached adapter is active; and detaching
  * everything and freeing the plan (from cera_session_free). */
 const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
 void cera_lora_session_free(cera_session *s);
+
+/* batch.c: the engine's batch buffers (at open; freed at close, also after a failed init). */
+cera_status cera_batch_init(cera_engine *e, cera_error *err);
+void cera_batch_free(cera_engine *e);
 
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);

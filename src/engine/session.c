@@ -1,10 +1,11 @@
 /*
- * session.c — the public session API: one timeline over the engine's model, its KV
- * blocks, logits and sampler.
+ * session.c — the public session API: one timeline over the engine's model, a sequence
+ * of its KV pool, logits and sampler.
  *
- * An eval appends tokens and runs them through the backend in batches of at most
- * n_batch (a prompt is one batch when it fits, a generated token a batch of one); the
- * same forward serves both, so they give the same logits for the same positions.
+ * An eval is the one-session case of cera_batch_eval (batch.c): the tokens go through
+ * the backend in chunks of at most n_batch (a prompt is one chunk when it fits, a
+ * generated token a chunk of one); the same forward serves both, so they give the same
+ * logits for the same positions.
  *
  * With a backend that keeps logits on its device (backend.h: logits_get), an eval that
  * does not ask for all logits leaves the last row there: cera_session_sample runs the
@@ -22,6 +23,7 @@
 cera_session_params cera_session_default_params(void) {
     cera_session_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.sampler = cera_sampler_default_params();
     return p;
 }
@@ -29,16 +31,41 @@ cera_session_params cera_session_default_params(void) {
 void cera_session_free(cera_session *s) {
     if (!s) return;
     cera_lora_session_free(s);
-    cera_kv_seq_release(&s->seq);
-    if (s->pool && s->engine->backend->kv_free) s->engine->backend->kv_free(s->engine->backend, s->pool);
-    cera_kv_pool_free(s->pool);
+    if (s->seq.pool) {
+        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_kv_seq_close(&s->seq);
+        pthread_mutex_unlock(&s->engine->forward_lock);
+    }
     cera_sampler_free(s->sampler);
     free(s->logits);
     free(s->tokens);
-    free(s->pos);
-    free(s->seq_idx);
-    free(s->want);
     free(s);
+}
+
+/* A session with its sequence slot and buffers, and no sampler yet. */
+static cera_status session_alloc(cera_engine *e, const cera_kv_seq *fork_of, cera_session **out,
+                                 cera_error *err) {
+    cera_session *s = calloc(1, sizeof *s);
+    if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "session");
+    s->engine = e;
+    s->pending_sampled = -1;
+    s->pending_eval = -1;
+    s->logit_cap_rows = 1;
+    s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
+    s->tokens = malloc((size_t)e->params.n_ctx * sizeof *s->tokens);
+    cera_status st = CERA_OK;
+    if (!s->logits || !s->tokens) st = cera_fail(err, CERA_ERR_NO_MEMORY, "session buffers");
+    if (!st) {
+        pthread_mutex_lock(&e->forward_lock);
+        st = fork_of ? cera_kv_seq_fork(fork_of, &s->seq, err) : cera_kv_seq_open(e->kv, &s->seq, err);
+        pthread_mutex_unlock(&e->forward_lock);
+    }
+    if (st) {
+        cera_session_free(s);
+        return st;
+    }
+    *out = s;
+    return CERA_OK;
 }
 
 cera_status cera_session_create(cera_engine *e, const cera_session_params *params, cera_session **out,
@@ -46,33 +73,57 @@ cera_status cera_session_create(cera_engine *e, const cera_session_params *param
     cera_error_clear(err);
     if (!e || !out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_create: NULL argument");
     *out = NULL;
-    cera_session *s = calloc(1, sizeof *s);
-    if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "session");
-    s->engine = e;
-    s->pending_sampled = -1;
-    s->pending_eval = -1;
-    const cera_hparams *hp = &e->model.hp;
-    const int n_ctx = e->params.n_ctx, nb = e->params.n_batch;
-    cera_status st;
-    if ((st = cera_kv_pool_new(e->params.kv_type, hp->n_layer, hp->n_head_kv * hp->head_dim,
-                               (n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK, e->backend->kv_on_host, &s->pool,
-                               err)))
-        goto fail;
-    if (e->backend->kv_init && (st = e->backend->kv_init(e->backend, s->pool, err))) goto fail;
-    if ((st = cera_kv_seq_init(&s->seq, s->pool, n_ctx, err))) goto fail;
-    s->seqs[0] = &s->seq;
-    s->sampler_params = params ? params->sampler : cera_sampler_default_params();
-    if ((st = cera_sampler_new(&s->sampler_params, hp->n_vocab, &s->sampler, err))) goto fail;
-    s->logit_cap_rows = 1;
-    s->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    s->pos = malloc((size_t)nb * sizeof(int32_t));
-    s->seq_idx = calloc((size_t)nb, sizeof(int32_t));
-    s->want = malloc((size_t)nb * sizeof(bool));
-    s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
-    if (!s->logits || !s->pos || !s->seq_idx || !s->want || !s->tokens) {
-        st = cera_fail(err, CERA_ERR_NO_MEMORY, "session buffers");
-        goto fail;
+    cera_session_params p = cera_session_default_params();
+    cera_status st = cera_params_read(&p, sizeof p, params, "cera_session_params", err);
+    if (st) return st;
+    cera_session *s = NULL;
+    if ((st = session_alloc(e, NULL, &s, err))) return st;
+    s->sampler_params = p.sampler;
+    if ((st = cera_sampler_new(&s->sampler_params, e->model.hp.n_vocab, &s->sampler, err))) {
+        cera_session_free(s);
+        return st;
     }
+    *out = s;
+    return CERA_OK;
+}
+
+cera_status cera_session_fork(cera_session *src, cera_session **out, cera_error *err) {
+    cera_error_clear(err);
+    if (!src || !out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_fork: NULL argument");
+    *out = NULL;
+    cera_status st = cera_session_flush_pending(src, err);
+    if (st) return st;
+    cera_engine *e = src->engine;
+    const int n_vocab = e->model.hp.n_vocab;
+    /* the logits go with the fork, on the host (the device slot is the source's) */
+    if (src->n_logit_rows && !src->logits_fetched && !cera_session_logits(src, -1))
+        return cera_fail(err, CERA_ERR_DEVICE, "cera_session_fork: the last logits could not be fetched");
+    cera_session *s = NULL;
+    if ((st = session_alloc(e, &src->seq, &s, err))) return st;
+    s->sampler_params = src->sampler_params;
+    if ((st = cera_sampler_clone(src->sampler, &s->sampler, err))) goto fail;
+    for (int i = 0; i < src->lora.n; i++)
+        if ((st = cera_session_set_adapter(s, src->lora.e[i].adapter, src->lora.e[i].scale, err))) goto fail;
+    memcpy(s->tokens, src->tokens, (size_t)src->seq.n_pos * sizeof *s->tokens);
+    if (src->n_logit_rows) {
+        const size_t rows = (size_t)src->n_logit_rows;
+        if (rows > s->logit_cap_rows) {
+            float *nl = realloc(s->logits, rows * (size_t)n_vocab * sizeof(float));
+            if (!nl) {
+                st = cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %zu positions", rows);
+                goto fail;
+            }
+            s->logits = nl;
+            s->logit_cap_rows = rows;
+        }
+        memcpy(s->logits, src->logits, rows * (size_t)n_vocab * sizeof(float));
+    }
+    s->n_logit_rows = src->n_logit_rows;
+    s->logits_first = src->logits_first;
+    s->last_eval_n = src->last_eval_n;
+    s->logits_on_device = false;
+    s->logits_fetched = true;
+    s->pending_sampled = src->pending_sampled;
     *out = s;
     return CERA_OK;
 fail:
@@ -80,7 +131,7 @@ fail:
     return st;
 }
 
-int cera_session_n_past(const cera_session *s) { return s->seq.n_pos; }
+int cera_session_n_past(const cera_session *s) { return s ? s->seq.n_pos : 0; }
 
 cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) {
     cera_error_clear(err);
@@ -88,7 +139,11 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
     if (n_keep < 0 || n_keep > s->seq.n_pos)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: n_keep %d outside 0..%d (n_past)", n_keep,
                          s->seq.n_pos);
-    if (n_keep < s->seq.n_pos) cera_kv_seq_truncate(&s->seq, n_keep);
+    if (n_keep < s->seq.n_pos) {
+        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_kv_seq_truncate(&s->seq, n_keep);
+        pthread_mutex_unlock(&s->engine->forward_lock);
+    }
     /* the timeline ends at n_keep: a generated token not yet evaluated goes too, and the
      * penalty history becomes the kept tokens' (the RNG restarts from its seed) */
     s->pending_eval = -1;
@@ -99,17 +154,10 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
     return CERA_OK;
 }
 
-static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
-                               cera_error *err);
-
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err) {
     if (s->pending_eval < 0) return CERA_OK;
-    const cera_token t = s->pending_eval;
-    s->pending_eval = -1;
-    /* a batch of one, as the token would have been inside one long generation */
-    const cera_status st = eval_tokens(s, &t, 1, false, err);
-    if (st) s->pending_eval = t; /* still the timeline's next token (e.g. a full context) */
-    return st;
+    const cera_batch_item it = {s, NULL, 0, false};
+    return cera_batch_eval(s->engine, &it, 1, err);
 }
 
 cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
@@ -117,81 +165,8 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
     cera_error_clear(err);
     if (!s || (!tokens && n_tokens))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_eval: NULL argument");
-    cera_status st = cera_session_flush_pending(s, err);
-    if (st || n_tokens == 0) return st;
-    return eval_tokens(s, tokens, n_tokens, all_logits, err);
-}
-
-static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
-                               cera_error *err) {
-    cera_engine *e = s->engine;
-    const int n_vocab = e->model.hp.n_vocab;
-    const int n_past = s->seq.n_pos;
-    if (n_tokens > (size_t)(e->params.n_ctx - n_past))
-        return cera_fail(err, CERA_ERR_CONTEXT_FULL, "context full: %d + %zu tokens exceed n_ctx %d", n_past,
-                         n_tokens, e->params.n_ctx);
-    for (size_t i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return cera_fail(err, CERA_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[i],
-                             n_vocab);
-    const size_t rows = all_logits ? n_tokens : 1;
-    if (rows > s->logit_cap_rows) {
-        /* grows only for an all-logits eval longer than any before (not per token) */
-        float *nl = realloc(s->logits, rows * (size_t)n_vocab * sizeof(float));
-        if (!nl) return cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %zu positions", rows);
-        s->logits = nl;
-        s->logit_cap_rows = rows;
-    }
-    s->n_logit_rows = 0;
-    /* the last row stays on the device when the backend can keep it there */
-    const bool keep_on_device = !all_logits && e->backend->logits_get;
-    cera_status st = cera_kv_seq_reserve(&s->seq, n_past + (int)n_tokens, err);
-    if (st) return st;
-
-    /* Longer than a batch: equal chunks rather than full ones and a short rest, so that no
-     * chunk falls under the size where attention switches to its short-batch rounding
-     * (attention.h): the logits then match a single batch's. */
-    const size_t n_chunks = (n_tokens + (size_t)e->params.n_batch - 1) / (size_t)e->params.n_batch;
-    const size_t chunk = (n_tokens + n_chunks - 1) / n_chunks;
-    float *out = s->logits;
-    for (size_t done = 0; done < n_tokens;) {
-        const int n = (int)(n_tokens - done < chunk ? n_tokens - done : chunk);
-        for (int i = 0; i < n; i++) {
-            s->pos[i] = n_past + (int)done + i;
-            s->seq_idx[i] = 0;
-            s->want[i] = all_logits || done + (size_t)i == n_tokens - 1;
-        }
-        cera_batch b = {.n_tokens = n,
-                        .token = tokens + done,
-                        .pos = s->pos,
-                        .seq = s->seq_idx,
-                        .want_logits = s->want,
-                        .seqs = s->seqs,
-                        .n_seqs = 1,
-                        .lora = cera_lora_session_plan(s, n)};
-        pthread_mutex_lock(&e->forward_lock);
-        st = e->backend->forward(e->backend, &b, keep_on_device ? NULL : out, err);
-        pthread_mutex_unlock(&e->forward_lock);
-        if (st) {
-            cera_kv_seq_truncate(&s->seq, n_past);
-            return st;
-        }
-        if (all_logits) out += (size_t)n * n_vocab;
-        done += (size_t)n;
-        s->seq.n_pos = n_past + (int)done;
-    }
-    memcpy(s->tokens + n_past, tokens, n_tokens * sizeof *tokens);
-    for (size_t i = 0; i < n_tokens; i++) {
-        if (i == 0 && tokens[0] == s->pending_sampled) continue; /* already recorded by sample */
-        cera_sampler_accept(s->sampler, tokens[i]);
-    }
-    s->pending_sampled = -1;
-    s->n_logit_rows = (int)rows;
-    s->logits_on_device = keep_on_device;
-    s->logits_fetched = !keep_on_device;
-    s->logits_first = all_logits ? 0 : (int)n_tokens - 1;
-    s->last_eval_n = (int)n_tokens;
-    return CERA_OK;
+    const cera_batch_item it = {s, tokens, n_tokens, all_logits};
+    return cera_batch_eval(s->engine, &it, 1, err);
 }
 
 bool cera_session_has_logits(const cera_session *s) { return s && s->n_logit_rows > 0; }
@@ -208,7 +183,7 @@ const float *cera_session_logits(const cera_session *s, int i) {
         cera_engine *e = m->engine;
         cera_error err;
         pthread_mutex_lock(&e->forward_lock);
-        const cera_status st = e->backend->logits_get(e->backend, m->pool, m->logits, &err);
+        const cera_status st = e->backend->logits_get(e->backend, m->seq.id, m->logits, &err);
         pthread_mutex_unlock(&e->forward_lock);
         if (st) return NULL;
         m->logits_fetched = true;
@@ -220,11 +195,11 @@ cera_token cera_session_sample(cera_session *s) {
     if (!s || cera_session_flush_pending(s, NULL)) return -1;
     if (s->n_logit_rows == 0) return -1;
     cera_engine *e = s->engine;
-    if (s->logits_on_device && e->backend->sample) {
+    if (s->logits_on_device && !s->logits_fetched && e->backend->sample) {
         cera_token t = -1;
         cera_error err;
         pthread_mutex_lock(&e->forward_lock);
-        const cera_status st = e->backend->sample(e->backend, s->pool, s->sampler, &t, &err);
+        const cera_status st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, &err);
         pthread_mutex_unlock(&e->forward_lock);
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
@@ -240,6 +215,20 @@ cera_token cera_session_sample(cera_session *s) {
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;
     return t;
+}
+
+cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out, cera_error *err) {
+    cera_error_clear(err);
+    if (n < 0 || (n > 0 && (!sessions || !out)))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_batch_sample: NULL argument");
+    cera_status st = CERA_OK;
+    for (int i = 0; i < n; i++) {
+        out[i] = cera_session_sample(sessions[i]);
+        if (out[i] < 0 && st == CERA_OK)
+            st = cera_fail(err, CERA_ERR_INVALID_ARG,
+                           "cera_batch_sample: session %d has no logits to sample from", i);
+    }
+    return st;
 }
 
 cera_status cera_session_set_sampler(cera_session *s, const cera_sampler_params *params, cera_error *err) {

@@ -8,7 +8,7 @@
  * token, and the 200-token greedy continuation identical. synth-llama-q4_0: logits within
  * 5e-2 (activation quantization, see test_cuda_golden) and the greedy continuation
  * identical (it is on the standalone path). A second session on the same engine, while the
- * first is still alive (a second KV pool: the decode graph is re-captured), must give the
+ * first is still alive (other blocks of the engine's pool, the same decode graph), must give the
  * same tokens. synth-llama-q4_0 again with a Q8_0 KV cache (cache rounding on top): logits
  * within 8e-2, the top token at all but one position, the first 24 greedy tokens identical.
  * Exits 77 without a GPU.
@@ -50,7 +50,7 @@ static void run_case(const char *model, const char *name, double tol, cera_kv_ty
     CHECK(logit_bytes == n_tok * (size_t)nv * sizeof(float), "%s: golden size", name);
     cera_session_params sp = cera_session_default_params();
     sp.sampler.temp = 0.0f;     // greedy
-    cera_session *first = NULL; // kept alive through the second pass, so its KV pool is another one
+    cera_session *first = NULL; // kept alive through the second pass, so its blocks are others
     for (int pass = 0; pass < 2 && logit_bytes == n_tok * (size_t)nv * sizeof(float); pass++) {
         cera_session *s = NULL;
         st = cera_session_create(e, &sp, &s, &err);

@@ -4,8 +4,9 @@
  * adapter (cera_lora_batch_build) and every sequence's logits must equal, bit for bit,
  * those of the same sequence evaluated alone through the public API.
  *
- * Uses the engine's internals (engine_impl.h) to build the multi-sequence batch that the
- * public API does not expose yet. The batch stays under the attention's F32 threshold
+ * Uses the engine's internals (engine_impl.h) to hand the backend a batch whose rows are
+ * interleaved round robin (cera_batch_eval keeps each session's rows together), the hardest
+ * case for the grouping. The batch stays under the attention's F32 threshold
  * (CERA_ATTN_F32_MIN_TOKENS rows), as a solo prompt of these lengths does.
  */
 #include <stdlib.h>
@@ -64,7 +65,9 @@ int main(void) {
     cera_kv_seq *seqs[N_SEQ];
     const cera_lora_set *sets[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
-        CHECK(!cera_kv_seq_reserve(&s[i]->seq, len[i], &err), "reserve: %s", err.message);
+        cera_kv_copy copy;
+        int n_copy = 0;
+        CHECK(!cera_kv_seq_reserve(&s[i]->seq, len[i], &copy, &n_copy, &err), "reserve: %s", err.message);
         seqs[i] = &s[i]->seq;
         sets[i] = &s[i]->lora;
     }

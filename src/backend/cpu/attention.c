@@ -20,14 +20,23 @@ size_t cera_attention_scratch_size(int head_dim) {
     return f16 > f32 ? f16 : f32;
 }
 
-static bool attn_f16_mode(const cera_attn_args *a) {
-    return a->f16_accum && a->seqs[a->seq[0]]->pool->type == CERA_KV_F16;
+int cera_attention_spans(const cera_attn_args *a, const int32_t *seq_count, cera_attn_span *spans) {
+    int n = 0;
+    for (int t = 0; t < a->n_tokens;) {
+        const int q = a->seq[t];
+        const bool f16 =
+            a->seqs[q]->pool->type == CERA_KV_F16 &&
+            (seq_count[q] < CERA_ATTN_F32_MIN_TOKENS || a->head_dim % CERA_ATTN_F32_HEAD_MULTIPLE != 0);
+        int t1 = t + 1;
+        if (!f16)
+            while (t1 < a->n_tokens && t1 - t < ATTN_QBLOCK && a->seq[t1] == q) t1++;
+        spans[n++] = (cera_attn_span){t, t1, f16};
+        t = t1;
+    }
+    return n;
 }
 
-int64_t cera_attention_n_chunks(const cera_attn_args *a) {
-    if (attn_f16_mode(a)) return (int64_t)a->n_tokens * a->n_head;
-    return (int64_t)((a->n_tokens + ATTN_QBLOCK - 1) / ATTN_QBLOCK) * a->n_head;
-}
+int64_t cera_attention_n_chunks(const cera_attn_args *a) { return (int64_t)a->n_spans * a->n_head; }
 
 #define ATTN(name) name##_portable
 #define ATTN_TARGET

@@ -330,19 +330,13 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
     }
 }
 
-/* One chunk of the work (see cera_attention_n_chunks). */
+/* One chunk of the work (see cera_attention_n_chunks): one span, one head. */
 ATTN_TARGET static void ATTN(attention_chunk)(const cera_attn_args *a, int64_t c, void *scratch) {
-    if (attn_f16_mode(a)) {
-        const int t = (int)(c / a->n_head), h = (int)(c % a->n_head);
-        ATTN(row_f16)(a, a->seqs[a->seq[t]], t, h, scratch);
+    const cera_attn_span *sp = &a->spans[c / a->n_head];
+    const int h = (int)(c % a->n_head);
+    if (sp->f16) {
+        for (int t = sp->t0; t < sp->t1; t++) ATTN(row_f16)(a, a->seqs[a->seq[t]], t, h, scratch);
         return;
     }
-    const int h = (int)(c % a->n_head), b0 = (int)(c / a->n_head) * ATTN_QBLOCK;
-    const int b1 = b0 + ATTN_QBLOCK < a->n_tokens ? b0 + ATTN_QBLOCK : a->n_tokens;
-    for (int t0 = b0; t0 < b1;) { /* runs of one sequence */
-        int t1 = t0 + 1;
-        while (t1 < b1 && a->seq[t1] == a->seq[t0]) t1++;
-        ATTN(block_f32)(a, h, t0, t1, scratch);
-        t0 = t1;
-    }
+    ATTN(block_f32)(a, h, sp->t0, sp->t1, scratch);
 }

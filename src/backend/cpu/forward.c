@@ -40,19 +40,21 @@ typedef struct cpu_backend {
     int n_batch;
     cera_rope rope;
     /* activations, [n_batch rows of ...] */
-    float *x;          /* [n_embd] the residual stream */
-    float *h;          /* [n_embd] normed input of a block */
-    float *q;          /* [n_head * head_dim] */
-    float *k, *v;      /* [n_head_kv * head_dim] */
-    float *att;        /* [n_head * head_dim] attention output */
-    float *o;          /* [n_embd] a block's output before the residual add */
-    float *gate;       /* [n_ff] */
-    float *up;         /* [n_ff] */
-    float *rope_cache; /* [n_rot] cos/sin per token */
-    int32_t *out_rows; /* [n_batch] tokens that want logits */
-    int32_t *row_seq;  /* [n_batch] sequence of each row (for per-sequence adapters) */
-    void *act;         /* activation scratch of the largest matmul */
-    uint8_t *attn_tmp; /* per-thread attention scratch */
+    float *x;              /* [n_embd] the residual stream */
+    float *h;              /* [n_embd] normed input of a block */
+    float *q;              /* [n_head * head_dim] */
+    float *k, *v;          /* [n_head_kv * head_dim] */
+    float *att;            /* [n_head * head_dim] attention output */
+    float *o;              /* [n_embd] a block's output before the residual add */
+    float *gate;           /* [n_ff] */
+    float *up;             /* [n_ff] */
+    float *rope_cache;     /* [n_rot] cos/sin per token */
+    int32_t *out_rows;     /* [n_batch] tokens that want logits */
+    int32_t *row_seq;      /* [n_batch] sequence of each row (for per-sequence adapters) */
+    int32_t *seq_count;    /* [n_batch] tokens of each of the batch's sequences */
+    cera_attn_span *spans; /* [n_batch] the attention's spans (attention.h) */
+    void *act;             /* activation scratch of the largest matmul */
+    uint8_t *attn_tmp;     /* per-thread attention scratch */
     size_t attn_tmp_size;
     cera_packed_set *packed; /* weights repacked at open (repack.h), hung on their dev fields */
 } cpu_backend;
@@ -227,6 +229,11 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
                              t, b->pos[t]);
         be->row_seq[t] = b->seq[t];
     }
+    if (b->n_seqs > be->n_batch)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d sequences (1..%d allowed)", b->n_seqs,
+                         be->n_batch);
+    for (int q = 0; q < b->n_seqs; q++) be->seq_count[q] = 0;
+    for (int t = 0; t < n; t++) be->seq_count[b->seq[t]]++;
     proj_ctx pc = {be, be->row_seq, b->lora};
     per_token(be, b, -1, ST_EMBED);
 
@@ -241,9 +248,10 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
                  .seq = b->seq,
                  .seqs = b->seqs,
                  .scale = hp->attn_scale,
-                 .f16_accum = n < CERA_ATTN_F32_MIN_TOKENS || hd % CERA_ATTN_F32_HEAD_MULTIPLE != 0},
+                 .spans = be->spans},
         .be = be,
     };
+    aj.args.n_spans = cera_attention_spans(&aj.args, be->seq_count, be->spans);
 
     for (int il = 0; il < hp->n_layer; il++) {
         per_token(be, b, il, ST_ATTN_NORM);
@@ -300,6 +308,8 @@ static void cpu_free(cera_backend *base) {
     free(be->rope_cache);
     free(be->out_rows);
     free(be->row_seq);
+    free(be->seq_count);
+    free(be->spans);
     free(be->act);
     free(be->attn_tmp);
     cera_cpu_repack_free(be->packed);
@@ -370,11 +380,14 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->rope_cache = malloc(rows * hp->n_rot * sizeof(float));
     be->out_rows = malloc(rows * sizeof(int32_t));
     be->row_seq = malloc(rows * sizeof(int32_t));
+    be->seq_count = malloc(rows * sizeof(int32_t));
+    be->spans = malloc(rows * sizeof *be->spans);
     be->act = malloc(act_max ? act_max : 1);
     be->attn_tmp_size = (cera_attention_scratch_size(hp->head_dim) + 63) & ~(size_t)63;
     be->attn_tmp = malloc(be->attn_tmp_size * (size_t)cera_pool_size(be->pool));
     if (!be->x || !be->h || !be->q || !be->k || !be->v || !be->att || !be->o || !be->gate || !be->up ||
-        !be->rope_cache || !be->out_rows || !be->row_seq || !be->act || !be->attn_tmp) {
+        !be->rope_cache || !be->out_rows || !be->row_seq || !be->seq_count || !be->spans || !be->act ||
+        !be->attn_tmp) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend buffers for a batch of %d tokens", nb);
         goto fail;
     }

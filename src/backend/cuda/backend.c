@@ -2,13 +2,15 @@
  * backend.c — the CUDA backend behind the engine's backend table (backend/backend.h).
  *
  * The engine opens it for CERA_DEVICE_CUDA (or AUTO when a GPU answers). KV blocks live
- * on the GPU: kv_init gives each session's pool device storage (F16, llama.cpp's default, or
- * Q8_0; an F32 request is refused at open, so AUTO falls back to the CPU), and a
- * forward call hands the batch's block tables to the kernels, which read K/V through
- * them. Logits come back only for the tokens that want them; a forward without a host
- * buffer keeps the last wanted row in the sequence's pool (dev_logits), where logits_get
- * copies it out and sample runs the sampler chain on it (sample.cu), so that a generated
- * token costs a 4-byte copy instead of n_vocab floats. CERA_CUDA_SAMPLE=0 at open turns
+ * on the GPU: kv_init gives the engine's pool device storage, one allocation for every
+ * block (F16, llama.cpp's default, or Q8_0; an F32 request is refused at open, so AUTO
+ * falls back to the CPU), and a forward call hands the batch's block tables to the
+ * kernels, which read K/V through them; the storage never moves, so the decode graph is
+ * captured once. Logits come back only for the tokens that want them; a forward without
+ * a host buffer keeps each sequence's last wanted row in that sequence's slot (dev_logits,
+ * indexed by cera_kv_seq.id), where logits_get copies it out and sample runs the sampler
+ * chain on it (sample.cu), so that a generated token costs a 4-byte copy instead of
+ * n_vocab floats. CERA_CUDA_SAMPLE=0 at open turns
  * the device chain off (the session then fetches the row and samples on the host).
  */
 #include <math.h>
@@ -37,10 +39,16 @@ typedef struct cu_sampler {
 typedef struct cuda_backend {
     cera_backend base;
     cera_cuda_state *s;
-    int32_t *tok_tbl; /* [n_batch] */
-    int32_t *rows;    /* [n_batch] */
-    int32_t *tables;  /* [tables_cap] */
-    cu_sampler smp;   /* device sampling (unused when CERA_CUDA_SAMPLE=0) */
+    void *kv;          /* the engine pool's blocks (kv_init) */
+    size_t kv_block;   /* bytes of one block */
+    float *dev_logits; /* [n_seq_max, n_vocab]: each sequence slot's kept row */
+    int n_seq_max;
+    int32_t *offs;     /* [n_batch]: each batch sequence's block table offset */
+    int32_t *last_row; /* [n_batch]: each batch sequence's last wanted row, or -1 */
+    int32_t *tok_tbl;  /* [n_batch] */
+    int32_t *rows;     /* [n_batch] */
+    int32_t *tables;   /* [tables_cap] */
+    cu_sampler smp;    /* device sampling (unused when CERA_CUDA_SAMPLE=0) */
 } cuda_backend;
 
 static void cu_sampler_free(cu_sampler *c) {
@@ -123,76 +131,95 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
     return CERA_OK;
 }
 
-static cera_status cuda_kv_init(cera_backend *b, cera_kv_pool *pool, cera_error *err) {
+static cera_status cuda_kv_init(cera_backend *b, const cera_kv_pool *pool, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
     if (pool->n_layer != be->s->hp.n_layer || pool->kv_dim != be->s->n_kv)
         return cera_fail(err, CERA_ERR_INTERNAL, "cuda: KV pool of %d layers x %d, model has %d x %d",
                          pool->n_layer, pool->kv_dim, be->s->hp.n_layer, be->s->n_kv);
-    const size_t bytes = (size_t)pool->n_blocks * cu_kv_block_bytes(be->s);
+    be->kv_block = cu_kv_block_bytes(be->s);
+    const size_t bytes = (size_t)pool->n_blocks * be->kv_block;
     CU_TRY(cudaSetDevice(be->s->prm.device));
-    cudaError_t e = cudaMalloc(&pool->dev, bytes);
+    cudaError_t e = cudaMalloc(&be->kv, bytes);
     if (e != cudaSuccess) {
-        pool->dev = NULL;
-        return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: KV cache of %zu bytes: %s", bytes,
-                         cudaGetErrorString(e));
+        be->kv = NULL;
+        cudaGetLastError();
+        return cera_fail(err, CERA_ERR_NO_MEMORY,
+                         "cuda: KV cache of %d blocks (%zu bytes): %s: a smaller kv_bytes", pool->n_blocks,
+                         bytes, cudaGetErrorString(e));
     }
-    CU_TRY(cudaMemset(pool->dev, 0, bytes));
-    const size_t lbytes = sizeof(float) * (size_t)be->s->n_vocab;
-    e = cudaMalloc(&pool->dev_logits, lbytes);
+    CU_TRY(cudaMemset(be->kv, 0, bytes));
+    const size_t lbytes = sizeof(float) * (size_t)be->s->n_vocab * (size_t)pool->n_seq_max;
+    e = cudaMalloc((void **)&be->dev_logits, lbytes);
     if (e != cudaSuccess) {
-        pool->dev_logits = NULL;
-        return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: a logits row of %zu bytes: %s", lbytes,
-                         cudaGetErrorString(e));
+        be->dev_logits = NULL;
+        cudaGetLastError();
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: logits rows for %d sequences (%zu bytes): %s",
+                         pool->n_seq_max, lbytes, cudaGetErrorString(e));
     }
-    CU_TRY(cudaMemset(pool->dev_logits, 0, lbytes));
+    CU_TRY(cudaMemset(be->dev_logits, 0, lbytes));
+    be->n_seq_max = pool->n_seq_max;
     return CERA_OK;
 }
 
-static void cuda_kv_free(cera_backend *b, cera_kv_pool *pool) {
-    (void)b;
-    if (pool->dev) cudaFree(pool->dev);
-    if (pool->dev_logits) cudaFree(pool->dev_logits);
-    pool->dev = NULL;
-    pool->dev_logits = NULL;
+static void cuda_kv_free(cera_backend *b) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (be->kv) cudaFree(be->kv);
+    if (be->dev_logits) cudaFree(be->dev_logits);
+    be->kv = NULL;
+    be->dev_logits = NULL;
 }
 
-static cera_status cuda_logits_get(cera_backend *b, const cera_kv_pool *pool, float *out, cera_error *err) {
+static cera_status cuda_kv_copy(cera_backend *b, const cera_kv_copy *copies, int n, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
-    if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
+    uint8_t *kv = be->kv;
+    for (int i = 0; i < n; i++)
+        CU_TRY(cudaMemcpyAsync(kv + (size_t)copies[i].dst * be->kv_block,
+                               kv + (size_t)copies[i].src * be->kv_block, be->kv_block,
+                               cudaMemcpyDeviceToDevice, be->s->st));
+    return CERA_OK;
+}
+
+/* Sequence slot seq_id's kept row, or NULL. */
+static const float *slot_row(const cuda_backend *be, int seq_id) {
+    if (!be->dev_logits || seq_id < 0 || seq_id >= be->n_seq_max) return NULL;
+    return be->dev_logits + (size_t)seq_id * (size_t)be->s->n_vocab;
+}
+
+static cera_status cuda_logits_get(cera_backend *b, int seq_id, float *out, cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    const float *row = slot_row(be, seq_id);
+    if (!row) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: sequence slot %d has no logits row", seq_id);
     CU_TRY(cudaSetDevice(be->s->prm.device));
-    CU_TRY(cudaMemcpyAsync(out, pool->dev_logits, sizeof(float) * (size_t)be->s->n_vocab,
-                           cudaMemcpyDeviceToHost, be->s->st));
+    CU_TRY(
+        cudaMemcpyAsync(out, row, sizeof(float) * (size_t)be->s->n_vocab, cudaMemcpyDeviceToHost, be->s->st));
     CU_TRY(cudaStreamSynchronize(be->s->st));
     return CERA_OK;
 }
 
-static cera_status cuda_sample(cera_backend *b, const cera_kv_pool *pool, cera_sampler *smp, cera_token *out,
+static cera_status cuda_sample(cera_backend *b, int seq_id, cera_sampler *smp, cera_token *out,
                                cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
-    if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
+    const float *row = slot_row(be, seq_id);
+    if (!row) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: sequence slot %d has no logits row", seq_id);
     CU_TRY(cudaSetDevice(be->s->prm.device));
-    return cu_sampler_run(&be->smp, smp, pool->dev_logits, out, err);
+    return cu_sampler_run(&be->smp, smp, row, out, err);
 }
 
 static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float *logits, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
     cera_cuda_state *s = be->s;
     if (batch->n_tokens < 1) return CERA_OK;
-    if (batch->n_seqs < 1) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: batch without sequences");
-    void *kv_base = batch->seqs[0]->pool->dev;
+    if (batch->n_seqs < 1 || batch->n_seqs > s->prm.n_batch)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: a batch of %d sequences", batch->n_seqs);
+    if (!be->kv) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: no KV storage (kv_init)");
     int n_tables = 0;
-    int32_t offs[64];
-    if (batch->n_seqs > 64)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: more than 64 sequences in a batch");
     for (int j = 0; j < batch->n_seqs; j++) {
         const cera_kv_seq *q = batch->seqs[j];
-        if (q->pool->dev != kv_base || !kv_base)
-            return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                             "cuda: a batch's sequences must share one device KV pool");
         if (n_tables + q->n_blocks > s->tables_cap)
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: the batch's block tables exceed %d entries",
                              s->tables_cap);
-        offs[j] = n_tables;
+        be->offs[j] = n_tables;
+        be->last_row[j] = -1;
         memcpy(be->tables + n_tables, q->blocks, sizeof(int32_t) * (size_t)q->n_blocks);
         n_tables += q->n_blocks;
     }
@@ -203,19 +230,24 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
             batch->pos[i] >= batch->seqs[j]->n_blocks * CU_KV_BLOCK)
             return cera_fail(err, CERA_ERR_INVALID_ARG,
                              "cuda: token %d: position %d outside its sequence's blocks", i, batch->pos[i]);
-        be->tok_tbl[i] = offs[j];
-        if (batch->want_logits[i]) be->rows[n_out++] = i;
+        be->tok_tbl[i] = be->offs[j];
+        if (batch->want_logits[i]) {
+            be->last_row[j] = n_out;
+            be->rows[n_out++] = i;
+        }
     }
     CERA_TRY(cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                        kv_base, be->rows, n_out, logits, NULL, batch->lora, err));
-    if (!logits && n_out > 0) {
-        /* keep the last wanted row ([n_out, n_vocab] rows in s->logits) in its sequence's
-         * pool; stream order puts the copy before any later forward, sample or fetch */
-        cera_kv_pool *pool = batch->seqs[batch->seq[be->rows[n_out - 1]]]->pool;
-        if (!pool->dev_logits) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the pool has no logits row");
-        CU_TRY(cudaMemcpyAsync(pool->dev_logits, s->logits + (size_t)(n_out - 1) * s->n_vocab,
-                               sizeof(float) * (size_t)s->n_vocab, cudaMemcpyDeviceToDevice, s->st));
-    }
+                        be->kv, be->rows, n_out, logits, NULL, batch->lora, err));
+    if (!logits)
+        /* keep each sequence's last wanted row ([n_out, n_vocab] rows in s->logits) in its
+         * slot; stream order puts the copies before any later forward, sample or fetch */
+        for (int j = 0; j < batch->n_seqs; j++) {
+            if (be->last_row[j] < 0) continue;
+            float *row = (float *)slot_row(be, batch->seqs[j]->id);
+            if (!row) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: sequence slot %d", batch->seqs[j]->id);
+            CU_TRY(cudaMemcpyAsync(row, s->logits + (size_t)be->last_row[j] * s->n_vocab,
+                                   sizeof(float) * (size_t)s->n_vocab, cudaMemcpyDeviceToDevice, s->st));
+        }
     return CERA_OK;
 }
 
@@ -223,8 +255,11 @@ static void cuda_free(cera_backend *b) {
     cuda_backend *be = (cuda_backend *)b;
     if (be->s) cudaSetDevice(be->s->prm.device);
     cu_sampler_free(&be->smp);
+    cuda_kv_free(b);
     cera_cuda_free(be->s);
     free(be->tok_tbl);
+    free(be->offs);
+    free(be->last_row);
     free(be->rows);
     free(be->tables);
     free(be);
@@ -252,9 +287,11 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
         return st;
     }
     be->tok_tbl = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    be->offs = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    be->last_row = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->rows = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->tables = malloc(sizeof(int32_t) * (size_t)be->s->tables_cap);
-    if (!be->tok_tbl || !be->rows || !be->tables) {
+    if (!be->tok_tbl || !be->offs || !be->last_row || !be->rows || !be->tables) {
         cuda_free(&be->base);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda backend tables");
     }
@@ -262,6 +299,7 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_on_host = false;
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
+    be->base.kv_copy = cuda_kv_copy;
     be->base.forward = cuda_forward;
     be->base.logits_get = cuda_logits_get;
     be->base.free = cuda_free;

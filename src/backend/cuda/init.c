@@ -319,7 +319,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     // activations and scratch, sized for n_batch tokens
     // block tables: up to 16 sequences of a full context in one batch
     s->own_blocks = (s->prm.n_ctx + CU_KV_BLOCK - 1) / CU_KV_BLOCK;
-    s->tables_cap = 16 * (s->own_blocks + 1);
+    s->tables_cap = 64 * (s->own_blocks + 1); /* a batch of up to 64 full-context sequences */
     s->embd_pad = (s->n_embd + 31) / 32 * 32;
     s->q_pad = (s->n_q + 31) / 32 * 32;
     s->ff_pad = (s->n_ff + 31) / 32 * 32;

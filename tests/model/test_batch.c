@@ -1,0 +1,266 @@
+/*
+ * test_batch.c — the engine-wide KV pool and the public batch API on the CPU.
+ *
+ *   - batch invariance: cera_batch_eval of sessions doing different things at once (a
+ *     long prompt in the attention's F32 mode, short prompts, single decode steps, a
+ *     pending generated token) gives every session the logits of the same eval alone, bit
+ *     for bit, whatever n_batch cuts the calls into;
+ *   - fork: a fork continues its source's timeline (blocks shared, the partly filled tail
+ *     copied on first write) and both equal fresh sessions fed the whole token sequence;
+ *     cera_batch_sample equals cera_session_sample;
+ *   - the pool: 72 sessions (above the 64 the test engine's pool was sized for are
+ *     refused by name) created, forked, evaluated and freed in random order, every block
+ *     back in the pool at the end; a pool too small for a prompt gives CONTEXT_FULL with
+ *     the session unchanged.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cera.h"
+#include "engine/engine_impl.h"
+#include "testutil.h"
+
+#define STORIES "models/stories260K.gguf"
+
+static cera_engine *open_engine(int n_batch, int n_seq_max, size_t kv_bytes) {
+    cera_engine_params p = cera_engine_default_params();
+    p.n_threads = 2;
+    p.n_ctx = 256;
+    p.n_batch = n_batch;
+    p.n_seq_max = n_seq_max;
+    p.kv_bytes = kv_bytes;
+    p.device = CERA_DEVICE_CPU;
+    cera_engine *e = NULL;
+    cera_error err = {0};
+    CHECK(cera_engine_open(shared_path(STORIES), &p, &e, &err) == CERA_OK, "engine: %s", err.message);
+    return e;
+}
+
+static cera_session *new_session(cera_engine *e) {
+    cera_session *s = NULL;
+    cera_error err = {0};
+    CHECK(cera_session_create(e, NULL, &s, &err) == CERA_OK, "session: %s", err.message);
+    return s;
+}
+
+static bool same_row(const float *a, const float *b, int nv) {
+    return a && b && !memcmp(a, b, (size_t)nv * sizeof(float));
+}
+
+/* Pseudo-random tokens of the stories vocabulary. */
+static void make_tokens(cera_token *t, int n, unsigned seed, int nv) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t[i] = 1 + (int)((seed >> 8) % (unsigned)(nv - 1));
+    }
+}
+
+/* Four sessions, each with a history, then one batch where they do different things. The
+ * reference is the same history and the same eval on a session alone. */
+static void test_invariance(int n_batch) {
+    cera_engine *e = open_engine(n_batch, 8, 0);
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_token tok[4][160];
+    for (int i = 0; i < 4; i++) make_tokens(tok[i], 160, 7 + i, nv);
+    /* history, then the batch's part: 0: nothing, then a 100-token prompt (F32 attention
+     * mode); 1: 20 tokens, then one decode step; 2: 5 tokens, then 12 with all logits;
+     * 3: 30 tokens and a generated token still pending, then nothing (only the pending) */
+    const int hist[4] = {0, 20, 5, 30};
+    const size_t part[4] = {100, 1, 12, 0};
+    const bool all[4] = {false, false, true, false};
+    cera_session *s[4], *ref[4];
+    cera_error err = {0};
+    for (int i = 0; i < 4; i++) {
+        s[i] = new_session(e);
+        ref[i] = new_session(e);
+        if (!s[i] || !ref[i]) return;
+        for (int k = 0; k < 2; k++) {
+            cera_session *x = k ? ref[i] : s[i];
+            if (hist[i]) CHECK(!cera_session_eval(x, tok[i], (size_t)hist[i], false, &err), "history");
+        }
+    }
+    /* session 3's pending token: a generation of one token leaves it pending */
+    cera_generate_params gp = cera_generate_default_params();
+    gp.n_predict = 1;
+    CHECK(!cera_generate(s[3], NULL, 0, &gp, NULL, NULL, NULL, &err), "generate: %s", err.message);
+    CHECK(!cera_generate(ref[3], NULL, 0, &gp, NULL, NULL, NULL, &err), "generate: %s", err.message);
+    cera_batch_item items[4];
+    for (int i = 0; i < 4; i++) items[i] = (cera_batch_item){s[i], tok[i] + hist[i], part[i], all[i]};
+    CHECK(cera_batch_eval(e, items, 4, &err) == CERA_OK, "batch (n_batch %d): %s", n_batch, err.message);
+    int bad = 0, rows = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK(!cera_session_eval(ref[i], tok[i] + hist[i], part[i], all[i], &err), "alone: %s", err.message);
+        CHECK(cera_session_n_past(s[i]) == cera_session_n_past(ref[i]), "session %d: n_past %d vs %d", i,
+              cera_session_n_past(s[i]), cera_session_n_past(ref[i]));
+        const int n_rows = all[i] ? (int)part[i] : 1;
+        for (int r = 0; r < n_rows; r++) {
+            const int at = all[i] ? r : -1;
+            bad += !same_row(cera_session_logits(s[i], at), cera_session_logits(ref[i], at), nv);
+            rows++;
+        }
+        /* and the next sampled tokens agree (same history, same RNG) */
+        CHECK(cera_session_sample(s[i]) == cera_session_sample(ref[i]), "session %d: sampled tokens differ",
+              i);
+    }
+    printf("n_batch %3d: %d of %d rows of a mixed batch differ from the same evals alone\n", n_batch, bad,
+           rows);
+    CHECK(bad == 0, "n_batch %d: %d rows differ from the sessions evaluated alone", n_batch, bad);
+    for (int i = 0; i < 4; i++) cera_session_free(s[i]), cera_session_free(ref[i]);
+    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken: %d of %d free", e->kv->n_free,
+          e->kv->n_blocks);
+    cera_engine_close(e);
+}
+
+/* A fork at a position inside a block; both continue differently and each equals a fresh
+ * session fed its whole sequence. */
+static void test_fork(void) {
+    cera_engine *e = open_engine(64, 8, 0);
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_token a[90], b[90];
+    make_tokens(a, 90, 99, nv);
+    memcpy(b, a, sizeof a);
+    make_tokens(b + 45, 45, 1234, nv); /* b shares a's first 45 tokens (block 1 partly filled) */
+    cera_error err = {0};
+    cera_session *src = new_session(e), *fork = NULL;
+    if (!src) return;
+    CHECK(!cera_session_eval(src, a, 45, false, &err), "prefix");
+    const int free_before = e->kv->n_free;
+    CHECK(!cera_session_fork(src, &fork, &err), "fork: %s", err.message);
+    if (!fork) return;
+    CHECK(e->kv->n_free == free_before, "a fork took blocks (%d -> %d free)", free_before, e->kv->n_free);
+    CHECK(cera_session_n_past(fork) == 45, "fork n_past %d", cera_session_n_past(fork));
+    CHECK(same_row(cera_session_logits(fork, -1), cera_session_logits(src, -1), nv), "fork's logits");
+    const cera_batch_item items[2] = {{src, a + 45, 45, true}, {fork, b + 45, 45, true}};
+    CHECK(!cera_batch_eval(e, items, 2, &err), "both continue: %s", err.message);
+    cera_session *ra = new_session(e), *rb = new_session(e);
+    if (!ra || !rb) return;
+    CHECK(!cera_session_eval(ra, a, 90, true, &err) && !cera_session_eval(rb, b, 90, true, &err),
+          "references");
+    int bad = 0;
+    for (int i = 0; i < 45; i++) {
+        bad += !same_row(cera_session_logits(src, i), cera_session_logits(ra, 45 + i), nv);
+        bad += !same_row(cera_session_logits(fork, i), cera_session_logits(rb, 45 + i), nv);
+    }
+    printf("fork at 45: %d of 90 continued rows differ from fresh sessions\n", bad);
+    CHECK(bad == 0, "fork: %d rows differ", bad);
+    CHECK(!same_row(cera_session_logits(src, 44), cera_session_logits(fork, 44), nv),
+          "the two continuations");
+    cera_session *ss[2] = {src, fork};
+    cera_token t[2] = {-1, -1};
+    const cera_token t0 = cera_session_sample(ra), t1 = cera_session_sample(rb);
+    CHECK(!cera_batch_sample(ss, 2, t, &err) && t[0] == t0 && t[1] == t1, "batch sample: %d %d vs %d %d",
+          t[0], t[1], t0, t1);
+    cera_session_free(src);
+    cera_session_free(fork);
+    cera_session_free(ra);
+    cera_session_free(rb);
+    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken: %d of %d free", e->kv->n_free,
+          e->kv->n_blocks);
+    cera_engine_close(e);
+}
+
+/* 72 attempts at sessions on a 64-slot engine, in random order of create / fork / eval / free. */
+static void test_pool_churn(void) {
+    cera_engine *probe = open_engine(32, 1, 0);
+    if (!probe) return;
+    const size_t block = probe->kv->block_bytes;
+    cera_engine_close(probe);
+    cera_engine *e = open_engine(32, 64, 64 * 8 * block); /* every session may fill its context */
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_session *live[64] = {0};
+    int n_live = 0, refused = 0, forks = 0, evals = 0;
+    unsigned seed = 42;
+    cera_error err = {0};
+    for (int step = 0; step < 600; step++) {
+        seed = seed * 1103515245u + 12345u;
+        const unsigned op = (seed >> 16) % 8;
+        if (op < 3 || n_live == 0) { /* create: refused past 64 */
+            cera_session *s = NULL;
+            const cera_status st = cera_session_create(e, NULL, &s, &err);
+            if (n_live == 64) {
+                CHECK(st == CERA_ERR_NO_MEMORY && strstr(err.message, "n_seq_max"), "65th session: %s",
+                      err.message);
+                refused++;
+            } else {
+                CHECK(st == CERA_OK, "create: %s", err.message);
+                if (s) live[n_live++] = s;
+            }
+        } else if (op < 4) { /* fork a random live one */
+            cera_session *f = NULL;
+            const cera_status st = cera_session_fork(live[(seed >> 3) % (unsigned)n_live], &f, &err);
+            if (n_live == 64) {
+                CHECK(st == CERA_ERR_NO_MEMORY, "fork past 64: %s", err.message);
+            } else {
+                CHECK(st == CERA_OK, "fork: %s", err.message);
+                if (f) live[n_live++] = f, forks++;
+            }
+        } else if (op < 6) { /* a batch over some of them */
+            cera_batch_item items[8];
+            cera_token tok[8][8];
+            int n = 0;
+            for (int i = (int)((seed >> 5) % (unsigned)n_live); i < n_live && n < 8; i += 3) {
+                if (cera_session_n_past(live[i]) > 200) continue;
+                make_tokens(tok[n], 8, seed + (unsigned)i, nv);
+                items[n] =
+                    (cera_batch_item){live[i], tok[n], 1 + (size_t)((seed >> 9) + (unsigned)i) % 8, false};
+                n++;
+            }
+            CHECK(cera_batch_eval(e, items, n, &err) == CERA_OK, "batch: %s", err.message);
+            evals++;
+        } else { /* free a random one */
+            const int i = (int)((seed >> 7) % (unsigned)n_live);
+            cera_session_free(live[i]);
+            live[i] = live[--n_live];
+        }
+    }
+    while (n_live > 0) cera_session_free(live[--n_live]);
+    printf("pool churn: %d batches, %d forks, %d sessions refused past n_seq_max, %d of %d blocks free at "
+           "the end\n",
+           evals, forks, refused, e->kv->n_free, e->kv->n_blocks);
+    CHECK(e->kv->n_free == e->kv->n_blocks && e->kv->n_free_seq == e->kv->n_seq_max,
+          "the pool is not empty at the end: %d of %d blocks, %d of %d slots free", e->kv->n_free,
+          e->kv->n_blocks, e->kv->n_free_seq, e->kv->n_seq_max);
+    cera_engine_close(e);
+}
+
+/* A pool of 2 blocks (64 positions): a 70-token prompt is refused, the session unchanged. */
+static void test_exhaustion(void) {
+    cera_engine *probe = open_engine(64, 2, 0);
+    if (!probe) return;
+    const size_t block = probe->kv->block_bytes;
+    cera_engine_close(probe);
+    cera_engine *e = open_engine(64, 2, 2 * block);
+    if (!e) return;
+    CHECK(e->kv->n_blocks == 2, "a pool of %d blocks", e->kv->n_blocks);
+    const int nv = cera_engine_n_vocab(e);
+    cera_token t[70];
+    make_tokens(t, 70, 5, nv);
+    cera_error err = {0};
+    cera_session *s = new_session(e), *s2 = new_session(e);
+    if (!s || !s2) return;
+    CHECK(!cera_session_eval(s, t, 10, false, &err), "10 tokens");
+    const cera_status st = cera_session_eval(s2, t, 60, false, &err);
+    CHECK(st == CERA_ERR_CONTEXT_FULL && strstr(err.message, "KV pool"), "a prompt past the pool: %d %s", st,
+          err.message);
+    CHECK(cera_session_n_past(s2) == 0 && e->kv->n_free == 1, "after the refusal: n_past %d, %d blocks free",
+          cera_session_n_past(s2), e->kv->n_free);
+    CHECK(!cera_session_eval(s2, t, 20, false, &err), "a prompt that fits: %s", err.message);
+    cera_session_free(s);
+    cera_session_free(s2);
+    CHECK(e->kv->n_free == 2, "blocks back");
+    cera_engine_close(e);
+}
+
+int main(void) {
+    test_invariance(512);
+    test_invariance(64);
+    test_invariance(24);
+    test_fork();
+    test_pool_churn();
+    test_exhaustion();
+    return test_finish();
+}
