@@ -97,9 +97,9 @@ typedef struct cera_engine_params {
     cera_device device;
     /* The KV cache is one pool of blocks for all the engine's sessions (a session holds
      * the blocks of its own tokens; forked sessions share blocks). */
-    int n_seq_max;   /* sessions open at once; 0 = 64; at most 65536 */
-    size_t kv_bytes; /* the pool's size in bytes; 0 = room for min(n_seq_max, 4) full contexts
-                      * (n_ctx tokens each). A session that needs a block when none is free gets
+    int n_seq_max;   /* sessions open at once; 0 = 8; at most 65536 */
+    size_t kv_bytes; /* the pool's size in bytes; 0 = room for n_seq_max full contexts (n_ctx
+                      * tokens each). A session that needs a block when none is free gets
                       * CERA_ERR_CONTEXT_FULL, saying so. */
 } cera_engine_params;
 

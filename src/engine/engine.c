@@ -53,8 +53,9 @@ cera_status cera_params_read(void *dst, size_t size, const void *src, const char
     return CERA_OK;
 }
 
-/* The engine's KV pool: n_seq_max slots, kv_bytes of blocks (or min(n_seq_max, 4) full
- * contexts), storage on the host for the CPU backend or in the device backend's memory. */
+/* The engine's KV pool: n_seq_max slots, kv_bytes of blocks (or n_seq_max full contexts),
+ * storage on the host for the CPU backend (pages taken as they are written) or in the
+ * device backend's memory. */
 static cera_status open_kv(cera_engine *e, cera_error *err) {
     const cera_hparams *hp = &e->model.hp;
     const cera_engine_params *p = &e->params;
@@ -62,8 +63,7 @@ static cera_status open_kv(cera_engine *e, cera_error *err) {
     const size_t block_bytes =
         (size_t)hp->n_layer * 2 * CERA_KV_BLOCK * (size_t)hp->n_head_kv * hp->head_dim * elem;
     const int per_ctx = (p->n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
-    size_t n_blocks = p->kv_bytes ? p->kv_bytes / block_bytes
-                                  : (size_t)per_ctx * (size_t)(p->n_seq_max < 4 ? p->n_seq_max : 4);
+    size_t n_blocks = p->kv_bytes ? p->kv_bytes / block_bytes : (size_t)per_ctx * (size_t)p->n_seq_max;
     if (n_blocks < 1)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "kv_bytes %zu holds no KV block (%zu bytes each)",
                          p->kv_bytes, block_bytes);
@@ -88,7 +88,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
         return cera_fail(err, CERA_ERR_INVALID_ARG, "negative n_ctx, n_batch, n_threads or n_seq_max");
     if (p.n_seq_max > 65536)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "n_seq_max %d exceeds 65536", p.n_seq_max);
-    if (p.n_seq_max == 0) p.n_seq_max = 64;
+    if (p.n_seq_max == 0) p.n_seq_max = 8;
     /* bounds that keep every position, block count and per-batch size product in an int */
     if (p.n_ctx > CERA_MAX_CTX || p.n_batch > CERA_MAX_CTX)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "n_ctx %d or n_batch %d exceeds %d", p.n_ctx, p.n_batch,

@@ -95,6 +95,33 @@ int main(void) {
           "markdown table with pp8 and tg4 rows:\n%s", text ? text : "(none)");
     free(text);
 
+    /* --parallel: one row per N, n_parallel and avg_ts = the total generated tokens/s of all N */
+    snprintf(cmd, sizeof cmd,
+             "%s bench -m %s -p 6 -n 5 -r 2 -t 1 --parallel 1,3 --device cpu -o json > bench-par.json",
+             CERA_BIN, model);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    text = read_file("bench-par.json", &n);
+    arr = text ? cJSON_Parse(text) : NULL;
+    CHECK(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == 2, "--parallel 1,3: 2 rows");
+    for (int i = 0; cJSON_IsArray(arr) && i < cJSON_GetArraySize(arr); i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i);
+        const int np = i == 0 ? 1 : 3;
+        CHECK(num(o, "n_parallel") == np && num(o, "n_prompt") == 6 && num(o, "n_gen") == 5,
+              "row %d: n_parallel %g, p %g, n %g", i, num(o, "n_parallel"), num(o, "n_prompt"),
+              num(o, "n_gen"));
+        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(o, "samples_ns");
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "samples_ts");
+        CHECK(cJSON_GetArraySize(ns) == 2 && cJSON_GetArraySize(ts) == 2, "2 samples");
+        for (int k = 0; k < cJSON_GetArraySize(ns) && k < cJSON_GetArraySize(ts); k++) {
+            const double want = 1e9 * np * 5 / cJSON_GetArrayItem(ns, k)->valuedouble;
+            CHECK(fabs(cJSON_GetArrayItem(ts, k)->valuedouble - want) <= 1e-6 * want,
+                  "a sample counts the tokens of all %d sessions", np);
+        }
+        CHECK(num(o, "pp_avg_ts") > 0 && num(o, "avg_ts") > 0, "pp_avg_ts and avg_ts");
+    }
+    cJSON_Delete(arr);
+    free(text);
+
     snprintf(cmd, sizeof cmd, "%s bench -m /nonexistent.gguf -p 8 -n 4 2>/dev/null", CERA_BIN);
     CHECK(run_command(cmd) == 1, "a missing model is an error exit");
     snprintf(cmd, sizeof cmd, "%s bench -m %s -p x 2>/dev/null", CERA_BIN, model);

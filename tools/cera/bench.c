@@ -12,6 +12,12 @@
  * every repetition starts from an empty (or depth-D) context. tokens/s are averaged
  * over repetitions, with the sample standard deviation.
  *
+ * With --parallel N[,N...] (as llama-batched-bench): N sessions each get the -p prompt
+ * (one cera_batch_eval for all of them, timed as pp), then decode -n tokens together, one
+ * batch of N single tokens per step (timed as tg); avg_ts is the total generated tokens/s
+ * of all N, pp_avg_ts the prompts' tokens/s. Each repetition truncates the sessions back
+ * to their prompts.
+ *
  * For tg the weight bandwidth is given too: the bytes of weights a token reads (every
  * tensor, except that only one row of an untied token-embedding table is read) times
  * tokens/s. Output: a markdown table (default) or, with -o json, a JSON array with
@@ -29,6 +35,7 @@
 
 #include "cli.h"
 #include "core/cpus.h"
+#include "core/error.h"
 #include "gguf/gguf.h"
 #include "tensor/types.h"
 
@@ -48,6 +55,8 @@ typedef struct model_info {
 
 typedef struct bench_result {
     int n_prompt, n_gen, n_depth, n_threads;
+    int n_parallel; /* 0: a single session (pp/tg tests); N: N sessions decoding together */
+    double pp_ts;   /* --parallel: the N prompts' tokens/s */
     double samples_ts[64];
     uint64_t samples_ns[64];
     int n_samples;
@@ -197,6 +206,55 @@ static cera_status run_test(cera_session *s, bench_result *r, int reps, bool war
     return CERA_OK;
 }
 
+/* --parallel: N sessions, each prefilled with r->n_prompt random tokens in one batch,
+ * then r->n_gen steps of N single tokens; a warm-up step first. */
+static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool warmup, cera_token *buf,
+                                int n_vocab, cera_token bos, cera_error *err) {
+    const int N = r->n_parallel, P = r->n_prompt > 0 ? r->n_prompt : 1;
+    cera_session **s = calloc((size_t)N, sizeof *s);
+    cera_batch_item *it = calloc((size_t)N, sizeof *it);
+    cera_token *prompts = malloc((size_t)N * (size_t)P * sizeof *prompts);
+    cera_token *step = malloc((size_t)N * sizeof *step);
+    uint64_t rng = 1234;
+    cera_status st = CERA_OK;
+    if (!s || !it || !prompts || !step) st = cera_fail(err, CERA_ERR_NO_MEMORY, "bench: %d sessions", N);
+    for (int i = 0; i < N && !st; i++) st = cera_session_create(e, NULL, &s[i], err);
+    for (int i = 0; i < N && !st; i++) {
+        cera_token *p = prompts + (size_t)i * P;
+        for (int j = 0; j < P; j++) p[j] = next_token(&rng, n_vocab);
+        if (bos >= 0) p[0] = bos;
+        it[i] = (cera_batch_item){s[i], p, (size_t)P, false};
+    }
+    (void)buf;
+    if (!st) {
+        const uint64_t t0 = now_ns();
+        st = cera_batch_eval(e, it, N, err);
+        r->pp_ts = 1e9 * (double)N * P / (double)(now_ns() - t0 + 1);
+    }
+    for (int rep = -(warmup ? 1 : 0); rep < reps && !st; rep++) {
+        for (int i = 0; i < N && !st; i++) st = cera_session_truncate(s[i], P, err);
+        const int steps = rep < 0 ? 1 : r->n_gen;
+        const uint64_t t0 = now_ns();
+        for (int k = 0; k < steps && !st; k++) {
+            for (int i = 0; i < N; i++) {
+                step[i] = next_token(&rng, n_vocab);
+                it[i] = (cera_batch_item){s[i], &step[i], 1, false};
+            }
+            st = cera_batch_eval(e, it, N, err);
+        }
+        const uint64_t ns = now_ns() - t0;
+        if (rep < 0 || st) continue;
+        r->samples_ns[r->n_samples] = ns;
+        r->samples_ts[r->n_samples++] = 1e9 * (double)N * r->n_gen / (double)(ns ? ns : 1);
+    }
+    for (int i = 0; s && i < N; i++) cera_session_free(s[i]);
+    free(s);
+    free(it);
+    free(prompts);
+    free(step);
+    return st;
+}
+
 static double mean_of(const double *v, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += v[i];
@@ -215,11 +273,13 @@ static double stddev_of(const double *v, int n) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cera bench -m MODEL [-p 512] [-n 128] [-d 0] [-t THREADS] [-r 5] [-b 512]\n"
-            "                  [--device auto|cpu|cuda] [-o md|json] [--no-warmup]\n\n"
+            "                  [--parallel N[,N...]] [--device auto|cpu|cuda] [-o md|json] [--no-warmup]\n\n"
             "Measures prompt processing (ppN: N tokens as one prompt) and generation (tgN: N tokens\n"
             "one at a time) in tokens/s over -r repetitions, as llama-bench does; -p, -n, -d and -t take\n"
             "comma-separated lists and every combination is run. -p 0 or -n 0 skips that test. For tg\n"
-            "it also prints the weight bandwidth (weight bytes read per token x tokens/s).\n");
+            "it also prints the weight bandwidth (weight bytes read per token x tokens/s).\n"
+            "--parallel N[,N...] runs N sessions together instead (as llama-batched-bench): each gets the\n"
+            "-p prompt, then all decode -n tokens in batches of N; t/s is the total generated tokens/s.\n");
 }
 
 static void print_md_header(void) {
@@ -229,14 +289,17 @@ static void print_md_header(void) {
 
 static void print_md_row(const model_info *mi, const char *backend, const bench_result *r) {
     char test[64];
-    if (r->n_prompt > 0)
+    if (r->n_parallel > 0)
+        snprintf(test, sizeof test, "pp%d+tg%d x%d", r->n_prompt, r->n_gen, r->n_parallel);
+    else if (r->n_prompt > 0)
         snprintf(test, sizeof test, "pp%d", r->n_prompt);
     else
         snprintf(test, sizeof test, "tg%d", r->n_gen);
     if (r->n_depth > 0) snprintf(test + strlen(test), sizeof test - strlen(test), " @ d%d", r->n_depth);
     const double ts = mean_of(r->samples_ts, r->n_samples), sd = stddev_of(r->samples_ts, r->n_samples);
     char gbps[32] = "";
-    if (r->n_gen > 0) snprintf(gbps, sizeof gbps, "%.2f", ts * (double)mi->bytes_per_token * 1e-9);
+    if (r->n_gen > 0 && r->n_parallel == 0)
+        snprintf(gbps, sizeof gbps, "%.2f", ts * (double)mi->bytes_per_token * 1e-9);
     printf("| %s | %.2f GiB | %.2f %s | %s | %d | %s | %.2f ± %.2f | %s |\n", mi->type,
            (double)mi->size / (1024.0 * 1024.0 * 1024.0),
            mi->n_params >= 1000000000ull ? (double)mi->n_params * 1e-9 : (double)mi->n_params * 1e-6,
@@ -263,6 +326,7 @@ static cJSON *json_row(const char *path, const model_info *mi, const char *backe
     cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
     cJSON_AddNumberToObject(o, "n_gen", r->n_gen);
     cJSON_AddNumberToObject(o, "n_depth", r->n_depth);
+    cJSON_AddNumberToObject(o, "n_parallel", r->n_parallel ? r->n_parallel : 1);
     cJSON_AddStringToObject(o, "test_time", r->time);
     double ns[64];
     for (int i = 0; i < r->n_samples; i++) ns[i] = (double)r->samples_ns[i];
@@ -275,7 +339,8 @@ static cJSON *json_row(const char *path, const model_info *mi, const char *backe
     cJSON_AddItemToObject(o, "samples_ts", cJSON_CreateDoubleArray(r->samples_ts, r->n_samples));
     /* cera's extra fields */
     cJSON_AddNumberToObject(o, "weight_bytes_per_token", (double)mi->bytes_per_token);
-    if (r->n_gen > 0)
+    if (r->n_parallel > 0) cJSON_AddNumberToObject(o, "pp_avg_ts", r->pp_ts);
+    if (r->n_gen > 0 && r->n_parallel == 0)
         cJSON_AddNumberToObject(o, "gbps", ts * (double)mi->bytes_per_token * 1e-9);
     else
         cJSON_AddNullToObject(o, "gbps");
@@ -284,7 +349,7 @@ static cJSON *json_row(const char *path, const model_info *mi, const char *backe
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *format = "md", *device = "auto";
-    int_list pp = {{512}, 1}, tg = {{128}, 1}, depth = {{0}, 1}, threads = {{0}, 1};
+    int_list pp = {{512}, 1}, tg = {{128}, 1}, depth = {{0}, 1}, threads = {{0}, 1}, par = {{0}, 0};
     int reps = 5, n_batch = 512;
     bool warmup = true;
     for (int i = 1; i < argc; i++) {
@@ -301,6 +366,9 @@ int cmd_bench(int argc, char **argv) {
             if (!parse_list(argv[++i], &tg, 0)) return cli_usage_error("bench", "bad -n '%s'", argv[i]);
         } else if (!strcmp(a, "-d") && has) {
             if (!parse_list(argv[++i], &depth, 0)) return cli_usage_error("bench", "bad -d '%s'", argv[i]);
+        } else if (!strcmp(a, "--parallel") && has) {
+            if (!parse_list(argv[++i], &par, 1))
+                return cli_usage_error("bench", "bad --parallel '%s'", argv[i]);
         } else if (!strcmp(a, "-t") && has) {
             if (!parse_list(argv[++i], &threads, 1)) return cli_usage_error("bench", "bad -t '%s'", argv[i]);
         } else if (!strcmp(a, "-r") && has) {
@@ -352,8 +420,11 @@ int cmd_bench(int argc, char **argv) {
     for (int ti = 0; ti < threads.n && !rc; ti++) {
         cera_engine_params ep = cera_engine_default_params();
         ep.n_threads = threads.v[ti];
-        ep.n_ctx = max_d + (max_p > max_n + 1 ? max_p : max_n + 1) + 1;
+        ep.n_ctx = max_d + (par.n ? max_p + max_n + 1 : (max_p > max_n + 1 ? max_p : max_n + 1)) + 1;
         ep.n_batch = n_batch;
+        int max_par = 1;
+        for (int k = 0; k < par.n; k++) max_par = par.v[k] > max_par ? par.v[k] : max_par;
+        ep.n_seq_max = max_par;
         ep.device = is_cuda ? CERA_DEVICE_CUDA : !strcmp(device, "cpu") ? CERA_DEVICE_CPU : CERA_DEVICE_AUTO;
         const cera_session_params sp = cera_session_default_params();
         cera_engine *e = NULL;
@@ -366,8 +437,28 @@ int cmd_bench(int argc, char **argv) {
         const int n_vocab = cera_engine_n_vocab(e);
         const cera_token bos = cera_engine_bos(e);
         const int nth = threads.v[ti] ? threads.v[ti] : cera_cpu_count(); /* the engine's default */
+        /* --parallel: every N with the first -p and -n */
+        for (int k = 0; k < par.n && !rc; k++) {
+            cera_session_free(s);
+            s = NULL;
+            bench_result r = {0};
+            r.n_parallel = par.v[k];
+            r.n_prompt = pp.v[0];
+            r.n_gen = tg.v[0] ? tg.v[0] : 1;
+            r.n_threads = nth;
+            const time_t now = time(NULL);
+            strftime(r.time, sizeof r.time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+            if (run_parallel(e, &r, reps, warmup, buf, n_vocab, bos, &err)) {
+                rc = cli_fail(&err);
+                break;
+            }
+            if (json)
+                cJSON_AddItemToArray(arr, json_row(model, &mi, backend, n_batch, "f16", &r));
+            else
+                print_md_row(&mi, backend, &r);
+        }
         /* llama-bench's order: every pp, then every tg, for each depth */
-        for (int di = 0; di < depth.n && !rc; di++) {
+        for (int di = 0; di < depth.n && !rc && par.n == 0; di++) {
             for (int kind = 0; kind < 2 && !rc; kind++) {
                 const int_list *l = kind == 0 ? &pp : &tg;
                 for (int k = 0; k < l->n && !rc; k++) {
