@@ -13,11 +13,16 @@
  * gives for the named type (q4_0 and q4_k_m keep output.weight in Q6_K; q4_k_m puts
  * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
  * types, not on the values. Prints one markdown row per test (and --md-header).
- * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec;
- * --kv q8_0 keeps the KV cache in Q8_0 (default f16).
+ * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec and
+ * --matvec-rows; --kv q8_0 keeps the KV cache in Q8_0 (default f16).
+ * --matvec-rows: the several-row matvec (a decode batch of n_rows tokens, cu_matvec_rows) on the
+ * llama2-7b projections for n_rows 1, 2, 4, 8, 16: µs per launch, the weight GB/s that makes, and
+ * the speed-up over n_rows one-row launches (n_rows times the one-row launch's time). The last
+ * shape is gate+up with the SwiGLU epilogue (two 4096 -> 11008 weights per launch).
  *
  * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|q8_0]
- *                   [--bw-gib 4] [--matvec] [--mv-types LIST] [--md-header] [--no-pdl]
+ *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mv-types LIST] [--md-header]
+ *                   [--no-pdl]
  */
 #include <math.h>
 #include <stdio.h>
@@ -108,7 +113,7 @@ int main(int argc, char **argv) {
     const char *synth = NULL, *model = NULL;
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
-    bool matvec = false, header = false, no_pdl = false, kv_q8 = false;
+    bool matvec = false, matvec_rows = false, header = false, no_pdl = false, kv_q8 = false;
     const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -129,6 +134,8 @@ int main(int argc, char **argv) {
             bw_gib = atof(argv[++i]);
         else if (!strcmp(a, "--matvec"))
             matvec = true;
+        else if (!strcmp(a, "--matvec-rows"))
+            matvec_rows = true;
         else if (!strcmp(a, "--mv-types") && more)
             mv_types = argv[++i];
         else if (!strcmp(a, "--md-header"))
@@ -138,9 +145,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kv") && more && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "q8_0")))
             kv_q8 = !strcmp(argv[++i], "q8_0");
         else {
-            fprintf(stderr,
-                    "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--kv f16|q8_0] [--matvec] [--mv-types LIST] [--md-header] [--no-pdl]\n");
+            fprintf(
+                stderr,
+                "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
+                "[--kv f16|q8_0] [--matvec] [--matvec-rows] [--mv-types LIST] [--md-header] [--no-pdl]\n");
             return 2;
         }
     }
@@ -173,6 +181,32 @@ int main(int argc, char **argv) {
                 printf("matvec %-6s k=%-5lld n=%-5lld %7.0f GB/s  %5.1f %% of read\n",
                        cera_type_get(mt[i])->name, (long long)shapes[j][0], (long long)shapes[j][1], g,
                        100 * g / read_gbps);
+            }
+    }
+    if (matvec_rows) {
+        const cera_type mt[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q8_0, CERA_TYPE_F16,
+                                CERA_TYPE_BF16, CERA_TYPE_Q4_K, CERA_TYPE_Q6_K};
+        // {k, n, swiglu}: Q/K/V/O, down, gate+up
+        const int64_t shapes[][3] = {{4096, 4096, 0}, {11008, 4096, 0}, {4096, 11008, 1}};
+        const int nr[] = {1, 2, 4, 8, 16};
+        printf("| type | shape (n x k) | rows | µs/launch | weight GB/s | %% of read | vs rows x 1-row |\n");
+        printf("|---|---|---:|---:|---:|---:|---:|\n");
+        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
+            for (size_t j = 0; j < 3; j++) {
+                if (mv_types && !name_in_list(cera_type_get(mt[i])->name, mv_types)) continue;
+                const int64_t k = shapes[j][0], nn = shapes[j][1];
+                const bool sw = shapes[j][2] != 0;
+                double us1 = 0;
+                for (size_t q = 0; q < sizeof nr / sizeof nr[0]; q++) {
+                    double us = 0, g = 0;
+                    if (cera_cuda_bench_matvec_rows(mt[i], k, nn, nr[q], sw, 200, &us, &g, &err))
+                        die("matvec rows", &err);
+                    if (q == 0) us1 = us;
+                    printf("| %s | %lldx%lld%s | %d | %.2f | %.0f | %.1f %% | %.2fx |\n",
+                           cera_type_get(mt[i])->name, (long long)nn, (long long)k, sw ? " x2 swiglu" : "",
+                           nr[q], us, g, 100 * g / read_gbps, nr[q] * us1 / us);
+                    fflush(stdout);
+                }
             }
     }
     if (!synth && !model) return 0;

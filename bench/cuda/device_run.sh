@@ -8,8 +8,9 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile (default: tests sanitize
-#   matvec bench lora); kv compares decode at depth 4096 with the tiled and the decode attention kernels
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows (default: tests
+#   sanitize matvec bench lora); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
+#   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
 #   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token; lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
@@ -176,5 +177,27 @@ for k in sorted(t, key=lambda k: -t[k]):
     print(f"{k:40s} {n[k]:4d} launches {t[k]:8.1f} us  {t[k]/n[k]:6.2f} us each  {100*t[k]/tot:5.1f} %")
 print(f"sum {tot:.1f} us over {sum(n.values())} launches")
 PY
+fi
+if has mvrows; then
+    log "several-row matvec: test_cuda_matvec_rows"
+    timeout 150 "$C/bin/test_cuda_matvec_rows" 2>&1 | tee "$OUT/test_cuda_matvec_rows.log" | tail -25
+    log "one-row paths it touches: test_cuda_ops, the synth-llama goldens"
+    timeout 60 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/test_cuda_ops.log" | tail -3
+    timeout 120 "$C/bin/test_cuda_golden" synth-llama 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -3
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    log "compute-sanitizer: memcheck (q4_0: ring kernel, q6_k: register kernel), racecheck (f16)"
+    for t in q4_0 q6_k; do
+        timeout 60 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_matvec_rows" $t 2>&1 |
+            tee -a "$OUT/mvrows-sanitize.log" | tail -2
+    done
+    # one block: the tiles of a launch stream through it, reusing its result buffers
+    CERA_CUDA_MV_GRID=1 timeout 60 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_matvec_rows" f16 2>&1 |
+        tee -a "$OUT/mvrows-sanitize.log" | tail -2
+    log "matvec micro-benchmark: one row, then several"
+    timeout 60 "$C/bin/cuda_bench" --matvec --bw-gib 2 --mv-types q4_0,q8_0,f16,bf16,q4_k,q6_k 2>&1 | tee "$OUT/matvec.log"
+    timeout 150 "$C/bin/cuda_bench" --matvec-rows --bw-gib 2 2>&1 | tee "$OUT/matvec-rows.log"
+    for t in ${TG_TYPES:-q4_0 f16}; do
+        timeout 60 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 0 -r 2 --bw-gib 1 2>&1 | grep tg128 | tee -a "$OUT/tg.log"
+    done
 fi
 log "done"

@@ -6,7 +6,8 @@
 # unpacks on the device.
 #   BUILD (default build-cuda-dev) is configured with -DCERA_CUDA=ON and
 #   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines). CARRY (default .devcarry)
-#   names the folder, so that two engineers can pack different builds.
+#   names the folder, so that two engineers can pack different builds. WERROR=ON keeps a build
+#   folder configured with -DCERA_WERROR=ON as it is (no rebuild of everything).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -16,8 +17,8 @@ EXCL=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$EXCL")"
 grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
-cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR=OFF -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample"}
+cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR="${WERROR:-OFF}" -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
+TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows"}
 cmake --build "$BUILD" --target $TESTS cuda_bench cuda_lora_bench -j"${JOBS:-2}"
 FINAL=$C
 C=$(mktemp -d /tmp/devpack.XXXXXX)

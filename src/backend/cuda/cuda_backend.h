@@ -92,6 +92,34 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
 cera_status cera_cuda_test_matvec(cera_type type, int64_t k, int64_t n, const void *w, const float *x,
                                   float *y, cera_error *err);
 
+/* One case of the several-row decode matvec (cu_matvec_rows), on host data. */
+typedef struct cera_cuda_mvrows_case {
+    cera_type type;
+    int64_t k;
+    int n_segs;        /* 1..3 weights in one launch; SWIGLU: 2 (gate, up) of equal n */
+    int64_t n[3];      /* rows of each */
+    const void *w;     /* their GGUF rows, one weight after the other: [sum n][k] */
+    const float *bias; /* [sum n] or NULL */
+    int n_rows;        /* activation rows */
+    const float *x;    /* [n_rows][k] */
+    int epi;           /* 0 store, 1 residual add, 2 SwiGLU (cu_mv_epilogue) */
+    float scale;
+    const float *y0; /* ADD: the outputs before, [n_rows][sum n] */
+} cera_cuda_mvrows_case;
+
+/* Runs c through cu_matvec_rows into index 0 of the outputs and through cu_matvec, one launch
+ * per activation row, into index 1. STORE/ADD: y[i] is [n_rows][sum n] (the segments side by
+ * side: y_stride sum n). SWIGLU: y[i] is h [n_rows][hk] (hk = n rounded up to 32), hq[i]
+ * [n_rows][hk] and hd[i] [n_rows][hk / 32] its int8 quants and scales (hq, hd unused else). */
+cera_status cera_cuda_test_matvec_rows(const cera_cuda_mvrows_case *c, float *y[2], int8_t *hq[2],
+                                       float *hd[2], cera_error *err);
+
+/* Times cu_matvec_rows alone: n_rows activation rows against one weight of n rows of k (swiglu:
+ * two, gate and up, with the SwiGLU epilogue), weights random on the GPU, reps launches replayed
+ * from a graph; *us: microseconds per launch, *gbps: the weight bytes a launch reads per second. */
+cera_status cera_cuda_bench_matvec_rows(cera_type type, int64_t k, int64_t n, int n_rows, bool swiglu,
+                                        int reps, double *us, double *gbps, cera_error *err);
+
 /* Runs the prefill path: Y[m, n] = X[m, k] · W[n, k]^T through dequantize + cuBLAS. */
 cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t m, const void *w,
                                 const float *x, float *y, cera_error *err);

@@ -132,6 +132,22 @@ typedef struct cu_mv_seg {
 cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, cu_mv_epilogue epi,
                       float scale, const cu_act *h_out);
 
+/* cu_matvec for n_rows activation rows (a decode batch): y_j = W · x_j for the rows x_j of x
+ * (consecutive, k_pad apart, quantized as cu_quantize_act leaves them), each weight row read
+ * once per launch for up to 16 activation rows (SwiGLU: 8; more rows take a launch per 16 or
+ * 8). Output row j of segment i starts at segs[i].y + j * y_stride (floats; STORE and ADD);
+ * SWIGLU writes row j of h_out (its k_pad apart). The epilogues are cu_matvec's, per row.
+ * n_rows = 1 is cu_matvec.
+ *   Q4_0, Q8_0, F16, BF16 (the ring kernel) and Q4_K, Q6_K (the register kernel's loops) have
+ *   several-row kernels whose every row is bit-identical to cu_matvec's result for that row
+ *   alone (the same operations in the same order per row; tests/cuda/test_cuda_matvec_rows.c
+ *   checks it, under the default kernel variants: CERA_CUDA_MV changes the one-row kernels
+ *   only). The other types (F32, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) run
+ *   cu_matvec once per row: identical too, but they read the weights n_rows times. Speed:
+ *   bench/RESULTS.md (not weight-bound yet: 8 rows cost 1.7-5.3x one row's time). */
+cudaError_t cu_matvec_rows(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, int n_rows,
+                           int64_t y_stride, cu_mv_epilogue epi, float scale, const cu_act *h_out);
+
 /* ---- Attention (attention.cu) ----------------------------------------------------------- */
 
 #define CU_KV_BLOCK 32 /* positions per KV block (CERA_KV_BLOCK) */

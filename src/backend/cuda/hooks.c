@@ -106,6 +106,123 @@ cera_status cera_cuda_test_matvec(cera_type type, int64_t k, int64_t n, const vo
     return st;
 }
 
+/* An activation of rows x k_pad on the device (uninitialized; quant arrays when q8). */
+static cera_status alloc_act(cu_act *a, int rows, int64_t k, bool q8) {
+    memset(a, 0, sizeof *a);
+    a->k = k;
+    a->k_pad = (k + 31) / 32 * 32;
+    const size_t n = (size_t)rows * (size_t)a->k_pad;
+    if (cudaMalloc((void **)&a->f, sizeof(float) * n) != cudaSuccess) return CERA_ERR_NO_MEMORY;
+    if (!q8) return CERA_OK;
+    if (cudaMalloc((void **)&a->q, n) != cudaSuccess ||
+        cudaMalloc((void **)&a->d, sizeof(float) * n / 32) != cudaSuccess ||
+        cudaMalloc((void **)&a->s, sizeof(int32_t) * n / 32) != cudaSuccess)
+        return CERA_ERR_NO_MEMORY;
+    return CERA_OK;
+}
+
+/* Row r of activation a as a one-row activation. */
+static cu_act act_row(const cu_act *a, int r) {
+    cu_act o = *a;
+    o.f += r * a->k_pad;
+    if (o.q) {
+        o.q += r * a->k_pad;
+        o.d += r * (a->k_pad / 32);
+        o.s += r * (a->k_pad / 32);
+    }
+    return o;
+}
+
+cera_status cera_cuda_test_matvec_rows(const cera_cuda_mvrows_case *c, float *y[2], int8_t *hq[2],
+                                       float *hd[2], cera_error *err) {
+    if (c->n_segs < 1 || c->n_segs > 3 || c->n_rows < 1)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: matvec rows case");
+    const bool swiglu = c->epi == CU_MV_SWIGLU;
+    int64_t sum_n = 0, max_n = 0, off[3];
+    for (int i = 0; i < c->n_segs; i++) {
+        off[i] = sum_n;
+        sum_n += c->n[i];
+        if (c->n[i] > max_n) max_n = c->n[i];
+    }
+    const size_t row = cera_row_size(c->type, c->k);
+    const int64_t hk = (c->n[0] + 31) / 32 * 32;
+    // outputs: STORE/ADD [n_rows][sum n]; SWIGLU act rows of hk
+    const size_t ny = (size_t)c->n_rows * (size_t)(swiglu ? hk : sum_n);
+    mini m;
+    cu_weight cw[3];
+    cu_act a, h[2];
+    float *dy[2] = {NULL, NULL}, *dbias = NULL;
+    memset(cw, 0, sizeof cw);
+    memset(&a, 0, sizeof a);
+    memset(h, 0, sizeof h);
+    cera_status st = mini_open(&m, err);
+    if (st == CERA_OK && cudaMalloc(&m.raw, row * (size_t)max_n) != cudaSuccess)
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: staging");
+    for (int i = 0; i < c->n_segs && st == CERA_OK; i++) {
+        cera_weight mw;
+        memset(&mw, 0, sizeof mw);
+        mw.type = c->type;
+        mw.k = c->k;
+        mw.n = c->n[i];
+        mw.data = (const uint8_t *)c->w + row * (size_t)off[i];
+        st = cu_upload_weight(&m.s, &mw, "test weight", &cw[i], m.raw, err);
+    }
+    if (st == CERA_OK) st = upload_act(&m, c->x, c->n_rows, c->k, &a, err);
+    if (st == CERA_OK && c->bias) {
+        if (cudaMalloc((void **)&dbias, sizeof(float) * (size_t)sum_n) != cudaSuccess ||
+            cudaMemcpy(dbias, c->bias, sizeof(float) * (size_t)sum_n, cudaMemcpyHostToDevice) != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: bias");
+    }
+    for (int i = 0; i < 2 && st == CERA_OK; i++) {
+        if (swiglu) {
+            if (alloc_act(&h[i], c->n_rows, c->n[0], true) != CERA_OK)
+                st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: h");
+        } else if (cudaMalloc((void **)&dy[i], sizeof(float) * ny) != cudaSuccess) {
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: outputs");
+        } else {
+            cudaError_t e = c->y0 ? cudaMemcpy(dy[i], c->y0, sizeof(float) * ny, cudaMemcpyHostToDevice)
+                                  : cudaMemset(dy[i], 0, sizeof(float) * ny);
+            if (e != cudaSuccess)
+                st = cera_fail(err, CERA_ERR_DEVICE, "cuda: outputs: %s", cudaGetErrorString(e));
+        }
+    }
+    if (st == CERA_OK) {
+        cu_mv_seg seg[3];
+        for (int i = 0; i < c->n_segs; i++) {
+            seg[i].w = &cw[i];
+            seg[i].y = swiglu ? NULL : dy[0] + off[i];
+            seg[i].bias = dbias ? dbias + off[i] : NULL;
+        }
+        cudaError_t e = cu_matvec_rows(m.s.st, seg, c->n_segs, &a, c->n_rows, sum_n, (cu_mv_epilogue)c->epi,
+                                       c->scale, swiglu ? &h[0] : NULL);
+        for (int r = 0; r < c->n_rows && e == cudaSuccess; r++) {
+            const cu_act xr = act_row(&a, r), hr = swiglu ? act_row(&h[1], r) : h[1];
+            for (int i = 0; i < c->n_segs; i++) seg[i].y = swiglu ? NULL : dy[1] + r * sum_n + off[i];
+            e = cu_matvec(m.s.st, seg, c->n_segs, &xr, (cu_mv_epilogue)c->epi, c->scale, swiglu ? &hr : NULL);
+        }
+        for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+            e = cudaMemcpyAsync(y[i], swiglu ? h[i].f : dy[i], sizeof(float) * ny, cudaMemcpyDeviceToHost,
+                                m.s.st);
+            if (swiglu && e == cudaSuccess)
+                e = cudaMemcpyAsync(hq[i], h[i].q, ny, cudaMemcpyDeviceToHost, m.s.st);
+            if (swiglu && e == cudaSuccess)
+                e = cudaMemcpyAsync(hd[i], h[i].d, sizeof(float) * ny / 32, cudaMemcpyDeviceToHost, m.s.st);
+        }
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        if (e != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_DEVICE, "cuda: matvec rows: %s", cudaGetErrorString(e));
+    }
+    for (int i = 0; i < 2; i++) {
+        cudaFree(dy[i]);
+        free_act(&h[i]);
+    }
+    cudaFree(dbias);
+    free_act(&a);
+    for (int i = 0; i < 3; i++) cu_free_weight(&cw[i]);
+    mini_close(&m);
+    return st;
+}
+
 cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t mrows, const void *w,
                                 const float *x, float *y, cera_error *err) {
     mini m;
@@ -327,6 +444,12 @@ cera_status cera_cuda_measure_bandwidth(size_t bytes, double *copy_gbps, double 
 
 cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int reps, double *gbps,
                                    cera_error *err) {
+    double us = 0;
+    return cera_cuda_bench_matvec_rows(type, k, n, 1, false, reps, &us, gbps, err);
+}
+
+cera_status cera_cuda_bench_matvec_rows(cera_type type, int64_t k, int64_t n, int n_rows, bool swiglu,
+                                        int reps, double *us, double *gbps, cera_error *err) {
     mini m;
     cera_status st = mini_open(&m, err);
     if (st != CERA_OK) {
@@ -340,12 +463,13 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
     int copies = (int)((1ll << 30) / wbytes) + 1;
     if (copies > 64) copies = 64;
     cu_weight *ws = calloc((size_t)copies, sizeof(cu_weight));
-    cu_act a;
+    cu_act a, h;
     float *dy = NULL;
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     memset(&a, 0, sizeof a);
+    memset(&h, 0, sizeof h);
     m.s.prm.synthetic_weights = true;
     for (int i = 0; i < copies && st == CERA_OK; i++) {
         cera_weight mw;
@@ -356,8 +480,10 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
         m.s.prm.synthetic_seed = 7 + (uint64_t)i;
         st = cu_upload_weight(&m.s, &mw, "bench weight", &ws[i], NULL, err);
     }
-    if (st == CERA_OK) st = upload_act(&m, NULL, 1, k, &a, err);
-    if (st == CERA_OK && cudaMalloc((void **)&dy, sizeof(float) * (size_t)n) != cudaSuccess)
+    if (st == CERA_OK) st = upload_act(&m, NULL, n_rows, k, &a, err);
+    if (st == CERA_OK && swiglu && alloc_act(&h, n_rows, n, true) != CERA_OK)
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: h");
+    if (st == CERA_OK && cudaMalloc((void **)&dy, sizeof(float) * (size_t)n * (size_t)n_rows) != cudaSuccess)
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: output");
     if (st == CERA_OK) {
         cudaError_t e = cudaStreamSynchronize(m.s.st);
@@ -367,8 +493,11 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
         if (e == cudaSuccess) e = cudaStreamBeginCapture(m.s.st, cudaStreamCaptureModeThreadLocal);
         cu_set_pdl(cc >= 9); // back to back as in a decode step
         for (int i = 0; i < reps && e == cudaSuccess; i++) {
-            cu_mv_seg seg = {&ws[i % copies], dy, NULL};
-            e = cu_matvec(m.s.st, &seg, 1, &a, CU_MV_STORE, 1.0f, NULL);
+            // SwiGLU: gate and up are two different copies, as two weights of a layer
+            cu_mv_seg seg[2] = {{&ws[(2 * i) % copies], dy, NULL}, {&ws[(2 * i + 1) % copies], dy, NULL}};
+            if (!swiglu) seg[0].w = &ws[i % copies];
+            e = cu_matvec_rows(m.s.st, seg, swiglu ? 2 : 1, &a, n_rows, n,
+                               swiglu ? CU_MV_SWIGLU : CU_MV_STORE, 1.0f, swiglu ? &h : NULL);
         }
         cu_set_pdl(false);
         cudaError_t e2 = cudaStreamEndCapture(m.s.st, &g);
@@ -388,7 +517,8 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
             st = cera_fail(err, CERA_ERR_DEVICE, "cuda: matvec bench: %s", cudaGetErrorString(e));
         else {
             qsort(t, 5, sizeof(float), cmp_f);
-            *gbps = (double)wbytes * reps / (t[2] * 1e-3) / 1e9;
+            *us = t[2] * 1e3 / reps;
+            *gbps = (double)wbytes * (swiglu ? 2 : 1) / (*us * 1e-6) / 1e9;
         }
     }
     if (ge) cudaGraphExecDestroy(ge);
@@ -397,6 +527,7 @@ cera_status cera_cuda_bench_matvec(cera_type type, int64_t k, int64_t n, int rep
     if (e1) cudaEventDestroy(e1);
     cudaFree(dy);
     free_act(&a);
+    free_act(&h);
     for (int i = 0; i < copies && ws; i++) cu_free_weight(&ws[i]);
     free(ws);
     mini_close(&m);

@@ -19,39 +19,19 @@
  *
  * Two kernels do this. k_matvec (variants 0 and 1, every type) gives each block one tile
  * and keeps the loads in flight in registers: each block is one round trip to memory and
- * DRAM idles while blocks start and drain. k_matvec_ring (variants 2 and 3; Q4_0, Q8_0,
- * F16, BF16, the default for these) runs persistent blocks whose warps stream all their
- * tiles through a cp.async ring in shared memory, several steps deep and across tile
- * boundaries, starting before the previous kernel has finished (see there). mv_variant
+ * DRAM idles while blocks start and drain. k_matvec_ring (matvec_ring.cu: variants 2 and 3;
+ * Q4_0, Q8_0, F16, BF16, the default for these) runs persistent blocks whose warps stream
+ * all their tiles through a cp.async ring in shared memory, several steps deep and across
+ * tile boundaries, starting before the previous kernel has finished (see there). mv_variant
  * has the measurements that chose the defaults.
+ *
+ * Several activation rows (cu_matvec_rows, a decode batch): the same kernels with NX rows
+ * of sums per weight row, each weight chunk a lane holds dotted with every row's activation;
+ * k_matvec_rows does it for Q4_K and Q6_K, the ring kernel for its types.
  */
 #include <stdlib.h>
 
-#include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/quant.cuh"
-
-#define MV_WARPS 16
-#define MV_ROWS  2 /* rows per warp (per segment) */
-#define MV_TILE  (MV_WARPS * MV_ROWS)
-
-struct mv_params {
-    cu_wview w[3];
-    float *y[3];
-    const float *bias[3];
-    int tile_start[4]; /* first tile of each segment; tile_start[n_segs] = total */
-    int n_segs;
-    const float *xf;
-    const int8_t *xq;
-    const float *xd;
-    const int32_t *xs;
-    int64_t k_pad;
-    float scale;
-    cu_act h;
-};
-
-static __device__ __forceinline__ int4 ld_stream(const void *p) {
-    return __ldcs(static_cast<const int4 *>(p));
-}
+#include "backend/cuda/matvec.cuh"
 
 /* acc[r] += dot(row rows[r] of (r < NA ? wa : wb), x), partial per lane. */
 template <int T> struct mv_dot {
@@ -182,18 +162,7 @@ template <> struct mv_dot<CERA_TYPE_Q8_0> {
 /* F16 / BF16: 8 weights (16 bytes) per lane-step against 8 f32 activations. */
 template <bool BF> struct mv_dot_half {
     static __device__ __forceinline__ float dot8(const int4 w, const float4 x0, const float4 x1) {
-        if (BF) {
-            const uint32_t u0 = w.x, u1 = w.y, u2 = w.z, u3 = w.w;
-            return __uint_as_float(u0 << 16) * x0.x + __uint_as_float(u0 & 0xffff0000u) * x0.y +
-                   __uint_as_float(u1 << 16) * x0.z + __uint_as_float(u1 & 0xffff0000u) * x0.w +
-                   __uint_as_float(u2 << 16) * x1.x + __uint_as_float(u2 & 0xffff0000u) * x1.y +
-                   __uint_as_float(u3 << 16) * x1.z + __uint_as_float(u3 & 0xffff0000u) * x1.w;
-        }
-        const __half2 *h = reinterpret_cast<const __half2 *>(&w);
-        const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
-        const float2 c = __half22float2(h[2]), e = __half22float2(h[3]);
-        return a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + e.x * x1.z +
-               e.y * x1.w;
+        return mv_dot8<BF>(w, x0, x1);
     }
     template <int NR, int NA, int MV_U>
     static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
@@ -387,41 +356,6 @@ template <> struct mv_dot<CERA_TYPE_Q6_K> {
     }
 };
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* The epilogue of one 32-row tile, run by one warp (lane = row in the tile) once the
- * tile's dot products are in res ([gate/first, up][row]). */
-template <int EPI>
-static __device__ __forceinline__ void mv_epilogue(const mv_params &p, const float (*res)[MV_TILE], int tile,
-                                                   int lane) {
-    int seg = 0;
-    while (seg + 1 < p.n_segs && tile >= p.tile_start[seg + 1]) seg++;
-    const int64_t tile_row0 = (int64_t)(tile - p.tile_start[seg]) * MV_TILE;
-    const int64_t row = tile_row0 + lane;
-    const bool valid = row < p.w[seg].n;
-    if (EPI == CU_MV_SWIGLU) {
-        float v = 0.0f;
-        if (valid) {
-            const float g = res[0][lane] + (p.bias[0] ? p.bias[0][row] : 0.0f);
-            const float u = res[1][lane] + (p.bias[1] ? p.bias[1][row] : 0.0f);
-            v = g / (1.0f + expf(-g)) * u;
-        }
-        p.h.f[row] = v;
-        if (p.h.q) cu_quant_block32(v, p.h.q, p.h.d, p.h.s, tile_row0 / 32, lane);
-        return;
-    }
-    if (!valid) return;
-    const float v = res[0][lane] + (p.bias[seg] ? p.bias[seg][row] : 0.0f);
-    if (EPI == CU_MV_ADD)
-        p.y[seg][row] += p.scale * v;
-    else
-        p.y[seg][row] = p.scale * v;
-}
-
 /* V selects the latency-hiding shape: 0 = 4-deep prefetch, one 16-warp block per SM (up to
  * 128 registers); 1 = 2-deep prefetch in 64 registers, two blocks per SM (a block's
  * reduction and epilogue then overlap the other's loads). 2 and 3 are k_matvec_ring. */
@@ -455,238 +389,185 @@ __global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const 
         if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
     }
     __syncthreads();
-    if (warp == 0) mv_epilogue<EPI>(p, res, (int)blockIdx.x, lane);
+    if (warp == 0) mv_epilogue<EPI>(p, res[0], res[1], (int)blockIdx.x, lane, 0);
 }
 
-/* ---- Ring kernels (variants 2 and 3) -----------------------------------------------------
- * Persistent blocks (as many as fit at once) take tiles blockIdx.x, + gridDim.x, ...; each
- * warp streams its rows of all its tiles, one after the other, through a ring of S stages
- * in shared memory filled by cp.async: a lane copies its 16 bytes of each row per step
- * (a warp: 512 contiguous bytes per row) and later reads back exactly those, so a lane
- * only waits for its own copies (cp.async.wait_group) and no barrier is needed between
- * the warps. A stage is refilled as soon as it is read, S steps ahead, across the tile
- * boundaries, so the bytes in flight stay constant (S * rows * 512 per warp) without
- * holding registers, and the first S steps are issued before griddepcontrol.wait: the
- * weights are never written by the decode kernels, so they can stream while the previous
- * kernel finishes. At the end of each tile the block reduces and one warp runs the
- * epilogue while the ring keeps filling.
- *   Variant 2: 16 stage-rows per warp (128 KB of ring per block), one block per SM.
- *   Variant 3: 12 stage-rows per warp (96 KB), 64 registers, two blocks per SM.
- * Either way the grid fills every SM, so a matvec that follows another one only gets its
- * blocks resident (and its prologue streaming) as the previous one's blocks leave; the
- * overlap is full after the small kernels (norm, RoPE), which leave the SMs free. Variant 3
- * with CERA_CUDA_MV_GRID at the SM count would leave room beside each block: not measured. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define MV_CP_ASYNC 1
-#endif
+/* ---- Several activation rows, K-quants (Q4_K, Q6_K) ------------------------------------
+ * The register kernel's loops with NX activation rows: each lane loads its units of the
+ * warp's weight rows once and dots them with every x-row, whose int8 units it loads just
+ * before use (L1 hits: the block's 16 warps read the same units at about the same time).
+ * One unit per lane-step (no prefetch depth): the NX-fold arithmetic per weight byte and
+ * the 16 warps per SM keep enough loads in flight, and the registers go to the NX x NR
+ * sums. Per x-row the terms and their order are the one-row loops' (mv_dot above): a lane
+ * sums units lane, lane + 32, ... and the warp reduces with the same butterfly, so each
+ * row's result is the one-row kernel's bit for bit. acc: [NX][NR]. */
+template <int T> struct mv_dot_rows;
 
-/* 16 bytes from global to shared memory, asynchronously; zeros when !valid. */
-static __device__ __forceinline__ void mv_cp16(int4 *smem, const void *gmem, bool valid) {
-#ifdef MV_CP_ASYNC
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(valid ? 16 : 0)
-                 : "memory");
-#else
-    *smem = valid ? *static_cast<const int4 *>(gmem) : make_int4(0, 0, 0, 0);
-#endif
-}
-
-static __device__ __forceinline__ void mv_cp_commit() {
-#ifdef MV_CP_ASYNC
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-/* Waits until at most N of this thread's committed groups are still in flight. */
-template <int N> static __device__ __forceinline__ void mv_cp_wait() {
-#ifdef MV_CP_ASYNC
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-/* Per type: a row is `chunks` 16-byte chunks; the activation a chunk needs (X); its scale
- * (SC: an F16 per chunk, index sidx) and the chunk's dot product. */
-template <int T> struct mv_ring_type;
-
-template <> struct mv_ring_type<CERA_TYPE_Q4_0> {
-    static constexpr bool SC = true;
-    struct X {
-        int4 a, b;
-        float d;
-        int s;
-    };
-    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 32; }
-    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c; }
-    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
-        X x;
-        x.a = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 32));
-        x.b = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 32 + 16));
-        x.d = __ldg(p.xd + c);
-        x.s = 8 * __ldg(p.xs + c);
-        return x;
-    }
-    static __device__ __forceinline__ float dot(const int4 w, const X &x, float d) {
-        int s = __dp4a(w.x & 0x0F0F0F0F, x.a.x, 0);
-        s = __dp4a(w.y & 0x0F0F0F0F, x.a.y, s);
-        s = __dp4a(w.z & 0x0F0F0F0F, x.a.z, s);
-        s = __dp4a(w.w & 0x0F0F0F0F, x.a.w, s);
-        s = __dp4a((w.x >> 4) & 0x0F0F0F0F, x.b.x, s);
-        s = __dp4a((w.y >> 4) & 0x0F0F0F0F, x.b.y, s);
-        s = __dp4a((w.z >> 4) & 0x0F0F0F0F, x.b.z, s);
-        s = __dp4a((w.w >> 4) & 0x0F0F0F0F, x.b.w, s);
-        return (float)(s - x.s) * d * x.d;
+template <> struct mv_dot_rows<CERA_TYPE_Q4_K> {
+    template <int NR, int NA, int NX>
+    static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
+                                               const mv_params &p, int lane, float (*acc)[NR]) {
+        MV_ROW_PTRS(wa.row_bytes)
+        const int64_t nu = p.k_pad / 32;
+        for (int64_t u = lane; u < nu; u += 32) {
+            int4 hd[NR], qa[NR], qb[NR];
+            const int64_t blk = u >> 3;
+            const int s = (int)(u & 7), sh = (s & 1) * 4;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *b = q[r] + blk * 144;
+                hd[r] = __ldg(reinterpret_cast<const int4 *>(b));
+                qa[r] = ld_stream(b + 16 + (s >> 1) * 32);
+                qb[r] = ld_stream(b + 32 + (s >> 1) * 32);
+            }
+            float dsc[NR], dm[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const uint32_t w0 = hd[r].y, w1 = hd[r].z, w2 = hd[r].w;
+                const int i = s & 3, sb = 8 * i;
+                int sc, m;
+                if (s < 4) {
+                    sc = (w0 >> sb) & 63;
+                    m = (w1 >> sb) & 63;
+                } else {
+                    sc = ((w2 >> sb) & 0xF) | (((w0 >> sb) & 0xFF) >> 6 << 4);
+                    m = ((w2 >> sb) & 0xFF) >> 4 | (((w1 >> sb) & 0xFF) >> 6 << 4);
+                }
+                const float d = __half2float(__ushort_as_half((unsigned short)(hd[r].x & 0xffff)));
+                const float dmin = __half2float(__ushort_as_half((unsigned short)((uint32_t)hd[r].x >> 16)));
+                dsc[r] = d * sc;
+                dm[r] = dmin * m;
+            }
+#pragma unroll
+            for (int j = 0; j < NX; j++) {
+                if (j > 0 && j >= p.n_x) break;
+                const int8_t *xq = p.xq + j * p.k_pad + u * 32;
+                const int4 xa = __ldg(reinterpret_cast<const int4 *>(xq));
+                const int4 xb = __ldg(reinterpret_cast<const int4 *>(xq + 16));
+                const float xd = __ldg(p.xd + j * nu + u);
+                const int xs = __ldg(p.xs + j * nu + u);
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int4 a = qa[r], c = qb[r];
+                    int t = __dp4a((a.x >> sh) & 0x0F0F0F0F, xa.x, 0);
+                    t = __dp4a((a.y >> sh) & 0x0F0F0F0F, xa.y, t);
+                    t = __dp4a((a.z >> sh) & 0x0F0F0F0F, xa.z, t);
+                    t = __dp4a((a.w >> sh) & 0x0F0F0F0F, xa.w, t);
+                    t = __dp4a((c.x >> sh) & 0x0F0F0F0F, xb.x, t);
+                    t = __dp4a((c.y >> sh) & 0x0F0F0F0F, xb.y, t);
+                    t = __dp4a((c.z >> sh) & 0x0F0F0F0F, xb.z, t);
+                    t = __dp4a((c.w >> sh) & 0x0F0F0F0F, xb.w, t);
+                    acc[j][r] += xd * (dsc[r] * (float)t - dm[r] * (float)xs);
+                }
+            }
+        }
     }
 };
 
-template <> struct mv_ring_type<CERA_TYPE_Q8_0> { // a chunk is half a block
-    static constexpr bool SC = true;
-    struct X {
-        int4 a;
-        float d;
-    };
-    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 16; }
-    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c >> 1; }
-    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
-        X x;
-        x.a = __ldg(reinterpret_cast<const int4 *>(p.xq + c * 16));
-        x.d = __ldg(p.xd + (c >> 1));
-        return x;
-    }
-    static __device__ __forceinline__ float dot(const int4 w, const X &x, float d) {
-        int s = __dp4a(w.x, x.a.x, 0);
-        s = __dp4a(w.y, x.a.y, s);
-        s = __dp4a(w.z, x.a.z, s);
-        s = __dp4a(w.w, x.a.w, s);
-        return (float)s * (d * x.d);
+template <> struct mv_dot_rows<CERA_TYPE_Q6_K> {
+    template <int NR, int NA, int NX>
+    static __device__ __forceinline__ void run(const cu_wview &wa, const cu_wview &wb, const int64_t *rows,
+                                               const mv_params &p, int lane, float (*acc)[NR]) {
+        const int64_t nu = p.k_pad / 32, nsb = p.k_pad / 256;
+        MV_ROW_PTRS(nsb * 192)
+        const uint8_t *aux[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            aux[r] = reinterpret_cast<const uint8_t *>((r < NA ? wa : wb).scales) + rows[r] * nsb * 18;
+        for (int64_t u = lane; u < nu; u += 32) {
+            int4 l0[NR], l1[NR], h0[NR], h1[NR];
+            float dd[NR];
+            int sc0[NR], sc1[NR];
+            const int64_t blk = u >> 3;
+            const int s = (int)(u & 7), half = s >> 2, qq = s & 3;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *b = q[r] + blk * 192;
+                l0[r] = ld_stream(b + half * 64 + (qq & 1) * 32);
+                l1[r] = ld_stream(b + half * 64 + (qq & 1) * 32 + 16);
+                h0[r] = ld_stream(b + 128 + half * 32);
+                h1[r] = ld_stream(b + 128 + half * 32 + 16);
+                const uint8_t *a = aux[r] + blk * 18;
+                sc0[r] = (int8_t)__ldg(a + half * 8 + 2 * qq);
+                sc1[r] = (int8_t)__ldg(a + half * 8 + 2 * qq + 1);
+                dd[r] = __half2float(__ldg(reinterpret_cast<const __half *>(a + 16)));
+            }
+            const int ns = (qq >> 1) * 4, hs = 2 * qq;
+#pragma unroll
+            for (int j = 0; j < NX; j++) {
+                if (j > 0 && j >= p.n_x) break;
+                const int8_t *xq = p.xq + j * p.k_pad + u * 32;
+                const int4 xa = __ldg(reinterpret_cast<const int4 *>(xq));
+                const int4 xb = __ldg(reinterpret_cast<const int4 *>(xq + 16));
+                const float xd = __ldg(p.xd + j * nu + u);
+                int xs0 = __dp4a(0x01010101, xa.x, 0);
+                xs0 = __dp4a(0x01010101, xa.y, xs0);
+                xs0 = __dp4a(0x01010101, xa.z, xs0);
+                xs0 = __dp4a(0x01010101, xa.w, xs0);
+                int xs1 = __dp4a(0x01010101, xb.x, 0);
+                xs1 = __dp4a(0x01010101, xb.y, xs1);
+                xs1 = __dp4a(0x01010101, xb.z, xs1);
+                xs1 = __dp4a(0x01010101, xb.w, xs1);
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+#define Q6(L, H) ((((L) >> ns) & 0x0F0F0F0F) | ((((H) >> hs) & 0x03030303) << 4))
+                    const int4 a = l0[r], b = l1[r], c = h0[r], e = h1[r];
+                    int t0 = __dp4a(Q6(a.x, c.x), xa.x, 0);
+                    t0 = __dp4a(Q6(a.y, c.y), xa.y, t0);
+                    t0 = __dp4a(Q6(a.z, c.z), xa.z, t0);
+                    t0 = __dp4a(Q6(a.w, c.w), xa.w, t0);
+                    int t1 = __dp4a(Q6(b.x, e.x), xb.x, 0);
+                    t1 = __dp4a(Q6(b.y, e.y), xb.y, t1);
+                    t1 = __dp4a(Q6(b.z, e.z), xb.z, t1);
+                    t1 = __dp4a(Q6(b.w, e.w), xb.w, t1);
+#undef Q6
+                    acc[j][r] += dd[r] * xd * (float)(sc0[r] * (t0 - 32 * xs0) + sc1[r] * (t1 - 32 * xs1));
+                }
+            }
+        }
     }
 };
 
-template <bool BF> struct mv_ring_half { // 8 weights per chunk
-    static constexpr bool SC = false;
-    struct X {
-        float4 a, b;
-    };
-    static __device__ __forceinline__ int64_t chunks(int64_t k) { return k / 8; }
-    static __device__ __forceinline__ int64_t sidx(int64_t c) { return c; }
-    static __device__ __forceinline__ X load_x(const mv_params &p, int64_t c) {
-        X x;
-        x.a = __ldg(reinterpret_cast<const float4 *>(p.xf + c * 8));
-        x.b = __ldg(reinterpret_cast<const float4 *>(p.xf + c * 8 + 4));
-        return x;
-    }
-    static __device__ __forceinline__ float dot(const int4 w, const X &x, float) {
-        return mv_dot_half<BF>::dot8(w, x.a, x.b);
-    }
-};
-template <> struct mv_ring_type<CERA_TYPE_F16> : mv_ring_half<false> {};
-template <> struct mv_ring_type<CERA_TYPE_BF16> : mv_ring_half<true> {};
-
-static constexpr bool mv_ring_ok(int t) {
-    return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0 || t == CERA_TYPE_F16 || t == CERA_TYPE_BF16;
-}
-
-/* Stage-rows per warp of the ring variants (stages = this / rows per warp). */
-static constexpr int mv_ring_slots(int v) { return v == 3 ? 12 : 16; }
-
-/* Row pointers of a warp's NR rows in tile t (data and, for the split types, scales). */
-template <int T, int EPI, int NR>
-static __device__ __forceinline__ void mv_ring_rows(const mv_params &p, int t, int warp, const uint8_t **q,
-                                                    const __half **sc) {
+/* k_matvec's block and tile with NX activation rows: warp j runs x-row j's epilogue. */
+template <int T, int EPI, int NX>
+__global__ void __launch_bounds__(MV_WARPS * 32, 1) k_matvec_rows(const mv_params p) {
+    cu_pdl_enter();
+    static_assert(NX >= 1 && NX <= MV_WARPS, "one epilogue warp per activation row");
+    constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
+    constexpr int NA = MV_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int seg = 0;
-    while (seg + 1 < p.n_segs && t >= p.tile_start[seg + 1]) seg++;
+    while (seg + 1 < p.n_segs && (int)blockIdx.x >= p.tile_start[seg + 1]) seg++;
+    if (EPI == CU_MV_SWIGLU) seg = 0;
     const cu_wview &wa = p.w[seg];
     const cu_wview &wb = EPI == CU_MV_SWIGLU ? p.w[1] : p.w[seg];
-    const int64_t row0 = (int64_t)(t - p.tile_start[seg]) * MV_TILE + warp * MV_ROWS;
-    const int64_t nb = p.k_pad / 32;
+    const int64_t tile_row0 = (int64_t)(blockIdx.x - p.tile_start[seg]) * MV_TILE;
+    int64_t rows[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) {
-        const cu_wview &w = r < MV_ROWS ? wa : wb;
-        const int64_t row = min(row0 + r % MV_ROWS, w.n - 1); // clamped rows compute, results dropped
-        q[r] = w.data + row * w.row_bytes;
-        if (mv_ring_type<T>::SC) sc[r] = w.scales + row * nb;
+        const int64_t row = tile_row0 + warp * MV_ROWS + (r % MV_ROWS);
+        rows[r] = row < wa.n ? row : wa.n - 1; // clamped rows compute, their results are dropped
     }
-}
+    float acc[NX][NR];
+#pragma unroll
+    for (int j = 0; j < NX; j++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[j][r] = 0.0f;
+    mv_dot_rows<T>::template run<NR, NA, NX>(wa, wb, rows, p, lane, acc);
 
-template <int T, int EPI, int V>
-__global__ void __launch_bounds__(MV_WARPS * 32, V == 3 ? 2 : 1) k_matvec_ring(const mv_params p) {
-    using R = mv_ring_type<T>;
-    constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
-    constexpr int S = mv_ring_slots(V) / NR;
-    extern __shared__ int4 mv_ring_smem[]; // [MV_WARPS][S][NR][32 lanes]
-    __shared__ float res[2][2][MV_TILE];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int4 *ring = mv_ring_smem + warp * (S * NR * 32) + lane;
-    const int64_t nch = R::chunks(p.k_pad), steps = (nch + 31) / 32;
-    const int G = (int)gridDim.x, tiles = p.tile_start[p.n_segs];
-    const int my_tiles = (tiles - (int)blockIdx.x + G - 1) / G;
-    const int64_t total = my_tiles * steps; // this warp's stream of steps
-
-    // the refill side: stream position (tile rk, step rj) and its row pointers
-    const uint8_t *q[NR];
-    const __half *sc[NR];
-    __half sv[S][NR]; // scales of the chunks in the ring (raw: converted when used)
-    int rk = 0;
-    int64_t rj = 0, ri = 0;
-    mv_ring_rows<T, EPI, NR>(p, (int)blockIdx.x, warp, q, sc);
-    auto refill = [&](int s) {
-        if (ri < total) {
-            const int64_t c = rj * 32 + lane;
-            const bool ok = c < nch;
-            const int64_t cc = ok ? c : 0;
+    __shared__ float res[2][NX][MV_TILE];
 #pragma unroll
-            for (int r = 0; r < NR; r++) mv_cp16(ring + (s * NR + r) * 32, q[r] + cc * 16, ok);
-            if constexpr (R::SC) {
+    for (int j = 0; j < NX; j++) {
+        if (j > 0 && j >= p.n_x) break;
 #pragma unroll
-                for (int r = 0; r < NR; r++) sv[s][r] = __ldcs(sc[r] + R::sidx(cc));
-            }
-            ri++;
-            if (++rj == steps) {
-                rj = 0;
-                if (++rk < my_tiles) mv_ring_rows<T, EPI, NR>(p, (int)blockIdx.x + rk * G, warp, q, sc);
-            }
-        }
-        mv_cp_commit(); // one group per stage, empty past the end, so the wait count holds
-    };
-#pragma unroll
-    for (int s = 0; s < S; s++) refill(s);
-    cu_pdl_enter(); // the activation and the outputs only from here
-
-    float acc[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-    int ck = 0, buf = 0;
-    int64_t cj = 0;
-    for (int64_t i0 = 0; i0 < total; i0 += S) {
-#pragma unroll
-        for (int s = 0; s < S; s++) {
-            if (i0 + s >= total) break;
-            mv_cp_wait<S - 1>(); // this lane's copies of stage s have landed
-            const int64_t c = cj * 32 + lane;
-            if (c < nch) {
-                const typename R::X x = R::load_x(p, c);
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    const int4 w = ring[(s * NR + r) * 32];
-                    acc[r] += R::dot(w, x, R::SC ? __half2float(sv[s][r]) : 0.0f);
-                }
-            }
-            refill(s);
-            if (++cj == steps) { // end of a tile: reduce, then one warp stores
-                cj = 0;
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    const float v = warp_sum(acc[r]);
-                    if (lane == 0) res[buf][r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
-                    acc[r] = 0.0f;
-                }
-                __syncthreads(); // res[buf] complete; warp 0 read res[buf ^ 1] before this barrier
-                if (warp == 0) mv_epilogue<EPI>(p, res[buf], (int)blockIdx.x + ck * G, lane);
-                buf ^= 1;
-                ck++;
-            }
+        for (int r = 0; r < NR; r++) {
+            const float v = warp_sum(acc[j][r]);
+            if (lane == 0) res[r / MV_ROWS][j][warp * MV_ROWS + (r % MV_ROWS)] = v;
         }
     }
-    mv_cp_wait<0>();
+    __syncthreads();
+    if (warp < NX && warp < p.n_x)
+        mv_epilogue<EPI>(p, res[0][warp], res[1][warp], (int)blockIdx.x, lane, warp);
 }
 
 /* Measured on an H200 (Llama-2-7B shape, tg128 with all four variants in one session):
@@ -710,49 +591,10 @@ static int mv_variant(int t) {
     }
 }
 
-/* The ring kernels' largest grid: blocks per SM times the multiprocessor count of the
- * current device, or CERA_CUDA_MV_GRID (tests: a few blocks then stream many tiles each). */
-static int mv_ring_grid(int per_sm) {
-    static int n = 0, forced = -1;
-    if (forced < 0) {
-        const char *e = getenv("CERA_CUDA_MV_GRID");
-        forced = e ? atoi(e) : 0;
-        if (forced < 0) forced = 0;
-    }
-    if (forced > 0) return forced;
-    if (n == 0) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
-            return per_sm * 132;
-        n = v;
-    }
-    return per_sm * n;
-}
-
-template <int T, int EPI, int V>
-static cudaError_t launch_ring(cudaStream_t st, const mv_params &p, int tiles) {
-    constexpr size_t smem = (size_t)MV_WARPS * mv_ring_slots(V) * 32 * 16;
-    static bool attr_set = false; // above 48 KB a kernel must ask for its dynamic shared memory
-    if (!attr_set) {
-        const cudaError_t e = cudaFuncSetAttribute(k_matvec_ring<T, EPI, V>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        attr_set = true;
-    }
-    const int most = mv_ring_grid(V == 3 ? 2 : 1);
-    const int grid = tiles < most ? tiles : most;
-    return cu_launch(k_matvec_ring<T, EPI, V>, grid, MV_WARPS * 32, smem, st, p);
-}
-
 template <int T, int V>
 static cudaError_t launch_mv_v(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int grid) {
     if constexpr (V >= 2) {
-        switch (epi) {
-        case CU_MV_STORE: return launch_ring<T, CU_MV_STORE, V>(st, p, grid);
-        case CU_MV_ADD: return launch_ring<T, CU_MV_ADD, V>(st, p, grid);
-        case CU_MV_SWIGLU: return launch_ring<T, CU_MV_SWIGLU, V>(st, p, grid);
-        }
+        return mv_launch_ring(st, p, (cera_type)T, epi, V, 1, grid);
     } else {
         switch (epi) {
         case CU_MV_STORE: return cu_launch(k_matvec<T, CU_MV_STORE, V>, grid, MV_WARPS * 32, 0, st, p);
@@ -776,15 +618,16 @@ static cudaError_t launch_mv(cudaStream_t st, const mv_params &p, cu_mv_epilogue
     return launch_mv_v<T, 0>(st, p, epi, grid);
 }
 
-extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x,
-                                 cu_mv_epilogue epi, float scale, const cu_act *h_out) {
-    if (n_segs < 1 || n_segs > 3 || (epi == CU_MV_SWIGLU && (n_segs != 2 || !h_out)))
-        return cudaErrorInvalidValue;
-    mv_params p = {};
+/* Fills p for a launch over segs (checked: types and lengths agree); returns the tile count
+ * or -1. */
+static int mv_setup(mv_params &p, const cu_mv_seg *segs, int n_segs, const cu_act *x, cu_mv_epilogue epi,
+                    float scale, const cu_act *h_out) {
+    if (n_segs < 1 || n_segs > 3 || (epi == CU_MV_SWIGLU && (n_segs != 2 || !h_out))) return -1;
+    p = mv_params{};
     const cera_type t = segs[0].w->type;
     int tiles = 0;
     for (int i = 0; i < n_segs; i++) {
-        if (segs[i].w->type != t || segs[i].w->k_pad != x->k_pad) return cudaErrorInvalidValue;
+        if (segs[i].w->type != t || segs[i].w->k_pad != x->k_pad) return -1;
         p.w[i] = cu_view(segs[i].w);
         p.y[i] = segs[i].y;
         p.bias[i] = segs[i].bias;
@@ -800,13 +643,130 @@ extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_s
     p.k_pad = x->k_pad;
     p.scale = scale;
     if (h_out) p.h = *h_out;
-    if (cu_type_uses_q8_act(t) && !x->q) return cudaErrorInvalidValue;
-    switch (t) {
+    p.n_x = 1;
+    if (cu_type_uses_q8_act(t) && !x->q) return -1;
+    return tiles;
+}
+
+extern "C" cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x,
+                                 cu_mv_epilogue epi, float scale, const cu_act *h_out) {
+    mv_params p;
+    const int tiles = mv_setup(p, segs, n_segs, x, epi, scale, h_out);
+    if (tiles < 0) return cudaErrorInvalidValue;
+    switch (segs[0].w->type) {
 #define CU_CASE(T)                                                                                           \
     case T: return launch_mv<T>(st, p, epi, tiles);
         CU_TYPE_LIST(CU_CASE)
 #undef CU_CASE
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
+}
+
+/* ---- Several activation rows (cu_matvec_rows) --------------------------------------------
+ * NX, the kernels' compile-time row count, is n_rows rounded up to 2, 4, 8 or 16 (the rows
+ * past n_rows skip their work: a uniform branch); SwiGLU stops at 8, whose 4 weight rows per
+ * warp times 16 sums would not fit in 128 registers (ptxas spills them). The ring types always
+ * take variant 2 (128 registers: the NX x NR sums need them; variant 3's 64 would spill). */
+#define MV_MAX_NX        16
+#define MV_MAX_NX_SWIGLU 8
+
+static constexpr bool mv_rows_ok(int t) {
+    return mv_ring_ok(t) || t == CERA_TYPE_Q4_K || t == CERA_TYPE_Q6_K;
+}
+
+template <int T, int EPI, int NX>
+static cudaError_t launch_rows_nx(cudaStream_t st, const mv_params &p, int tiles) {
+    if constexpr (mv_ring_ok(T))
+        return mv_launch_ring(st, p, (cera_type)T, (cu_mv_epilogue)EPI, 2, NX, tiles);
+    else
+        return cu_launch(k_matvec_rows<T, EPI, NX>, tiles, MV_WARPS * 32, 0, st, p);
+}
+
+template <int T, int EPI> static cudaError_t launch_rows_epi(cudaStream_t st, const mv_params &p, int tiles) {
+    if (p.n_x <= 2) return launch_rows_nx<T, EPI, 2>(st, p, tiles);
+    if (p.n_x <= 4) return launch_rows_nx<T, EPI, 4>(st, p, tiles);
+    if (p.n_x <= 8) return launch_rows_nx<T, EPI, 8>(st, p, tiles);
+    if constexpr (EPI != CU_MV_SWIGLU) return launch_rows_nx<T, EPI, 16>(st, p, tiles);
+    return cudaErrorInvalidValue;
+}
+
+template <int T>
+static cudaError_t launch_rows(cudaStream_t st, const mv_params &p, cu_mv_epilogue epi, int tiles) {
+    if constexpr (mv_rows_ok(T)) {
+        switch (epi) {
+        case CU_MV_STORE: return launch_rows_epi<T, CU_MV_STORE>(st, p, tiles);
+        case CU_MV_ADD: return launch_rows_epi<T, CU_MV_ADD>(st, p, tiles);
+        case CU_MV_SWIGLU: return launch_rows_epi<T, CU_MV_SWIGLU>(st, p, tiles);
+        }
+    }
+    return cudaErrorInvalidValue;
+}
+
+/* Row r of an activation (or of h_out) as an activation of one row. */
+static cu_act act_row(const cu_act *a, int r) {
+    cu_act o = *a;
+    o.f += r * a->k_pad;
+    if (o.q) {
+        o.q += r * a->k_pad;
+        o.d += r * (a->k_pad / 32);
+        o.s += r * (a->k_pad / 32);
+    }
+    return o;
+}
+
+extern "C" cudaError_t cu_matvec_rows(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x,
+                                      int n_rows, int64_t y_stride, cu_mv_epilogue epi, float scale,
+                                      const cu_act *h_out) {
+    if (n_rows < 1) return cudaErrorInvalidValue;
+    if (n_rows == 1) return cu_matvec(st, segs, n_segs, x, epi, scale, h_out);
+    mv_params p;
+    const int tiles = mv_setup(p, segs, n_segs, x, epi, scale, h_out);
+    if (tiles < 0) return cudaErrorInvalidValue;
+    p.y_stride = y_stride;
+    const cera_type t = segs[0].w->type;
+    bool fast = false;
+    switch (t) {
+#define CU_CASE(T)                                                                                           \
+    case T: fast = mv_rows_ok(T); break;
+        CU_TYPE_LIST(CU_CASE)
+#undef CU_CASE
+    default: return cudaErrorInvalidValue;
+    }
+    // groups of up to MV_MAX_NX rows, each one launch reading the weights once; the types without
+    // several-row kernels (F32, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) take the
+    // one-row kernel row by row
+    const int group = !fast ? 1 : epi == CU_MV_SWIGLU ? MV_MAX_NX_SWIGLU : MV_MAX_NX;
+    for (int r0 = 0; r0 < n_rows; r0 += group) {
+        const int nx = n_rows - r0 < group ? n_rows - r0 : group;
+        const cu_act xr = act_row(x, r0);
+        cu_act hr;
+        if (h_out) hr = act_row(h_out, r0);
+        cu_mv_seg sr[3];
+        for (int i = 0; i < n_segs; i++) {
+            sr[i] = segs[i];
+            if (sr[i].y) sr[i].y += r0 * y_stride;
+        }
+        cudaError_t e;
+        if (nx == 1) {
+            e = cu_matvec(st, sr, n_segs, &xr, epi, scale, h_out ? &hr : NULL);
+        } else {
+            mv_params q = p;
+            for (int i = 0; i < n_segs; i++) q.y[i] = sr[i].y;
+            q.xf = xr.f;
+            q.xq = xr.q;
+            q.xd = xr.d;
+            q.xs = xr.s;
+            if (h_out) q.h = hr;
+            q.n_x = nx;
+            switch (t) {
+#define CU_CASE(T)                                                                                           \
+    case T: e = launch_rows<T>(st, q, epi, tiles); break;
+                CU_TYPE_LIST(CU_CASE)
+#undef CU_CASE
+            default: e = cudaErrorInvalidValue;
+            }
+        }
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
