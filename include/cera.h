@@ -195,7 +195,9 @@ CERA_API int cera_session_n_past(const cera_session *session);
 /* Drops every token at positions >= n_keep (0 clears the session), with a generated
  * token not yet evaluated and the last eval's logits. The sampler is reset: its penalty
  * history becomes the kept tokens' and its RNG restarts from the seed (so truncate(0) and
- * the same prompt repeat a generation). n_keep outside 0..n_past: CERA_ERR_INVALID_ARG. */
+ * the same prompt repeat a generation). n_keep outside 0..n_past: CERA_ERR_INVALID_ARG. A
+ * model with recurrent layers (LFM2's short convolutions, whose state follows the last
+ * position) can only be cut back to 0 or n_past: anything between is CERA_ERR_UNSUPPORTED. */
 CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
 
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of

@@ -40,7 +40,7 @@ static const char proj_letter[CERA_PROJ_COUNT] = {'q', 'k', 'v', 'o', 'g', 'u', 
 static cera_adapter *random_adapter(const cera_model *m, int rank, uint64_t seed, const char *targets) {
     size_t n = 0;
     for (int l = 0; l < m->hp.n_layer; l++)
-        for (int p = 0; p < CERA_PROJ_COUNT; p++)
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++)
             if (strchr(targets, proj_letter[p]))
                 n += (size_t)rank * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
     cera_adapter *a = NULL;
@@ -48,7 +48,7 @@ static cera_adapter *random_adapter(const cera_model *m, int rank, uint64_t seed
     if (cera_lora_alloc(m, n, "random", &a, &err)) die("adapter", &err);
     uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
     for (int l = 0; l < m->hp.n_layer; l++)
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
             if (!strchr(targets, proj_letter[p])) continue;
             const cera_weight *w = &m->layers[l].proj[p];
             float *pa, *pb;
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     // the adapter loader checks that each target exists; the GPU makes the weights' values
     static const uint8_t present = 0;
     for (int l = 0; l < m.hp.n_layer; l++)
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) m.layers[l].proj[p].data = &present;
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) m.layers[l].proj[p].data = &present;
     cera_cuda_params prm = cera_cuda_default_params();
     prm.n_ctx = 4096;
     prm.n_batch = 512;

@@ -40,9 +40,9 @@ bool cera_bench_llama2_7b(cera_model *m, const char *type) {
     for (int l = 0; l < 32; l++) {
         cera_layer *L = &m->layers[l];
         const bool more = l < 4 || l >= 28 || (l - 4) % 3 == 2; // llama-quantize's use_more_bits
-        const int64_t kn[CERA_PROJ_COUNT][2] = {{4096, 4096},  {4096, 4096},  {4096, 4096}, {4096, 4096},
-                                                {4096, 11008}, {4096, 11008}, {11008, 4096}};
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+        const int64_t kn[CERA_PROJ_DOWN + 1][2] = {{4096, 4096},  {4096, 4096},  {4096, 4096}, {4096, 4096},
+                                                   {4096, 11008}, {4096, 11008}, {11008, 4096}};
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
             cera_type pt = t;
             if (q4_k_m && more && (p == CERA_PROJ_V || p == CERA_PROJ_DOWN)) pt = CERA_TYPE_Q6_K;
             L->proj[p] = (cera_weight){.type = pt, .k = kn[p][0], .n = kn[p][1]};

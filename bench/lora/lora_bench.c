@@ -46,7 +46,8 @@ static cera_adapter *random_adapter(const cera_model *m, int rank) {
     size_t n = 0;
     for (int l = 0; l < m->hp.n_layer; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++)
-            n += (size_t)rank * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
+            if (m->layers[l].proj[p].data)
+                n += (size_t)rank * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
     cera_adapter *a = NULL;
     cera_error err;
     if (cera_lora_alloc(m, n, "random", &a, &err)) {
@@ -56,6 +57,7 @@ static cera_adapter *random_adapter(const cera_model *m, int rank) {
     for (int l = 0; l < m->hp.n_layer; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             const cera_weight *w = &m->layers[l].proj[p];
+            if (!w->data) continue; /* a projection this layer lacks */
             float *pa, *pb;
             if (cera_lora_add_pair(a, m, l, (cera_proj)p, rank, w->k, w->n, &pa, &pb, "random", &err)) {
                 fprintf(stderr, "lora_bench: %s\n", err.message);
@@ -228,6 +230,7 @@ int main(int argc, char **argv) {
     for (int l = 0; l < hp->n_layer; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             const cera_weight *w = &e->model.layers[l].proj[p];
+            if (!w->data) continue;
             w_bytes += (double)cera_row_size(w->type, w->k) * (double)w->n;
             f_bytes += 4.0 * rank * (double)(w->k + w->n);
         }

@@ -61,15 +61,20 @@ static cera_status open_kv(cera_engine *e, cera_error *err) {
     const cera_engine_params *p = &e->params;
     const size_t elem = p->kv_type == CERA_KV_F32 ? 4 : 2; /* Q8_0: counted as F16 (a bound) */
     const size_t block_bytes =
-        (size_t)hp->n_layer * 2 * CERA_KV_BLOCK * (size_t)hp->n_head_kv * hp->head_dim * elem;
+        (size_t)hp->n_kv_layer * 2 * CERA_KV_BLOCK * (size_t)hp->n_head_kv * hp->head_dim * elem;
+    /* LFM2: each conv layer keeps the last l_cache - 1 rows of its B ⊙ X per sequence */
+    const size_t state_bytes = hp->n_conv_layer ? (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) *
+                                                      hp->n_embd * sizeof(float)
+                                                : 0;
     const int per_ctx = (p->n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
     size_t n_blocks = p->kv_bytes ? p->kv_bytes / block_bytes : (size_t)per_ctx * (size_t)p->n_seq_max;
     if (n_blocks < 1)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "kv_bytes %zu holds no KV block (%zu bytes each)",
                          p->kv_bytes, block_bytes);
     if (n_blocks > (size_t)INT32_MAX / 2) n_blocks = (size_t)INT32_MAX / 2;
-    cera_status st = cera_kv_pool_new(p->kv_type, hp->n_layer, hp->n_head_kv * hp->head_dim, (int)n_blocks,
-                                      p->n_seq_max, p->n_ctx, e->backend->kv_on_host, &e->kv, err);
+    cera_status st =
+        cera_kv_pool_new(p->kv_type, hp->n_kv_layer, hp->n_head_kv * hp->head_dim, (int)n_blocks,
+                         p->n_seq_max, p->n_ctx, state_bytes, e->backend->kv_on_host, &e->kv, err);
     if (st) return st;
     if (e->backend->kv_init) return e->backend->kv_init(e->backend, e->kv, err);
     return CERA_OK;

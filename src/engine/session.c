@@ -139,6 +139,11 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
     if (n_keep < 0 || n_keep > s->seq.n_pos)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: n_keep %d outside 0..%d (n_past)", n_keep,
                          s->seq.n_pos);
+    if (n_keep > 0 && n_keep < s->seq.n_pos && s->engine->kv->state_bytes)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "truncate: %s keeps a recurrent state that follows the last position: a session can "
+                         "only be cut back to 0 (asked: %d of %d)",
+                         cera_arch_name(s->engine->model.hp.arch), n_keep, s->seq.n_pos);
     if (n_keep < s->seq.n_pos) {
         pthread_mutex_lock(&s->engine->forward_lock);
         cera_kv_seq_truncate(&s->seq, n_keep);

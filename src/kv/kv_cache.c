@@ -7,7 +7,8 @@
 #include "core/error.h"
 
 cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_blocks, int n_seq_max,
-                             int max_pos, bool host_storage, cera_kv_pool **out, cera_error *err) {
+                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
+                             cera_error *err) {
     *out = NULL;
     if (type != CERA_KV_F16 && type != CERA_KV_F32 && type != CERA_KV_Q8_0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)type);
@@ -28,8 +29,11 @@ cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_b
     p->refcount = calloc((size_t)n_blocks, sizeof *p->refcount);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     p->free_seq = malloc((size_t)n_seq_max * sizeof *p->free_seq);
+    p->state_bytes = state_bytes;
     if (host_storage) p->data = calloc((size_t)n_blocks, p->block_bytes);
-    if (!p->refcount || !p->free_ids || !p->free_seq || (host_storage && !p->data)) {
+    if (host_storage && state_bytes) p->state = calloc((size_t)n_seq_max, state_bytes);
+    if (!p->refcount || !p->free_ids || !p->free_seq || (host_storage && !p->data) ||
+        (host_storage && state_bytes && !p->state)) {
         const size_t bytes = p->block_bytes;
         cera_kv_pool_free(p);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d blocks of %zu bytes", n_blocks, bytes);
@@ -49,6 +53,7 @@ void cera_kv_pool_free(cera_kv_pool *pool) {
     free(pool->refcount);
     free(pool->free_ids);
     free(pool->free_seq);
+    free(pool->state);
     free(pool);
 }
 
@@ -62,6 +67,7 @@ cera_status cera_kv_seq_open(cera_kv_pool *pool, cera_kv_seq *seq, cera_error *e
     if (!seq->blocks) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV block table");
     seq->pool = pool;
     seq->id = pool->free_seq[--pool->n_free_seq];
+    if (pool->state) memset(cera_kv_seq_state(seq), 0, pool->state_bytes);
     return CERA_OK;
 }
 
@@ -86,6 +92,7 @@ cera_status cera_kv_seq_fork(const cera_kv_seq *src, cera_kv_seq *dst, cera_erro
     }
     dst->n_blocks = src->n_blocks;
     dst->n_pos = src->n_pos;
+    if (src->pool->state) memcpy(cera_kv_seq_state(dst), cera_kv_seq_state(src), src->pool->state_bytes);
     return CERA_OK;
 }
 
@@ -132,4 +139,5 @@ void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos) {
     const int keep = (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
     while (seq->n_blocks > keep) put_block(seq->pool, seq->blocks[--seq->n_blocks]);
     if (seq->n_pos > n_pos) seq->n_pos = n_pos;
+    if (n_pos == 0 && seq->pool->state) memset(cera_kv_seq_state(seq), 0, seq->pool->state_bytes);
 }

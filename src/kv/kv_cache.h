@@ -9,6 +9,11 @@
  * Position p of a sequence lives in block blocks[p / CERA_KV_BLOCK], row p % CERA_KV_BLOCK.
  * Attention reads K/V only through the block table.
  *
+ * A model with recurrent layers (LFM2's short convolutions) also keeps a fixed-size state
+ * per sequence slot (state_bytes, zeroed when a sequence opens or is cut back to 0,
+ * copied by a fork); it follows the sequence's last position, so such a sequence can only
+ * be cut back to 0 (the engine refuses anything else).
+ *
  * Blocks are shared by reference counting: a fork shares every block of its source, and
  * the first write into a shared block (the partly filled tail of a fork or of a truncated
  * sequence) copies it first (copy on write, cera_kv_seq_reserve). Each sequence also holds
@@ -45,6 +50,8 @@ typedef struct cera_kv_pool {
     int n_seq_max;     /* sequence slots */
     int32_t *free_seq; /* [n_seq_max]: a stack of unused slots */
     int n_free_seq;
+    size_t state_bytes; /* per slot, 0 when the model has no recurrent layer */
+    uint8_t *state;     /* [n_seq_max][state_bytes] in host storage, or NULL */
 } cera_kv_pool;
 
 /* One sequence's view of the pool. */
@@ -66,7 +73,8 @@ typedef struct cera_kv_copy {
  * host_storage allocates the blocks' memory here (zeroed pages, taken by the OS as they are
  * first written). */
 cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_blocks, int n_seq_max,
-                             int max_pos, bool host_storage, cera_kv_pool **out, cera_error *err);
+                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
+                             cera_error *err);
 void cera_kv_pool_free(cera_kv_pool *pool);
 
 /* Opens an empty sequence (a slot and its block table); CERA_ERR_NO_MEMORY naming
@@ -87,10 +95,16 @@ cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy,
 /* Drops positions >= n_pos, returning blocks no longer needed. */
 void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos);
 
+/* The sequence's recurrent state in host storage, or NULL. */
+static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
+    return seq->pool->state ? seq->pool->state + (size_t)seq->id * seq->pool->state_bytes : NULL;
+}
+
 /* Blocks not held by any sequence. */
 static inline int cera_kv_pool_n_free(const cera_kv_pool *p) { return p->n_free; }
 
-/* Row `pos` of layer `layer`'s K (kv = 0) or V (kv = 1) in host storage. */
+/* Row `pos` of KV layer `layer`'s K (kv = 0) or V (kv = 1) in host storage (layer: the
+ * model layer's cera_layer.kv_index). */
 static inline void *cera_kv_row(const cera_kv_seq *seq, int layer, int kv, int pos) {
     const cera_kv_pool *p = seq->pool;
     const int32_t b = seq->blocks[pos / CERA_KV_BLOCK];

@@ -23,10 +23,18 @@
 #include "lora/safetensors.h"
 
 static const char *const proj_gguf[CERA_PROJ_COUNT] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "shortconv.in_proj",
+    "shortconv.out_proj",
 };
 static const char *const proj_hf[CERA_PROJ_COUNT] = {
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj", "out_proj",
 };
 
 const char *cera_lora_proj_gguf_name(cera_proj p) {

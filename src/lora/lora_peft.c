@@ -124,7 +124,7 @@ done:
     return st;
 }
 
-/* Parses "base_model.model.model.layers.N.<self_attn|mlp>.<proj>.lora_<A|B>.weight". On
+/* Parses "base_model.model.model.layers.N.<self_attn|mlp|conv>.<proj>.lora_<A|B>.weight". On
  * failure *module names what was found (for the message). */
 static bool parse_peft_name(const char *name, int *layer, cera_proj *p, bool *is_a) {
     static const char prefix[] = "base_model.model.model.layers.";
@@ -135,7 +135,7 @@ static bool parse_peft_name(const char *name, int *layer, cera_proj *p, bool *is
     while (*s >= '0' && *s <= '9' && digits < 6) n = n * 10 + (*s++ - '0'), digits++;
     if (!digits || *s++ != '.') return false;
     for (int i = 0; i < CERA_PROJ_COUNT; i++) {
-        const char *parent = i <= CERA_PROJ_O ? "self_attn." : "mlp.";
+        const char *parent = i <= CERA_PROJ_O ? "self_attn." : i <= CERA_PROJ_DOWN ? "mlp." : "conv.";
         const size_t lp = strlen(parent), lm = strlen(cera_lora_proj_hf_name((cera_proj)i));
         if (strncmp(s, parent, lp) || strncmp(s + lp, cera_lora_proj_hf_name((cera_proj)i), lm)) continue;
         const char *rest = s + lp + lm;

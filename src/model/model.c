@@ -1,14 +1,12 @@
 /*
- * model.c — reads a llama-family GGUF file into the backend-neutral description of
- * model.h: hyperparameters from `<arch>.*` metadata (with llama.cpp's defaults) and
- * weight handles pointing into the mapped file.
- *
- * The four architectures differ only in a few traits (rotary style, QKV biases, Q/K
- * norms, granite's multipliers), so they share one loader driven by a small table;
- * a new llama-like architecture is one row plus, if needed, its extra tensors.
- * Every tensor's type and shape is checked here so that backends can trust them.
+ * model.c — reads a GGUF file into the backend-neutral model of model.h: the
+ * hyperparameters every architecture shares from `<arch>.*` metadata (with llama.cpp's
+ * defaults), the common tensors, then the architecture's own metadata, tensors and
+ * forward pass through its file in model/arch/ (loader.h). Every tensor's type and shape
+ * is checked here so that backends can trust them.
  */
 #include "model/model.h"
+#include "model/loader.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,38 +15,31 @@
 
 #include "core/error.h"
 
-typedef struct arch_info {
-    const char *name;
-    cera_rope_style rope_style;
-    bool qkv_bias; /* attn_{q,k,v}.bias required */
-    bool qk_norm;  /* attn_{q,k}_norm.weight required */
-    bool granite;  /* embedding/residual/attention/logit multipliers */
-} arch_info;
-
-static const arch_info arch_table[CERA_ARCH_COUNT] = {
-    [CERA_ARCH_LLAMA] = {"llama", CERA_ROPE_NORM, false, false, false},
-    [CERA_ARCH_QWEN2] = {"qwen2", CERA_ROPE_NEOX, true, false, false},
-    [CERA_ARCH_QWEN3] = {"qwen3", CERA_ROPE_NEOX, false, true, false},
-    [CERA_ARCH_GRANITE] = {"granite", CERA_ROPE_NORM, false, false, true},
+static const cera_arch_def *const arch_table[CERA_ARCH_COUNT] = {
+    [CERA_ARCH_LLAMA] = &cera_arch_llama, [CERA_ARCH_QWEN2] = &cera_arch_qwen2,
+    [CERA_ARCH_QWEN3] = &cera_arch_qwen3, [CERA_ARCH_GRANITE] = &cera_arch_granite,
+    [CERA_ARCH_LFM2] = &cera_arch_lfm2,
 };
 
 static const char *const proj_names[CERA_PROJ_COUNT] = {
-    [CERA_PROJ_Q] = "attn_q",      [CERA_PROJ_K] = "attn_k",      [CERA_PROJ_V] = "attn_v",
-    [CERA_PROJ_O] = "attn_output", [CERA_PROJ_GATE] = "ffn_gate", [CERA_PROJ_UP] = "ffn_up",
+    [CERA_PROJ_Q] = "attn_q",
+    [CERA_PROJ_K] = "attn_k",
+    [CERA_PROJ_V] = "attn_v",
+    [CERA_PROJ_O] = "attn_output",
+    [CERA_PROJ_GATE] = "ffn_gate",
+    [CERA_PROJ_UP] = "ffn_up",
     [CERA_PROJ_DOWN] = "ffn_down",
+    [CERA_PROJ_CONV_IN] = "shortconv.in_proj",
+    [CERA_PROJ_CONV_OUT] = "shortconv.out_proj",
 };
 
 const char *cera_proj_name(cera_proj p) { return (unsigned)p < CERA_PROJ_COUNT ? proj_names[p] : "?"; }
 
-const char *cera_arch_name(cera_arch a) { return (unsigned)a < CERA_ARCH_COUNT ? arch_table[a].name : "?"; }
+const char *cera_arch_name(cera_arch a) { return (unsigned)a < CERA_ARCH_COUNT ? arch_table[a]->name : "?"; }
 
 /* ---- metadata -------------------------------------------------------------- */
 
-typedef struct loader {
-    const gguf_file *f;
-    const char *arch;
-    cera_error *err;
-} loader;
+typedef cera_loader loader;
 
 static const char *akey(const loader *ld, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", ld->arch, suffix);
@@ -56,7 +47,7 @@ static const char *akey(const loader *ld, const char *suffix, char *buf, size_t 
 }
 
 /* An integer hyperparameter; per-layer arrays are accepted when every entry is equal. */
-static cera_status get_int(const loader *ld, const char *suffix, bool required, int def, int *out) {
+cera_status cera_load_int(const loader *ld, const char *suffix, bool required, int def, int *out) {
     char key[160];
     akey(ld, suffix, key, sizeof key);
     const gguf_kv *kv = gguf_find_kv(ld->f, key);
@@ -86,7 +77,7 @@ static cera_status get_int(const loader *ld, const char *suffix, bool required, 
     return CERA_OK;
 }
 
-static cera_status get_float(const loader *ld, const char *suffix, float def, float *out) {
+cera_status cera_load_float(const loader *ld, const char *suffix, float def, float *out) {
     char key[160];
     akey(ld, suffix, key, sizeof key);
     if (!gguf_find_kv(ld->f, key)) {
@@ -102,8 +93,8 @@ static cera_status get_float(const loader *ld, const char *suffix, float def, fl
 
 /* Binds tensor `name` with the expected shape (ne1 = 0 for a vector). Matrices may be any
  * type the trait table knows; vectors (norms, biases) must be F32, as llama.cpp writes them. */
-static cera_status bind(const loader *ld, const char *name, int64_t ne0, int64_t ne1, bool required,
-                        cera_weight *w) {
+cera_status cera_load_tensor(const loader *ld, const char *name, int64_t ne0, int64_t ne1, bool required,
+                             cera_weight *w) {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(ld->f, name);
     if (!t) {
@@ -135,11 +126,11 @@ static cera_status bind(const loader *ld, const char *name, int64_t ne0, int64_t
     return CERA_OK;
 }
 
-static cera_status bind_layer(const loader *ld, int il, const char *suffix, int64_t ne0, int64_t ne1,
-                              bool required, cera_weight *w) {
+cera_status cera_load_layer_tensor(const loader *ld, int il, const char *suffix, int64_t ne0, int64_t ne1,
+                                   bool required, cera_weight *w) {
     char name[128];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return bind(ld, name, ne0, ne1, required, w);
+    return cera_load_tensor(ld, name, ne0, ne1, required, w);
 }
 
 #define TRY(expr)                                                                                            \
@@ -148,14 +139,53 @@ static cera_status bind_layer(const loader *ld, int il, const char *suffix, int6
         if (st_ != CERA_OK) return st_;                                                                      \
     } while (0)
 
-static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hparams *hp) {
-    TRY(get_int(ld, "context_length", true, 0, &hp->n_ctx_train));
-    TRY(get_int(ld, "embedding_length", true, 0, &hp->n_embd));
-    TRY(get_int(ld, "block_count", true, 0, &hp->n_layer));
-    TRY(get_int(ld, "feed_forward_length", true, 0, &hp->n_ff));
-    TRY(get_int(ld, "attention.head_count", true, 0, &hp->n_head));
-    TRY(get_int(ld, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv));
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
+/* attention.head_count_kv, a number or one per layer: each layer's count (0 for a conv
+ * layer where the architecture has them), and the one count the attention layers share. */
+static cera_status read_head_count_kv(const loader *ld, const cera_arch_def *ai, cera_model *m) {
+    cera_hparams *hp = &m->hp;
+    char key[160];
+    akey(ld, "attention.head_count_kv", key, sizeof key);
+    const gguf_kv *kv = gguf_find_kv(ld->f, key);
+    hp->n_head_kv = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int64_t v = hp->n_head;
+        if (kv && kv->value.type == GGUF_TYPE_ARRAY) {
+            const gguf_array *a = &kv->value.v.arr;
+            if (a->n != (uint64_t)hp->n_layer || a->type == GGUF_TYPE_STRING || a->type == GGUF_TYPE_ARRAY)
+                return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s': expected %d integers (one per block)",
+                                 key, hp->n_layer);
+            v = gguf_arr_i64(a, (uint64_t)il);
+        } else if (kv) {
+            int32_t x;
+            if (!gguf_get_i32(ld->f, key, &x))
+                return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s': expected an integer", key);
+            v = x;
+        }
+        if (v < 0 || v > hp->n_head || (v == 0 && !ai->conv_layers))
+            return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s': %lld KV heads for block %d (1..%d)", key,
+                             (long long)v, il, hp->n_head);
+        if (v && hp->n_head_kv && v != hp->n_head_kv)
+            return cera_fail(ld->err, CERA_ERR_UNSUPPORTED,
+                             "key '%s': per-layer values differ (not supported)", key);
+        if (v) hp->n_head_kv = (int)v;
+        cera_layer *L = &m->layers[il];
+        L->n_head_kv = (int)v;
+        L->kv_index = v ? hp->n_kv_layer++ : -1;
+        L->conv_index = v ? -1 : hp->n_conv_layer++;
+    }
+    if (hp->n_kv_layer == 0)
+        return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "%s: no attention layer (key '%s')", ld->arch, key);
+    return CERA_OK;
+}
+
+static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_model *m) {
+    cera_hparams *hp = &m->hp;
+    TRY(cera_load_int(ld, "context_length", true, 0, &hp->n_ctx_train));
+    TRY(cera_load_int(ld, "embedding_length", true, 0, &hp->n_embd));
+    TRY(cera_load_int(ld, "block_count", true, 0, &hp->n_layer));
+    TRY(cera_load_int(ld, "feed_forward_length", true, 0, &hp->n_ff));
+    TRY(cera_load_int(ld, "attention.head_count", true, 0, &hp->n_head));
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: zero-sized hyperparameter", ld->arch);
     /* generous bounds that keep every size product far from overflow */
     if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096 ||
@@ -164,28 +194,31 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
             ld->err, CERA_ERR_FORMAT,
             "%s: implausible hyperparameters (embedding %d, feed-forward %d, heads %d, blocks %d)", ld->arch,
             hp->n_embd, hp->n_ff, hp->n_head, hp->n_layer);
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return cera_fail(ld->err, CERA_ERR_NO_MEMORY, "model layers");
+    TRY(read_head_count_kv(ld, ai, m));
     if (hp->n_head % hp->n_head_kv)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                          ld->arch, hp->n_head, hp->n_head_kv);
     int head_k, head_v;
-    TRY(get_int(ld, "attention.key_length", false, hp->n_embd / hp->n_head, &head_k));
-    TRY(get_int(ld, "attention.value_length", false, hp->n_embd / hp->n_head, &head_v));
+    TRY(cera_load_int(ld, "attention.key_length", false, hp->n_embd / hp->n_head, &head_k));
+    TRY(cera_load_int(ld, "attention.value_length", false, hp->n_embd / hp->n_head, &head_v));
     if (head_k != head_v || head_k <= 0 || head_k % 2 || head_k > 4096)
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "%s: key length %d / value length %d not supported",
                          ld->arch, head_k, head_v);
     hp->head_dim = head_k;
-    TRY(get_int(ld, "rope.dimension_count", false, hp->head_dim, &hp->n_rot));
+    TRY(cera_load_int(ld, "rope.dimension_count", false, hp->head_dim, &hp->n_rot));
     if (hp->n_rot != hp->head_dim)
         return cera_fail(ld->err, CERA_ERR_UNSUPPORTED,
                          "%s: rope.dimension_count %d differs from head size %d", ld->arch, hp->n_rot,
                          hp->head_dim);
 
-    TRY(get_float(ld, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps));
+    TRY(cera_load_float(ld, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps));
     if (hp->rms_eps < 0)
         return cera_fail(ld->err, CERA_ERR_FORMAT,
                          "key '%s.attention.layer_norm_rms_epsilon' is negative (%g)", ld->arch,
                          (double)hp->rms_eps);
-    TRY(get_float(ld, "rope.freq_base", 10000.0f, &hp->rope_base));
+    TRY(cera_load_float(ld, "rope.freq_base", 10000.0f, &hp->rope_base));
     if (hp->rope_base <= 0) return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: rope.freq_base <= 0", ld->arch);
 
     /* Rope scaling, as llama.cpp resolves it: the scaling type ("linear" unless said
@@ -197,25 +230,26 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     if (gguf_get_str(ld->f, akey(ld, "rope.scaling.type", key, sizeof key), &type_s))
         gguf_str_copy(type_s, type, sizeof type);
     float factor;
-    TRY(get_float(ld, "rope.scaling.factor", 0.0f, &factor));
-    if (factor == 0.0f) TRY(get_float(ld, "rope.scale_linear", 0.0f, &factor));
+    TRY(cera_load_float(ld, "rope.scaling.factor", 0.0f, &factor));
+    if (factor == 0.0f) TRY(cera_load_float(ld, "rope.scale_linear", 0.0f, &factor));
     hp->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
     if (factor < 0 || !isfinite(hp->rope_freq_scale))
         return cera_fail(ld->err, CERA_ERR_FORMAT,
                          "%s: rope scaling factor (rope.scaling.factor) %g is not usable", ld->arch,
                          (double)factor);
     hp->rope_ext_factor = 0.0f;
-    TRY(get_float(ld, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor));
+    TRY(cera_load_float(ld, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor));
     hp->rope_beta_fast = 32.0f;
     hp->rope_beta_slow = 1.0f;
-    TRY(get_int(ld, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->rope_n_ctx_orig));
+    TRY(cera_load_int(ld, "rope.scaling.original_context_length", false, hp->n_ctx_train,
+                      &hp->rope_n_ctx_orig));
     if (!strcmp(type, "none")) {
         hp->rope_freq_scale = 1.0f;
     } else if (!strcmp(type, "yarn")) {
         hp->rope_ext_factor = 1.0f;
         const float f = 1.0f / hp->rope_freq_scale;
         float yarn_log_mul;
-        TRY(get_float(ld, "rope.scaling.yarn_log_multiplier", 0.0f, &yarn_log_mul));
+        TRY(cera_load_float(ld, "rope.scaling.yarn_log_multiplier", 0.0f, &yarn_log_mul));
         float mscale = f <= 1.0f ? 1.0f : fmaf(0.1f, logf(f), 1.0f);
         if (yarn_log_mul != 0.0f)
             mscale = mscale / (f <= 1.0f ? 1.0f : fmaf(0.1f * yarn_log_mul, logf(f), 1.0f));
@@ -236,26 +270,7 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     hp->residual_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->logit_scale = 1.0f;
-    if (ai->granite) {
-        char k2[160];
-        if (!gguf_find_kv(ld->f, akey(ld, "logit_scale", k2, sizeof k2)))
-            return cera_fail(ld->err, CERA_ERR_NOT_FOUND, "missing key '%s'", k2);
-        TRY(get_float(ld, "logit_scale", 1.0f, &hp->logit_scale));
-        if (hp->logit_scale == 0.0f) return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s' is zero", k2);
-        TRY(get_float(ld, "residual_scale", 1.0f, &hp->residual_scale));
-        if (hp->residual_scale == 0.0f) hp->residual_scale = 1.0f; /* llama.cpp: 0 means unset */
-        TRY(get_float(ld, "embedding_scale", 1.0f, &hp->embd_scale));
-        if (hp->embd_scale == 0.0f) hp->embd_scale = 1.0f;
-        float as;
-        TRY(get_float(ld, "attention.scale", 0.0f, &as));
-        if (as != 0.0f) hp->attn_scale = as;
-        bool ft = true;
-        if (gguf_find_kv(ld->f, akey(ld, "rope.scaling.finetuned", k2, sizeof k2)) &&
-            !gguf_get_bool(ld->f, k2, &ft))
-            return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s': expected a bool", k2);
-        hp->use_rope = ft;
-    }
-    return CERA_OK;
+    return ai->hparams ? ai->hparams(ld, hp) : CERA_OK;
 }
 
 cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) {
@@ -265,86 +280,76 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
         return cera_fail(err, CERA_ERR_NOT_FOUND, "missing key 'general.architecture'");
     char arch[64];
     gguf_str_copy(arch_s, arch, sizeof arch);
-    int ai_idx = -1;
+    const cera_arch_def *ai = NULL;
     for (int a = 0; a < CERA_ARCH_COUNT; a++)
-        if (!strcmp(arch, arch_table[a].name)) ai_idx = a;
-    if (ai_idx < 0)
+        if (!strcmp(arch, arch_table[a]->name)) ai = arch_table[a];
+    if (!ai)
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite)", arch);
-    const arch_info *ai = &arch_table[ai_idx];
-    loader ld = {f, ai->name, err};
+                         "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2)",
+                         arch);
+    loader ld = {f, ai->name, m, err};
     cera_hparams *hp = &m->hp;
-    hp->arch = (cera_arch)ai_idx;
+    hp->arch = ai->id;
     m->file = f;
-    TRY(read_hparams(&ld, ai, hp));
+    cera_status st = read_hparams(&ld, ai, m);
+    if (st) goto fail;
 
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te) return cera_fail(err, CERA_ERR_NOT_FOUND, "missing tensor 'token_embd.weight'");
-    if (te->ne[1] <= 0 || te->ne[1] > INT32_MAX)
-        return cera_fail(err, CERA_ERR_FORMAT, "tensor 'token_embd.weight': bad vocabulary size");
+    if (!te) {
+        st = cera_fail(err, CERA_ERR_NOT_FOUND, "missing tensor 'token_embd.weight'");
+        goto fail;
+    }
+    if (te->ne[1] <= 0 || te->ne[1] > INT32_MAX) {
+        st = cera_fail(err, CERA_ERR_FORMAT, "tensor 'token_embd.weight': bad vocabulary size");
+        goto fail;
+    }
     hp->n_vocab = (int)te->ne[1];
-    const int64_t n_embd = hp->n_embd, n_vocab = hp->n_vocab, hd = hp->head_dim;
-    const int64_t n_q = hd * hp->n_head, n_kv = hd * hp->n_head_kv, n_ff = hp->n_ff;
-
-    TRY(bind(&ld, "token_embd.weight", n_embd, n_vocab, true, &m->tok_embd));
+    const int64_t n_embd = hp->n_embd, n_vocab = hp->n_vocab;
+    if ((st = cera_load_tensor(&ld, "token_embd.weight", n_embd, n_vocab, true, &m->tok_embd))) goto fail;
     const cera_type_traits *tt = cera_type_get(m->tok_embd.type);
-    if (m->tok_embd.type != CERA_TYPE_F32 && !tt->to_float)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "tensor 'token_embd.weight': type %s cannot be dequantized", tt->name);
-    TRY(bind(&ld, "output_norm.weight", n_embd, 0, true, &m->output_norm));
-    TRY(bind(&ld, "output.weight", n_embd, n_vocab, false, &m->output));
+    if (m->tok_embd.type != CERA_TYPE_F32 && !tt->to_float) {
+        st = cera_fail(err, CERA_ERR_UNSUPPORTED, "tensor 'token_embd.weight': type %s cannot be dequantized",
+                       tt->name);
+        goto fail;
+    }
+    const char *norm_name = ai->output_norm ? ai->output_norm : "output_norm.weight";
+    if ((st = cera_load_tensor(&ld, norm_name, n_embd, 0, true, &m->output_norm)) ||
+        (st = cera_load_tensor(&ld, "output.weight", n_embd, n_vocab, false, &m->output)))
+        goto fail;
     hp->tied_output = m->output.t == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
-    TRY(bind(&ld, "output.bias", n_vocab, 0, false, &m->output_b));
-    TRY(bind(&ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs));
+    if ((st = cera_load_tensor(&ld, "output.bias", n_vocab, 0, false, &m->output_b)) ||
+        (st = cera_load_tensor(&ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs)))
+        goto fail;
     if (m->rope_freqs.data) {
         /* divisors of the rotation angles (F32, checked aligned by bind) */
         const float *rf = m->rope_freqs.data;
         for (int i = 0; i < hp->n_rot / 2; i++)
-            if (!isfinite(rf[i]) || rf[i] <= 0)
-                return cera_fail(err, CERA_ERR_FORMAT,
-                                 "tensor 'rope_freqs.weight': value %g at %d is not a finite positive number",
-                                 (double)rf[i], i);
+            if (!isfinite(rf[i]) || rf[i] <= 0) {
+                st = cera_fail(err, CERA_ERR_FORMAT,
+                               "tensor 'rope_freqs.weight': value %g at %d is not a finite positive number",
+                               (double)rf[i], i);
+                goto fail;
+            }
     }
-
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return cera_fail(err, CERA_ERR_NO_MEMORY, "model layers");
-    const int64_t proj_k[CERA_PROJ_COUNT] = {n_embd, n_embd, n_embd, n_q, n_embd, n_embd, n_ff};
-    const int64_t proj_n[CERA_PROJ_COUNT] = {n_q, n_kv, n_kv, n_embd, n_ff, n_ff, n_embd};
-    for (int il = 0; il < hp->n_layer; il++) {
-        cera_layer *L = &m->layers[il];
-        cera_status st = CERA_OK;
-        char name[64];
-#define LTRY(expr)                                                                                           \
-    do {                                                                                                     \
-        if ((st = (expr)) != CERA_OK) goto fail;                                                             \
-    } while (0)
-        LTRY(bind_layer(&ld, il, "attn_norm.weight", n_embd, 0, true, &L->attn_norm));
-        LTRY(bind_layer(&ld, il, "ffn_norm.weight", n_embd, 0, true, &L->ffn_norm));
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
-            snprintf(name, sizeof name, "%s.weight", proj_names[p]);
-            LTRY(bind_layer(&ld, il, name, proj_k[p], proj_n[p], true, &L->proj[p]));
-        }
-        LTRY(bind_layer(&ld, il, "attn_q.bias", n_q, 0, ai->qkv_bias, &L->bq));
-        LTRY(bind_layer(&ld, il, "attn_k.bias", n_kv, 0, ai->qkv_bias, &L->bk));
-        LTRY(bind_layer(&ld, il, "attn_v.bias", n_kv, 0, ai->qkv_bias, &L->bv));
-        LTRY(bind_layer(&ld, il, "attn_output.bias", n_embd, 0, false, &L->bo));
-        LTRY(bind_layer(&ld, il, "ffn_gate.bias", n_ff, 0, false, &L->b_gate));
-        LTRY(bind_layer(&ld, il, "ffn_up.bias", n_ff, 0, false, &L->b_up));
-        LTRY(bind_layer(&ld, il, "ffn_down.bias", n_embd, 0, false, &L->b_down));
-        LTRY(bind_layer(&ld, il, "attn_q_norm.weight", hd, 0, ai->qk_norm, &L->q_norm));
-        LTRY(bind_layer(&ld, il, "attn_k_norm.weight", hd, 0, ai->qk_norm, &L->k_norm));
-#undef LTRY
-        continue;
-    fail:
-        cera_model_free(m);
-        return st;
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((st = ai->layer(&ld, il, &m->layers[il]))) goto fail;
+    m->graph = calloc(1, sizeof *m->graph);
+    if (!m->graph) {
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "model graph");
+        goto fail;
     }
+    if ((st = ai->build(m, m->graph, err))) goto fail;
     return CERA_OK;
+fail:
+    cera_model_free(m);
+    return st;
 }
 
 void cera_model_free(cera_model *m) {
     if (!m) return;
     free(m->layers);
     m->layers = NULL;
+    cera_graph_free(m->graph);
+    m->graph = NULL;
 }

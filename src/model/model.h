@@ -1,8 +1,10 @@
 /*
- * model.h — the model description shared by every backend: hyperparameters and
- * weight handles for the llama family (llama/mistral, qwen2, qwen3, granite).
+ * model.h — the model shared by every backend: hyperparameters, weight handles, and the
+ * forward pass written once as a short list of coarse ops (model/graph.h) that each
+ * backend compiles into its own plan. Architectures: llama/mistral, qwen2, qwen3,
+ * granite and lfm2, one file each under model/arch/ (reading their metadata and tensors
+ * and emitting their ops from the shared blocks of model/arch/blocks.c).
  *
- * The CPU and CUDA backends both compute the forward pass from this one description;
  * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
  * file; a backend that keeps its own copy (a GPU) stores it in cera_weight.dev.
  */
@@ -21,6 +23,7 @@ typedef enum cera_arch {
     CERA_ARCH_QWEN2,
     CERA_ARCH_QWEN3,
     CERA_ARCH_GRANITE,
+    CERA_ARCH_LFM2,
     CERA_ARCH_COUNT
 } cera_arch;
 
@@ -36,8 +39,11 @@ typedef struct cera_hparams {
     int n_embd;
     int n_layer;
     int n_head;
-    int n_head_kv;
-    int head_dim; /* per head, for Q, K and V */
+    int n_head_kv;    /* of the layers with attention (per layer: cera_layer.n_head_kv) */
+    int n_kv_layer;   /* layers with a KV cache (attention layers) */
+    int n_conv_layer; /* LFM2's short-convolution layers, each with a per-sequence state */
+    int conv_l_cache; /* LFM2: taps of the causal convolution (lfm2.shortconv.l_cache) */
+    int head_dim;     /* per head, for Q, K and V */
     int n_ff;
     int n_rot; /* rotated dimensions per head (usually head_dim) */
     float rms_eps;
@@ -68,13 +74,15 @@ typedef struct cera_weight {
 
 /* The seven projections a LoRA adapter may target, in llama.cpp's tensor names. */
 typedef enum cera_proj {
-    CERA_PROJ_Q,    /* attn_q      [n_embd] -> [n_head * head_dim] */
-    CERA_PROJ_K,    /* attn_k      [n_embd] -> [n_head_kv * head_dim] */
-    CERA_PROJ_V,    /* attn_v      [n_embd] -> [n_head_kv * head_dim] */
-    CERA_PROJ_O,    /* attn_output [n_head * head_dim] -> [n_embd] */
-    CERA_PROJ_GATE, /* ffn_gate    [n_embd] -> [n_ff] */
-    CERA_PROJ_UP,   /* ffn_up      [n_embd] -> [n_ff] */
-    CERA_PROJ_DOWN, /* ffn_down    [n_ff] -> [n_embd] */
+    CERA_PROJ_Q,        /* attn_q      [n_embd] -> [n_head * head_dim] */
+    CERA_PROJ_K,        /* attn_k      [n_embd] -> [n_head_kv * head_dim] */
+    CERA_PROJ_V,        /* attn_v      [n_embd] -> [n_head_kv * head_dim] */
+    CERA_PROJ_O,        /* attn_output [n_head * head_dim] -> [n_embd] */
+    CERA_PROJ_GATE,     /* ffn_gate    [n_embd] -> [n_ff] */
+    CERA_PROJ_UP,       /* ffn_up      [n_embd] -> [n_ff] */
+    CERA_PROJ_DOWN,     /* ffn_down    [n_ff] -> [n_embd] */
+    CERA_PROJ_CONV_IN,  /* shortconv.in_proj  [n_embd] -> [3 n_embd] (LFM2: B | C | X) */
+    CERA_PROJ_CONV_OUT, /* shortconv.out_proj [n_embd] -> [n_embd] */
     CERA_PROJ_COUNT
 } cera_proj;
 
@@ -82,6 +90,9 @@ typedef enum cera_proj {
 const char *cera_proj_name(cera_proj p);
 
 typedef struct cera_layer {
+    int n_head_kv;         /* 0: no attention in this layer (an LFM2 conv block) */
+    int kv_index;          /* its slot among the KV layers (kv/kv_cache.h), or -1 */
+    int conv_index;        /* its slot among the conv layers' states, or -1 */
     cera_weight attn_norm; /* [n_embd] */
     cera_weight proj[CERA_PROJ_COUNT];
     cera_weight bq, bk, bv;     /* qwen2's QKV biases, or absent */
@@ -89,10 +100,14 @@ typedef struct cera_layer {
     cera_weight ffn_norm;       /* [n_embd] */
     /* optional biases llama.cpp also accepts for llama (rare), or absent */
     cera_weight bo, b_gate, b_up, b_down;
+    cera_weight conv; /* LFM2 shortconv.conv [n_embd rows of conv_l_cache taps], or absent */
 } cera_layer;
+
+struct cera_graph;
 
 typedef struct cera_model {
     cera_hparams hp;
+    struct cera_graph *graph; /* the forward pass (model/graph.h), built at load */
     const gguf_file *file;
     cera_weight tok_embd;    /* [n_vocab rows of n_embd] */
     cera_weight output_norm; /* [n_embd] */
@@ -105,8 +120,8 @@ typedef struct cera_model {
 /* The GGUF `general.architecture` name of an arch ("llama", "qwen2", ...). */
 const char *cera_arch_name(cera_arch a);
 
-/* Reads hyperparameters and binds weights from a validated GGUF file; every shape is
- * checked. An unsupported architecture is an error naming it. */
+/* Reads hyperparameters, binds weights from a validated GGUF file (every shape is
+ * checked) and builds the forward pass. An unsupported architecture is an error naming it. */
 cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err);
 void cera_model_free(cera_model *m);
 

@@ -41,8 +41,8 @@ static void make_model(void) {
     model.hp.n_head_kv = 2;
     model.hp.n_ff = FF;
     model.layers = layers;
-    const int64_t kn[CERA_PROJ_COUNT][2] = {{EMBD, NQ}, {EMBD, 32}, {EMBD, 32}, {NQ, EMBD},
-                                            {EMBD, FF}, {EMBD, FF}, {FF, EMBD}};
+    const int64_t kn[CERA_PROJ_COUNT][2] = {{EMBD, NQ}, {EMBD, 32}, {EMBD, 32},       {NQ, EMBD},  {EMBD, FF},
+                                            {EMBD, FF}, {FF, EMBD}, {EMBD, 3 * EMBD}, {EMBD, EMBD}};
     for (int l = 0; l < N_LAYER; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             layers[l].proj[p].k = kn[p][0];

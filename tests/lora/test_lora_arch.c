@@ -33,13 +33,15 @@ static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
     size_t n = 0;
     for (int l = 0; l < m->hp.n_layer; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++)
-            n += (size_t)RANK * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
+            if (m->layers[l].proj[p].data)
+                n += (size_t)RANK * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
     uint16_t *data = malloc(n * sizeof *data), *at = data;
     cera_error err = {0};
     bool ok = true;
     for (int l = 0; l < m->hp.n_layer && ok; l++)
         for (int p = 0; p < CERA_PROJ_COUNT && ok; p++) {
             const cera_weight *wt = &m->layers[l].proj[p];
+            if (!wt->data) continue; /* a projection this architecture's layer lacks */
             const int64_t ne_a[2] = {wt->k, RANK}, ne_b[2] = {RANK, wt->n};
             char name[96];
             for (int64_t i = 0; i < RANK * (wt->k + wt->n); i++)

@@ -11,7 +11,9 @@
  *   - the pool: 72 sessions (above the 64 the test engine's pool was sized for are
  *     refused by name) created, forked, evaluated and freed in random order, every block
  *     back in the pool at the end; a pool too small for a prompt gives CONTEXT_FULL with
- *     the session unchanged.
+ *     the session unchanged;
+ *   - LFM2 (a conv state per sequence slot): the same batch and fork invariance, and a cut
+ *     back to a middle position refused by name.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@
 
 #define STORIES "models/stories260K.gguf"
 
-static cera_engine *open_engine(int n_batch, int n_seq_max, size_t kv_bytes) {
+static cera_engine *open_model(const char *rel, int n_batch, int n_seq_max, size_t kv_bytes) {
     cera_engine_params p = cera_engine_default_params();
     p.n_threads = 2;
     p.n_ctx = 256;
@@ -33,8 +35,12 @@ static cera_engine *open_engine(int n_batch, int n_seq_max, size_t kv_bytes) {
     p.device = CERA_DEVICE_CPU;
     cera_engine *e = NULL;
     cera_error err = {0};
-    CHECK(cera_engine_open(shared_path(STORIES), &p, &e, &err) == CERA_OK, "engine: %s", err.message);
+    CHECK(cera_engine_open(shared_path(rel), &p, &e, &err) == CERA_OK, "engine: %s", err.message);
     return e;
+}
+
+static cera_engine *open_engine(int n_batch, int n_seq_max, size_t kv_bytes) {
+    return open_model(STORIES, n_batch, n_seq_max, kv_bytes);
 }
 
 static cera_session *new_session(cera_engine *e) {
@@ -255,6 +261,73 @@ static void test_exhaustion(void) {
     cera_engine_close(e);
 }
 
+/* LFM2 (conv state per sequence): a mixed batch and a fork equal the sessions alone, a
+ * cut back to a middle position is refused, a cut back to 0 starts afresh. */
+static void test_lfm2(void) {
+    cera_engine *e = open_model("golden/synth-lfm2-q8_0.gguf", 64, 12, 0);
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_token t[3][40];
+    for (int i = 0; i < 3; i++) make_tokens(t[i], 40, 300 + i, nv);
+    cera_error err = {0};
+    cera_session *s[3], *r[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = new_session(e);
+        r[i] = new_session(e);
+        if (!s[i] || !r[i]) return;
+    }
+    /* history: 0 and 1 have 10 tokens, 2 none; then 0 decodes one, 1 and 2 take prompts */
+    for (int k = 0; k < 2; k++) {
+        CHECK(!cera_session_eval(k ? r[0] : s[0], t[0], 10, false, &err), "history");
+        CHECK(!cera_session_eval(k ? r[1] : s[1], t[1], 10, false, &err), "history");
+    }
+    const cera_batch_item items[3] = {
+        {s[0], t[0] + 10, 1, false}, {s[1], t[1] + 10, 20, true}, {s[2], t[2], 7, true}};
+    CHECK(!cera_batch_eval(e, items, 3, &err), "batch: %s", err.message);
+    CHECK(!cera_session_eval(r[0], t[0] + 10, 1, false, &err) &&
+              !cera_session_eval(r[1], t[1] + 10, 20, true, &err) &&
+              !cera_session_eval(r[2], t[2], 7, true, &err),
+          "alone");
+    int bad = !same_row(cera_session_logits(s[0], -1), cera_session_logits(r[0], -1), nv);
+    for (int i = 0; i < 20; i++)
+        bad += !same_row(cera_session_logits(s[1], i), cera_session_logits(r[1], i), nv);
+    for (int i = 0; i < 7; i++)
+        bad += !same_row(cera_session_logits(s[2], i), cera_session_logits(r[2], i), nv);
+    /* a fork of session 1 goes on differently; both equal fresh sessions fed everything */
+    cera_session *f = NULL;
+    CHECK(!cera_session_fork(s[1], &f, &err), "fork: %s", err.message);
+    cera_token a[40], c[40];
+    memcpy(a, t[1], 30 * sizeof *a);
+    memcpy(c, t[1], 30 * sizeof *c);
+    make_tokens(a + 30, 10, 1, nv);
+    make_tokens(c + 30, 10, 2, nv);
+    const cera_batch_item go[2] = {{s[1], a + 30, 10, true}, {f, c + 30, 10, true}};
+    CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
+    cera_session *fa = new_session(e), *fc = new_session(e);
+    if (!fa || !fc || !f) return;
+    CHECK(!cera_session_eval(fa, a, 40, true, &err) && !cera_session_eval(fc, c, 40, true, &err), "fresh");
+    for (int i = 0; i < 10; i++) {
+        bad += !same_row(cera_session_logits(s[1], i), cera_session_logits(fa, 30 + i), nv);
+        bad += !same_row(cera_session_logits(f, i), cera_session_logits(fc, 30 + i), nv);
+    }
+    printf("lfm2: %d of 48 rows of a mixed batch and a fork differ from the sessions alone\n", bad);
+    CHECK(bad == 0, "lfm2: %d rows differ", bad);
+    /* cut back: to the middle refused (the state follows the last position), to 0 fresh */
+    CHECK(cera_session_truncate(fa, 20, &err) == CERA_ERR_UNSUPPORTED && strstr(err.message, "recurrent"),
+          "lfm2 truncate to 20: %s", err.message);
+    CHECK(cera_session_n_past(fa) == 40, "the refused cut changed nothing");
+    CHECK(!cera_session_truncate(fa, 0, &err) && !cera_session_eval(fa, c, 40, true, &err), "truncate 0");
+    bad = 0;
+    for (int i = 0; i < 40; i++) bad += !same_row(cera_session_logits(fa, i), cera_session_logits(fc, i), nv);
+    CHECK(bad == 0, "after a cut back to 0, %d rows differ from a fresh session", bad);
+    for (int i = 0; i < 3; i++) cera_session_free(s[i]), cera_session_free(r[i]);
+    cera_session_free(f);
+    cera_session_free(fa);
+    cera_session_free(fc);
+    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken");
+    cera_engine_close(e);
+}
+
 int main(void) {
     test_invariance(512);
     test_invariance(64);
@@ -262,5 +335,6 @@ int main(void) {
     test_fork();
     test_pool_churn();
     test_exhaustion();
+    test_lfm2();
     return test_finish();
 }

@@ -1,37 +1,48 @@
 /*
- * forward.c — the CPU backend: the llama-family forward pass (llama, qwen2, qwen3,
- * granite) over a batch of tokens from any number of sequences, as llama.cpp computes
- * it (src/models/llama.cpp and friends):
+ * forward.c — the CPU backend: executes the model's op list (model/graph.h) over a batch
+ * of tokens from any number of sequences, computing each op as llama.cpp does (the graphs
+ * of its src/models folder, the roundings of ggml's CPU kernels).
  *
- *   x = embed(token) · embd_scale
- *   per layer:  h = rms_norm(x) · attn_norm
- *               q, k, v = h·Wq (+bq), h·Wk (+bk), h·Wv (+bv)   [qwen3: per-head RMS norm of q, k]
- *               rope(q, k); append k, v to the sequence's KV blocks
- *               x += attention(q, K, V)·Wo · residual_scale
- *               h = rms_norm(x) · ffn_norm
- *               x += (silu(h·Wgate) ⊙ h·Wup)·Wdown · residual_scale
- *   logits = (rms_norm(x) · output_norm)·Wout (+b) / logit_scale, for the tokens that want them
- *
- * Matmuls, attention rows and the per-token work between them (norms, biases, rope, KV
- * stores, SwiGLU, residuals) all run on the engine's thread pool. Every buffer is sized
- * at open from n_batch; forward allocates nothing. The seven projections all go through
- * proj_matmul, the one place a per-sequence adapter (LoRA) hooks in.
+ * At open the op list is compiled into steps: a LINEAR becomes one matmul per segment
+ * (proj_matmul: the one place a per-sequence adapter, LoRA, hooks in) followed by its
+ * biases; ATTEND, SHORTCONV and OUTPUT are steps of their own; and every run of row-local
+ * ops (embedding, norms, biases, rope + KV store, residual adds, GLU) between them is one
+ * step whose ops run token by token in a single pass of the thread pool, so that a layer
+ * takes as few pool jobs as the matmuls need. Every buffer is sized at open from n_batch;
+ * forward allocates nothing.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "backend/backend.h"
-#include "backend/cpu/lora.h"
+#include "model/graph.h"
+
+typedef enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTEND, STEP_CONV, STEP_OUTPUT } step_kind;
+
+/* A row-local op of a ROWS step: one of the graph's, or a LINEAR segment's bias. */
+typedef struct row_op {
+    const cera_op *op;
+    const cera_weight *bias; /* set: y[dst] += bias (a LINEAR's), op unused */
+    cera_buf dst;
+} row_op;
+
+typedef struct step {
+    step_kind kind;
+    const cera_op *op;
+    int seg;           /* MATMUL: the LINEAR's segment */
+    int first, n_rows; /* ROWS: its ops, rows[first .. first + n_rows) */
+} step;
 
 typedef struct cpu_backend {
     cera_backend base;
@@ -39,25 +50,28 @@ typedef struct cpu_backend {
     cera_pool *pool;
     int n_batch;
     cera_rope rope;
-    /* activations, [n_batch rows of ...] */
-    float *x;              /* [n_embd] the residual stream */
-    float *h;              /* [n_embd] normed input of a block */
-    float *q;              /* [n_head * head_dim] */
-    float *k, *v;          /* [n_head_kv * head_dim] */
-    float *att;            /* [n_head * head_dim] attention output */
-    float *o;              /* [n_embd] a block's output before the residual add */
-    float *gate;           /* [n_ff] */
-    float *up;             /* [n_ff] */
-    float *rope_cache;     /* [n_rot] cos/sin per token */
-    int32_t *out_rows;     /* [n_batch] tokens that want logits */
-    int32_t *row_seq;      /* [n_batch] sequence of each row (for per-sequence adapters) */
-    int32_t *seq_count;    /* [n_batch] tokens of each of the batch's sequences */
-    cera_attn_span *spans; /* [n_batch] the attention's spans (attention.h) */
-    void *act;             /* activation scratch of the largest matmul */
-    uint8_t *attn_tmp;     /* per-thread attention scratch */
+    step *steps;
+    int n_steps;
+    row_op *rows;
+    int n_rows;
+    float *buf[CERA_BUF_COUNT]; /* activations, [n_batch rows of graph.width[b]] */
+    float *rope_cache;          /* [n_batch, n_rot] cos/sin per token */
+    float *conv_bx;             /* [n_batch, n_embd]: a conv block's B ⊙ X (LFM2) */
+    float *conv_state;          /* [n_batch, (l_cache - 1) * n_embd]: new states before they are kept */
+    int32_t *out_rows;          /* [n_batch] tokens that want logits */
+    int32_t *row_seq;           /* [n_batch] sequence of each row (for per-sequence adapters) */
+    int32_t *seq_count;         /* [n_batch] tokens of each of the batch's sequences */
+    int32_t *seq_first;         /* [n_batch] each batch sequence's first position in the batch */
+    int32_t *seq_start;         /* [n_batch + 1] where each sequence's tokens start in by_seq */
+    int32_t *by_seq;            /* [n_batch] token indices by sequence, then position */
+    cera_attn_span *spans;      /* [n_batch] the attention's spans (attention.h) */
+    void *act;                  /* activation scratch of the largest matmul */
+    uint8_t *attn_tmp;          /* per-thread attention scratch */
     size_t attn_tmp_size;
     cera_packed_set *packed; /* weights repacked at open (repack.h), hung on their dev fields */
 } cpu_backend;
+
+static int64_t width(const cpu_backend *be, cera_buf b) { return be->m->graph->width[b]; }
 
 /* ---- projections ------------------------------------------------------------ */
 
@@ -72,22 +86,15 @@ typedef struct proj_ctx {
  * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
  * (row_seq[r]). Every projection goes through here, so that is the one place; the
  * adapter work runs inside the matmul's own pool job (backend/cpu/lora.h). */
-static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const float *x, float *y, int n_rows) {
+static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const cera_weight *w, const float *x,
+                        int64_t x_stride, float *y, int64_t y_stride, int n_rows) {
     cpu_backend *be = ctx->be;
-    const cera_weight *w = &be->m->layers[il].proj[proj];
+    (void)x_stride;
     cera_lora_cpu_job lj;
     const cera_matmul_hook *hook =
-        cera_lora_cpu_hook(&lj, be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)w->n);
-    cera_matmul_ex(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)w->n, be->act, hook);
+        cera_lora_cpu_hook(&lj, be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)y_stride);
+    cera_matmul_ex(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)y_stride, be->act, hook);
     cera_lora_cpu_after(&lj);
-}
-
-static void add_bias(float *y, const cera_weight *b, int n_rows) {
-    if (!b->data) return;
-    const float *bv = b->data;
-    const int64_t n = b->k;
-    for (int r = 0; r < n_rows; r++)
-        for (int64_t i = 0; i < n; i++) y[(size_t)r * n + i] += bv[i];
 }
 
 /* ---- attention job ------------------------------------------------------------ */
@@ -102,10 +109,9 @@ static void attn_chunk(void *arg, int64_t c, int ith) {
     cera_attention_chunk(&j->args, c, j->be->attn_tmp + (size_t)ith * j->be->attn_tmp_size);
 }
 
-/* ---- forward ------------------------------------------------------------------ */
+/* ---- row-local ops ------------------------------------------------------------ */
 
-static void embed_row(const cpu_backend *be, cera_token tok, float *out) {
-    const cera_weight *e = &be->m->tok_embd;
+static void embed_row(const cera_weight *e, cera_token tok, float *out) {
     const size_t rs = cera_row_size(e->type, e->k);
     const uint8_t *row = (const uint8_t *)e->data + (size_t)tok * rs;
     if (e->type == CERA_TYPE_F32)
@@ -124,89 +130,192 @@ static void store_kv(cera_kv_seq *seq, int il, int kv, int pos, const float *src
     }
 }
 
-/* The per-token work between the matmuls, one token per chunk of the thread pool. */
-typedef enum tok_stage {
-    ST_EMBED,     /* embedding row (x embd_scale), the rotary angles of the position */
-    ST_ATTN_NORM, /* h = rms_norm(x) * attn_norm */
-    ST_QKV,       /* q, k, v biases; qwen3's per-head norms; rope; K and V into the cache */
-    ST_FFN_NORM,  /* x += (o + bo) * residual_scale; h = rms_norm(x) * ffn_norm */
-    ST_SWIGLU,    /* gate = silu(gate + b) * (up + b) */
-    ST_RESIDUAL,  /* x += (o + b_down) * residual_scale */
-} tok_stage;
-
-typedef struct tok_job {
-    cpu_backend *be;
-    const cera_batch *b;
-    const cera_layer *L;
-    int il;
-    tok_stage stage;
-} tok_job;
-
 static void add_bias_row(float *y, const cera_weight *b) {
-    if (!b->data) return;
     const float *bv = b->data;
     for (int64_t i = 0; i < b->k; i++) y[i] += bv[i];
 }
 
-static void tok_work(void *arg, int64_t ti, int ith) {
-    const tok_job *j = arg;
-    cpu_backend *be = j->be;
+typedef struct rows_job {
+    cpu_backend *be;
+    const cera_batch *b;
+    const row_op *ops;
+    int n_ops;
+} rows_job;
+
+/* Token t through one row-local op. */
+static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size_t t) {
     const cera_hparams *hp = &be->m->hp;
-    const cera_layer *L = j->L;
-    const size_t t = (size_t)ti;
-    const int n_embd = hp->n_embd, hd = hp->head_dim, n_q = hp->n_head * hd, n_kv = hp->n_head_kv * hd;
-    float *xt = be->x + t * n_embd, *ht = be->h + t * n_embd, *ot = be->o + t * n_embd;
-    switch (j->stage) {
-    case ST_EMBED:
-        embed_row(be, j->b->token[t], xt);
-        if (hp->embd_scale != 1.0f)
-            for (int i = 0; i < n_embd; i++) xt[i] *= hp->embd_scale;
-        if (hp->use_rope) cera_rope_cache(&be->rope, j->b->pos[t], be->rope_cache + t * hp->n_rot);
+    if (r->bias) {
+        add_bias_row(be->buf[r->dst] + t * width(be, r->dst), r->bias);
+        return;
+    }
+    const cera_op *op = r->op;
+    float *dst = be->buf[op->dst] + t * width(be, op->dst);
+    switch (op->kind) {
+    case CERA_OP_EMBED:
+        embed_row(op->w, b->token[t], dst);
+        if (op->scale != 1.0f)
+            for (int64_t i = 0; i < op->w->k; i++) dst[i] *= op->scale;
+        if (hp->use_rope) cera_rope_cache(&be->rope, b->pos[t], be->rope_cache + t * hp->n_rot);
         break;
-    case ST_ATTN_NORM: cera_rms_norm_f32(ht, xt, L->attn_norm.data, n_embd, hp->rms_eps); break;
-    case ST_QKV: {
-        float *qt = be->q + t * n_q, *kt = be->k + t * n_kv, *vt = be->v + t * n_kv;
-        add_bias_row(qt, &L->bq);
-        add_bias_row(kt, &L->bk);
-        add_bias_row(vt, &L->bv);
-        if (L->q_norm.data)
-            for (int h = 0; h < hp->n_head; h++)
-                cera_rms_norm_f32(qt + h * hd, qt + h * hd, L->q_norm.data, hd, hp->rms_eps);
-        if (L->k_norm.data)
-            for (int h = 0; h < hp->n_head_kv; h++)
-                cera_rms_norm_f32(kt + h * hd, kt + h * hd, L->k_norm.data, hd, hp->rms_eps);
-        if (hp->use_rope) {
+    case CERA_OP_NORM: {
+        const float *src = be->buf[op->src] + t * width(be, op->src);
+        if (op->head_dim == 0) {
+            cera_rms_norm_f32(dst, src, op->w->data, (int)op->w->k, op->eps);
+            break;
+        }
+        const int n_heads = (int)(width(be, op->dst) / op->head_dim);
+        for (int h = 0; h < n_heads; h++)
+            cera_rms_norm_f32(dst + h * op->head_dim, src + h * op->head_dim, op->w->data, op->head_dim,
+                              op->eps);
+        break;
+    }
+    case CERA_OP_ROPE_KV: {
+        const cera_layer *L = &be->m->layers[op->layer];
+        const int hd = hp->head_dim, n_kv = L->n_head_kv * hd;
+        float *qt = be->buf[CERA_BUF_Q] + t * width(be, CERA_BUF_Q);
+        float *kt = be->buf[CERA_BUF_K] + t * width(be, CERA_BUF_K);
+        const float *vt = be->buf[CERA_BUF_V] + t * width(be, CERA_BUF_V);
+        if (op->rope) {
             const float *rc = be->rope_cache + t * hp->n_rot;
             cera_rope_apply(&be->rope, rc, qt, hp->n_head, hd);
-            cera_rope_apply(&be->rope, rc, kt, hp->n_head_kv, hd);
+            cera_rope_apply(&be->rope, rc, kt, L->n_head_kv, hd);
         }
-        cera_kv_seq *s = j->b->seqs[j->b->seq[t]];
-        store_kv(s, j->il, 0, j->b->pos[t], kt, n_kv);
-        store_kv(s, j->il, 1, j->b->pos[t], vt, n_kv);
+        cera_kv_seq *s = b->seqs[b->seq[t]];
+        store_kv(s, L->kv_index, 0, b->pos[t], kt, n_kv);
+        store_kv(s, L->kv_index, 1, b->pos[t], vt, n_kv);
         break;
     }
-    case ST_FFN_NORM:
-        add_bias_row(ot, &L->bo);
-        cera_add_scaled_f32(xt, ot, hp->residual_scale, n_embd);
-        cera_rms_norm_f32(ht, xt, L->ffn_norm.data, n_embd, hp->rms_eps);
+    case CERA_OP_ADD:
+        cera_add_scaled_f32(dst, be->buf[op->src] + t * width(be, op->src), op->scale, (int)hp->n_embd);
         break;
-    case ST_SWIGLU: {
-        float *gt = be->gate + t * hp->n_ff, *ut = be->up + t * hp->n_ff;
-        add_bias_row(gt, &L->b_gate);
-        add_bias_row(ut, &L->b_up);
-        cera_swiglu_f32(gt, gt, ut, hp->n_ff);
+    case CERA_OP_GLU:
+        cera_swiglu_f32(dst, be->buf[op->src] + t * width(be, op->src),
+                        be->buf[op->src2] + t * width(be, op->src2), hp->n_ff);
         break;
-    }
-    case ST_RESIDUAL:
-        add_bias_row(ot, &L->b_down);
-        cera_add_scaled_f32(xt, ot, hp->residual_scale, n_embd);
-        break;
+    default: break; /* not row-local: never in a ROWS step */
     }
 }
 
-static void per_token(cpu_backend *be, const cera_batch *b, int il, tok_stage stage) {
-    tok_job j = {be, b, il >= 0 ? &be->m->layers[il] : NULL, il, stage};
-    cera_pool_for(be->pool, b->n_tokens, tok_work, &j);
+static void rows_work(void *arg, int64_t ti, int ith) {
+    const rows_job *j = arg;
+    (void)ith;
+    for (int i = 0; i < j->n_ops; i++) row_exec(j->be, j->b, &j->ops[i], (size_t)ti);
+}
+
+/* ---- the short convolution (LFM2) ------------------------------------------------ */
+
+typedef struct conv_job {
+    cpu_backend *be;
+    const cera_batch *b;
+    const cera_op *op;
+} conv_job;
+
+/* bx = B ⊙ X of token t (src row B | C | X). */
+static void conv_bx_work(void *arg, int64_t ti, int ith) {
+    const conv_job *j = arg;
+    (void)ith;
+    cpu_backend *be = j->be;
+    const int n = be->m->hp.n_embd;
+    const float *src = be->buf[j->op->src] + (size_t)ti * width(be, j->op->src);
+    float *bx = be->conv_bx + (size_t)ti * n;
+    for (int c = 0; c < n; c++) bx[c] = src[c] * src[2 * n + c];
+}
+
+/* Row c of B ⊙ X at position q of batch sequence s: from the batch, or (before its first
+ * position) from the sequence's state, which holds the l_cache - 1 rows before it. */
+static const float *conv_input(const cpu_backend *be, const cera_batch *b, const cera_op *op, int s, int q) {
+    const cera_hparams *hp = &be->m->hp;
+    const int first = be->seq_first[s];
+    if (q >= first) return be->conv_bx + (size_t)be->by_seq[be->seq_start[s] + (q - first)] * hp->n_embd;
+    const float *state = cera_kv_seq_state(b->seqs[s]);
+    const int row = q - first + (hp->conv_l_cache - 1);
+    return state +
+           ((size_t)be->m->layers[op->layer].conv_index * (hp->conv_l_cache - 1) + (size_t)row) * hp->n_embd;
+}
+
+/* y = C ⊙ conv(bx) of token t: per channel, the taps over positions pos - (l_cache - 1) .. pos
+ * summed in that order with fused multiply-adds (ggml's ssm_conv, compiled with contraction). */
+static void conv_out_work(void *arg, int64_t ti, int ith) {
+    const conv_job *j = arg;
+    (void)ith;
+    cpu_backend *be = j->be;
+    const cera_hparams *hp = &be->m->hp;
+    const int n = hp->n_embd, lc = hp->conv_l_cache;
+    const size_t t = (size_t)ti;
+    const int s = j->b->seq[t], pos = j->b->pos[t];
+    const float *src = be->buf[j->op->src] + t * width(be, j->op->src);
+    float *dst = be->buf[j->op->dst] + t * width(be, j->op->dst);
+    const float *w = j->op->w->data; /* [n rows of lc taps] */
+    const float *in[64];
+    for (int k = 0; k < lc; k++) in[k] = conv_input(be, j->b, j->op, s, pos - (lc - 1) + k);
+    for (int c = 0; c < n; c++) {
+        float sum = 0.0f;
+        for (int k = 0; k < lc; k++) sum = fmaf(in[k][c], w[(size_t)c * lc + k], sum);
+        dst[c] = src[n + c] * sum;
+    }
+}
+
+static void run_conv(cpu_backend *be, const cera_batch *b, const cera_op *op) {
+    conv_job j = {be, b, op};
+    cera_pool_for(be->pool, b->n_tokens, conv_bx_work, &j);
+    cera_pool_for(be->pool, b->n_tokens, conv_out_work, &j);
+    /* each sequence's new state: the rows before its next position, read before any is written */
+    const cera_hparams *hp = &be->m->hp;
+    const int n = hp->n_embd, keep = hp->conv_l_cache - 1;
+    const size_t rows = (size_t)keep * n;
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (!be->seq_count[s]) continue;
+        const int next = be->seq_first[s] + be->seq_count[s];
+        float *tmp = be->conv_state + (size_t)s * rows;
+        for (int r = 0; r < keep; r++)
+            memcpy(tmp + (size_t)r * n, conv_input(be, b, op, s, next - keep + r), (size_t)n * sizeof(float));
+    }
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (!be->seq_count[s]) continue;
+        float *state =
+            (float *)cera_kv_seq_state(b->seqs[s]) + (size_t)be->m->layers[op->layer].conv_index * rows;
+        memcpy(state, be->conv_state + (size_t)s * rows, rows * sizeof(float));
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Per batch sequence: its token count, first position, and its tokens by position. */
+static void index_sequences(cpu_backend *be, const cera_batch *b) {
+    for (int s = 0; s < b->n_seqs; s++) be->seq_count[s] = 0, be->seq_first[s] = INT32_MAX;
+    for (int t = 0; t < b->n_tokens; t++) {
+        const int s = b->seq[t];
+        be->seq_count[s]++;
+        if (b->pos[t] < be->seq_first[s]) be->seq_first[s] = b->pos[t];
+    }
+    be->seq_start[0] = 0;
+    for (int s = 0; s < b->n_seqs; s++) be->seq_start[s + 1] = be->seq_start[s] + be->seq_count[s];
+    for (int t = 0; t < b->n_tokens; t++) {
+        const int s = b->seq[t];
+        be->by_seq[be->seq_start[s] + (b->pos[t] - be->seq_first[s])] = t;
+    }
+}
+
+static void run_output(cpu_backend *be, const cera_batch *b, const cera_op *op, float *logits) {
+    const cera_hparams *hp = &be->m->hp;
+    const int n_embd = hp->n_embd;
+    int n_out = 0;
+    float *h = be->buf[op->dst];
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->want_logits[t]) {
+            cera_rms_norm_f32(h + (size_t)n_out * width(be, op->dst),
+                              be->buf[op->src] + (size_t)t * width(be, op->src), op->w->data, n_embd,
+                              op->eps);
+            be->out_rows[n_out++] = t;
+        }
+    if (n_out == 0) return;
+    const cera_weight *wo = op->w2;
+    cera_matmul(be->pool, wo, cera_cpu_ops(wo->type), h, n_out, logits, (size_t)hp->n_vocab, be->act);
+    if (op->b)
+        for (int r = 0; r < n_out; r++) add_bias_row(logits + (size_t)r * hp->n_vocab, op->b);
+    if (op->scale != 1.0f) /* llama.cpp multiplies by the reciprocal */
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] *= op->scale;
 }
 
 static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *logits, cera_error *err) {
@@ -214,9 +323,11 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
     const cera_model *m = be->m;
     const cera_hparams *hp = &m->hp;
     const int n = b->n_tokens;
-    const int n_embd = hp->n_embd, hd = hp->head_dim;
     if (n <= 0 || n > be->n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d tokens (1..%d allowed)", n, be->n_batch);
+    if (b->n_seqs < 1 || b->n_seqs > be->n_batch)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d sequences (1..%d allowed)", b->n_seqs,
+                         be->n_batch);
     for (int t = 0; t < n; t++) {
         if (b->token[t] < 0 || b->token[t] >= hp->n_vocab)
             return cera_fail(err, CERA_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)",
@@ -229,65 +340,90 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
                              t, b->pos[t]);
         be->row_seq[t] = b->seq[t];
     }
-    if (b->n_seqs > be->n_batch)
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "batch of %d sequences (1..%d allowed)", b->n_seqs,
-                         be->n_batch);
-    for (int q = 0; q < b->n_seqs; q++) be->seq_count[q] = 0;
-    for (int t = 0; t < n; t++) be->seq_count[b->seq[t]]++;
-    proj_ctx pc = {be, be->row_seq, b->lora};
-    per_token(be, b, -1, ST_EMBED);
-
+    index_sequences(be, b);
+    for (int s = 0; s < b->n_seqs; s++)
+        if (be->seq_count[s] && be->seq_start[s + 1] - be->seq_start[s] != be->seq_count[s])
+            return cera_fail(err, CERA_ERR_INTERNAL, "sequence %d: its batch positions are not consecutive",
+                             s);
+    const proj_ctx pc = {be, be->row_seq, b->lora};
     attn_job aj = {
-        .args = {.q = be->q,
-                 .out = be->att,
+        .args = {.q = be->buf[CERA_BUF_Q],
+                 .out = be->buf[CERA_BUF_ATT],
                  .n_tokens = n,
                  .n_head = hp->n_head,
                  .n_head_kv = hp->n_head_kv,
-                 .head_dim = hd,
+                 .head_dim = hp->head_dim,
                  .pos = b->pos,
                  .seq = b->seq,
                  .seqs = b->seqs,
-                 .scale = hp->attn_scale,
                  .spans = be->spans},
         .be = be,
     };
     aj.args.n_spans = cera_attention_spans(&aj.args, be->seq_count, be->spans);
-
-    for (int il = 0; il < hp->n_layer; il++) {
-        per_token(be, b, il, ST_ATTN_NORM);
-        proj_matmul(&pc, il, CERA_PROJ_Q, be->h, be->q, n);
-        proj_matmul(&pc, il, CERA_PROJ_K, be->h, be->k, n);
-        proj_matmul(&pc, il, CERA_PROJ_V, be->h, be->v, n);
-        per_token(be, b, il, ST_QKV);
-        aj.args.layer = il;
-        cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
-        proj_matmul(&pc, il, CERA_PROJ_O, be->att, be->o, n);
-        per_token(be, b, il, ST_FFN_NORM);
-        proj_matmul(&pc, il, CERA_PROJ_GATE, be->h, be->gate, n);
-        proj_matmul(&pc, il, CERA_PROJ_UP, be->h, be->up, n);
-        per_token(be, b, il, ST_SWIGLU);
-        proj_matmul(&pc, il, CERA_PROJ_DOWN, be->gate, be->o, n);
-        per_token(be, b, il, ST_RESIDUAL);
-    }
-
-    /* the output head, only for the tokens that want logits */
-    int n_out = 0;
-    for (int t = 0; t < n; t++)
-        if (b->want_logits[t]) {
-            cera_rms_norm_f32(be->h + (size_t)n_out * n_embd, be->x + (size_t)t * n_embd, m->output_norm.data,
-                              n_embd, hp->rms_eps);
-            be->out_rows[n_out++] = t;
+    for (int i = 0; i < be->n_steps; i++) {
+        const step *st = &be->steps[i];
+        const cera_op *op = st->op;
+        switch (st->kind) {
+        case STEP_ROWS: {
+            rows_job j = {be, b, be->rows + st->first, st->n_rows};
+            cera_pool_for(be->pool, n, rows_work, &j);
+            break;
         }
-    if (n_out == 0) return CERA_OK;
-    const cera_weight *wo = &m->output;
-    cera_matmul(be->pool, wo, cera_cpu_ops(wo->type), be->h, n_out, logits, (size_t)hp->n_vocab, be->act);
-    add_bias(logits, &m->output_b, n_out);
-    if (hp->logit_scale != 1.0f) {
-        /* llama.cpp multiplies by the reciprocal */
-        const float s = 1.0f / hp->logit_scale;
-        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] *= s;
+        case STEP_MATMUL: {
+            const cera_linear_seg *sg = &op->seg[st->seg];
+            proj_matmul(&pc, op->layer, sg->proj, sg->w, be->buf[op->src], width(be, op->src),
+                        be->buf[sg->dst], width(be, sg->dst), n);
+            break;
+        }
+        case STEP_ATTEND:
+            aj.args.layer = m->layers[op->layer].kv_index;
+            aj.args.scale = op->scale;
+            cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
+            break;
+        case STEP_CONV: run_conv(be, b, op); break;
+        case STEP_OUTPUT: run_output(be, b, op, logits); break;
+        }
     }
     return CERA_OK;
+}
+
+/* ---- compile -------------------------------------------------------------------- */
+
+static bool row_local(cera_op_kind k) {
+    return k == CERA_OP_EMBED || k == CERA_OP_NORM || k == CERA_OP_ROPE_KV || k == CERA_OP_ADD ||
+           k == CERA_OP_GLU;
+}
+
+/* A row op appended to the ROWS step at the end of the plan (a new one if the last step
+ * is not ROWS). */
+static void push_row(cpu_backend *be, row_op r) {
+    if (be->n_steps == 0 || be->steps[be->n_steps - 1].kind != STEP_ROWS)
+        be->steps[be->n_steps++] = (step){STEP_ROWS, NULL, 0, be->n_rows, 0};
+    be->rows[be->n_rows++] = r;
+    be->steps[be->n_steps - 1].n_rows++;
+}
+
+/* The plan of the model's ops; steps and rows were sized for the worst case. */
+static void compile(cpu_backend *be) {
+    const cera_graph *g = be->m->graph;
+    for (int i = 0; i < g->n_ops; i++) {
+        const cera_op *op = &g->ops[i];
+        if (row_local(op->kind)) {
+            push_row(be, (row_op){op, NULL, op->dst});
+            continue;
+        }
+        switch (op->kind) {
+        case CERA_OP_LINEAR:
+            for (int k = 0; k < op->n_seg; k++) be->steps[be->n_steps++] = (step){STEP_MATMUL, op, k, 0, 0};
+            for (int k = 0; k < op->n_seg; k++)
+                if (op->seg[k].b) push_row(be, (row_op){op, op->seg[k].b, op->seg[k].dst});
+            break;
+        case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, 0, 0}; break;
+        case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, 0, 0}; break;
+        case CERA_OP_OUTPUT: be->steps[be->n_steps++] = (step){STEP_OUTPUT, op, 0, 0, 0}; break;
+        default: break;
+        }
+    }
 }
 
 /* ---- open / free ---------------------------------------------------------------- */
@@ -296,19 +432,18 @@ static void cpu_free(cera_backend *base) {
     cpu_backend *be = (cpu_backend *)base;
     if (!be) return;
     cera_pool_free(be->pool);
-    free(be->x);
-    free(be->h);
-    free(be->q);
-    free(be->k);
-    free(be->v);
-    free(be->att);
-    free(be->o);
-    free(be->gate);
-    free(be->up);
+    for (int b = 0; b < CERA_BUF_COUNT; b++) free(be->buf[b]);
+    free(be->steps);
+    free(be->rows);
     free(be->rope_cache);
+    free(be->conv_bx);
+    free(be->conv_state);
     free(be->out_rows);
     free(be->row_seq);
     free(be->seq_count);
+    free(be->seq_first);
+    free(be->seq_start);
+    free(be->by_seq);
     free(be->spans);
     free(be->act);
     free(be->attn_tmp);
@@ -342,6 +477,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
                          "the CPU backend keeps its KV cache in F16 or F32 (asked: %s)",
                          params->kv_type == CERA_KV_Q8_0 ? "Q8_0" : "unknown");
     const cera_hparams *hp = &m->hp;
+    const cera_graph *g = m->graph;
     const int nb = params->n_batch > 0 ? params->n_batch : 512;
     cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend");
@@ -354,43 +490,50 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     cera_rope_init(&be->rope, hp, m->rope_freqs.data);
 
     size_t act_max = 0;
-    cera_status st;
-    for (int il = 0; il < hp->n_layer; il++)
-        for (int p = 0; p < CERA_PROJ_COUNT; p++)
-            if ((st = check_weight(&m->layers[il].proj[p], cera_proj_name((cera_proj)p), il, &act_max, nb,
-                                   err)))
-                goto fail;
-    if ((st = check_weight(&m->output, hp->tied_output ? "token_embd.weight" : "output.weight", -1, &act_max,
-                           nb, err)))
-        goto fail;
+    cera_status st = CERA_OK;
+    int max_steps = 0, max_rows = 0;
+    for (int i = 0; i < g->n_ops && !st; i++) {
+        const cera_op *op = &g->ops[i];
+        max_steps += op->kind == CERA_OP_LINEAR ? op->n_seg + 1 : 1;
+        max_rows += op->kind == CERA_OP_LINEAR ? op->n_seg : 1;
+        for (int k = 0; k < op->n_seg && !st; k++)
+            st = check_weight(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, &act_max, nb, err);
+        if (op->kind == CERA_OP_OUTPUT && !st)
+            st = check_weight(op->w2, hp->tied_output ? "token_embd.weight" : "output.weight", -1, &act_max,
+                              nb, err);
+    }
+    if (st) goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
     if ((st = cera_cpu_repack_model(m, be->pool, &be->packed, err))) goto fail;
 
-    const size_t n_q = (size_t)hp->n_head * hp->head_dim, n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    be->steps = malloc((size_t)max_steps * sizeof *be->steps);
+    be->rows = malloc((size_t)max_rows * sizeof *be->rows);
     const size_t rows = (size_t)nb;
-    be->x = malloc(rows * hp->n_embd * sizeof(float));
-    be->h = malloc(rows * hp->n_embd * sizeof(float));
-    be->q = malloc(rows * n_q * sizeof(float));
-    be->k = malloc(rows * n_kv * sizeof(float));
-    be->v = malloc(rows * n_kv * sizeof(float));
-    be->att = malloc(rows * n_q * sizeof(float));
-    be->o = malloc(rows * hp->n_embd * sizeof(float));
-    be->gate = malloc(rows * hp->n_ff * sizeof(float));
-    be->up = malloc(rows * hp->n_ff * sizeof(float));
+    bool ok = be->steps && be->rows;
+    for (int b = 0; b < CERA_BUF_COUNT && ok; b++)
+        if (g->width[b]) ok = (be->buf[b] = malloc(rows * (size_t)g->width[b] * sizeof(float))) != NULL;
     be->rope_cache = malloc(rows * hp->n_rot * sizeof(float));
+    if (hp->n_conv_layer) {
+        be->conv_bx = malloc(rows * hp->n_embd * sizeof(float));
+        be->conv_state = malloc(rows * (size_t)(hp->conv_l_cache - 1) * hp->n_embd * sizeof(float));
+        ok = ok && be->conv_bx && be->conv_state;
+    }
     be->out_rows = malloc(rows * sizeof(int32_t));
     be->row_seq = malloc(rows * sizeof(int32_t));
     be->seq_count = malloc(rows * sizeof(int32_t));
+    be->seq_first = malloc(rows * sizeof(int32_t));
+    be->seq_start = malloc((rows + 1) * sizeof(int32_t));
+    be->by_seq = malloc(rows * sizeof(int32_t));
     be->spans = malloc(rows * sizeof *be->spans);
     be->act = malloc(act_max ? act_max : 1);
     be->attn_tmp_size = (cera_attention_scratch_size(hp->head_dim) + 63) & ~(size_t)63;
     be->attn_tmp = malloc(be->attn_tmp_size * (size_t)cera_pool_size(be->pool));
-    if (!be->x || !be->h || !be->q || !be->k || !be->v || !be->att || !be->o || !be->gate || !be->up ||
-        !be->rope_cache || !be->out_rows || !be->row_seq || !be->seq_count || !be->spans || !be->act ||
-        !be->attn_tmp) {
+    if (!ok || !be->rope_cache || !be->out_rows || !be->row_seq || !be->seq_count || !be->seq_first ||
+        !be->seq_start || !be->by_seq || !be->spans || !be->act || !be->attn_tmp) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend buffers for a batch of %d tokens", nb);
         goto fail;
     }
+    compile(be);
     *out = &be->base;
     return CERA_OK;
 fail:

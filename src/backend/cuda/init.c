@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_state.h"
+#include "model/graph.h"
 
 cera_cuda_params cera_cuda_default_params(void) {
     cera_cuda_params p;
@@ -186,6 +187,13 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
 
 static cera_status check_model(const cera_model *m, cera_error *err) {
     const cera_hparams *hp = &m->hp;
+    /* the decode and prefill graphs here are the llama stack's (forward.c): a model with
+     * other ops (a synthetic benchmark model has no op list) runs on the CPU for now */
+    for (int i = 0; m->graph && i < m->graph->n_ops; i++)
+        if (m->graph->ops[i].kind == CERA_OP_SHORTCONV)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "cuda: %s's op '%s' has no CUDA kernels yet (use the CPU)",
+                             cera_arch_name(hp->arch), cera_op_name(m->graph->ops[i].kind));
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);
@@ -226,8 +234,8 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     size_t deq_elems = 0;
     const cera_weight *all[CERA_PROJ_COUNT + 1];
     for (int l = 0; l < hp->n_layer; l++) {
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) all[p] = &m->layers[l].proj[p];
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) all[p] = &m->layers[l].proj[p];
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
             staging_bytes = max_sz(staging_bytes, raw_bytes(all[p]));
             deq_elems = max_sz(deq_elems, (size_t)all[p]->n * (size_t)((all[p]->k + 31) / 32 * 32));
         }
@@ -275,8 +283,8 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     for (int l = 0; l < hp->n_layer; l++) {
         const cera_layer *ml = &m->layers[l];
         cu_layer *L = &s->layers[l];
-        cu_weight *dst[CERA_PROJ_COUNT] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+        cu_weight *dst[CERA_PROJ_DOWN + 1] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
+        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
             snprintf(what, sizeof what, "blk.%d.%s.weight", l, cera_proj_name((cera_proj)p));
             UPLOAD(&ml->proj[p], what, dst[p]);
         }

@@ -46,7 +46,7 @@ typedef struct cu_lora_pair {
     float factor;  /* alpha / rank, or 1 when the adapter has no alpha */
 } cu_lora_pair;
 
-#define CU_LORA_PROJ    7  /* pairs per layer, in cera_proj order */
+#define CU_LORA_PROJ    9  /* pairs per layer, in cera_proj order */
 #define CU_LORA_ROW_MAX 16 /* adapters per batch row (CERA_LORA_MAX_SET) */
 
 /* One (row, adapter) entry of a batch plan. */

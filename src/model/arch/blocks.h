@@ -1,0 +1,42 @@
+/*
+ * blocks.h — the blocks architectures are made of, shared by the files in model/arch/:
+ * binding a block's tensors and emitting its ops (model/graph.h). A new architecture
+ * is a few lines over these plus, for a genuinely new block, one more here.
+ */
+#ifndef CERA_MODEL_ARCH_BLOCKS_H
+#define CERA_MODEL_ARCH_BLOCKS_H
+
+#include "model/loader.h"
+
+/* attn_norm, attn_{q,k,v,output}, their optional biases (required: qkv_bias) and the
+ * optional per-head attn_{q,k}_norm (required: qk_norm). */
+cera_status cera_bind_attention(const cera_loader *ld, int il, cera_layer *L, bool qkv_bias, bool qk_norm);
+/* ffn_norm, ffn_{gate,up,down} and their optional biases. */
+cera_status cera_bind_ffn(const cera_loader *ld, int il, cera_layer *L);
+
+typedef struct cera_builder {
+    const cera_model *m;
+    cera_graph *g;
+    cera_error *err;
+    cera_status st; /* the first failure; later emits do nothing */
+} cera_builder;
+
+/* X = tok_embd[token] · embd_scale. */
+void cera_emit_embed(cera_builder *b);
+/* x += attention(rms_norm(x) · attn_norm) · residual_scale, as llama.cpp's llm_build_llama:
+ * Q/K/V (+ biases), per-head Q/K norms when the layer has them, rope, the KV store, GQA
+ * attention scaled by attn_scale, the output projection (+ bias). */
+void cera_emit_attention(cera_builder *b, int il);
+/* x += down(silu(gate(h)) ⊙ up(h)) · residual_scale, h = rms_norm(x) · ffn_norm. */
+void cera_emit_ffn_swiglu(cera_builder *b, int il);
+/* LFM2's gated short convolution: x += out_proj(C ⊙ conv(B ⊙ X)), B | C | X = in_proj(h),
+ * h = rms_norm(x) · attn_norm. */
+void cera_emit_shortconv(cera_builder *b, int il);
+/* The llama stack (embed; per layer attention then SwiGLU FFN; output), which llama,
+ * qwen2, qwen3 and granite share (arch/llama.c). */
+cera_status cera_build_llama_stack(const cera_model *m, cera_graph *g, cera_error *err);
+
+/* logits = (rms_norm(x) · norm) · outputᵀ (+ output.bias) / logit_scale. */
+void cera_emit_output(cera_builder *b, const cera_weight *norm);
+
+#endif
