@@ -8,7 +8,7 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows (default: tests
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows parallel (default: tests
 #   sanitize matvec bench lora); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
 #   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token; lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
@@ -51,6 +51,8 @@ if has tests; then
     timeout 120 "$C/bin/test_cuda_attention" 2>&1 | tee "$OUT/test_cuda_attention.log" | grep -E "failed" | tail -12
     log "test_cuda_sample"
     timeout 120 "$C/bin/test_cuda_sample" 2>&1 | tee "$OUT/test_cuda_sample.log" | tail -8
+    log "test_cuda_batch"
+    timeout 200 "$C/bin/test_cuda_batch" 2>&1 | tee "$OUT/test_cuda_batch.log" | tail -12
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"
@@ -92,6 +94,22 @@ if has bench; then
         timeout 150 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 3 --bw-gib 4 $hdr 2>&1 |
             tee -a "$OUT/bench.log"
         hdr=
+    done
+fi
+if has parallel; then
+    # N sequences decoding together through the public batch API, as llama-batched-bench
+    # -npp 128 -ntg 128 -npl N (../shared/bench/llamacpp-h200.md): a Llama-2-7B-shape file
+    # made here by cera synth, with the multi-row decode path and without it
+    # (CERA_CUDA_DECODE_ROWS=0: every batch of 2+ tokens through cuBLAS)
+    log "batched decode (cera bench --parallel)"
+    for t in ${PAR_TYPES:-q4_0 f16}; do
+        f=/tmp/llama2-7b-$t.gguf
+        [ -s "$f" ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b "$t" -o "$f" 2>&1 | tail -1
+        for rows in 1 0; do
+            echo "-- $t, decode rows $rows"
+            CERA_CUDA_DECODE_ROWS=$rows timeout 300 "$C/bin/cera" bench -m "$f" --device cuda -p 128 -n 128 -r 2 \
+                --parallel ${PAR_N:-1,2,4,8,16,32,64} 2>&1 | tee -a "$OUT/parallel.log" | grep "|"
+        done
     done
 fi
 if has lora; then

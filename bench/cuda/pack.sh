@@ -18,20 +18,21 @@ mkdir -p "$(dirname "$EXCL")"
 grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR="${WERROR:-OFF}" -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows"}
-cmake --build "$BUILD" --target $TESTS cuda_bench cuda_lora_bench -j"${JOBS:-2}"
+TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows test_cuda_batch"}
+cmake --build "$BUILD" --target $TESTS cuda_bench cuda_lora_bench cera -j"${JOBS:-2}"
 FINAL=$C
 C=$(mktemp -d /tmp/devpack.XXXXXX)
 trap 'rm -rf "$C"' EXIT
-mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden"
+mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden" "$C/shared/vocab"
 for t in $TESTS; do cp "$BUILD/tests/cuda/$t" "$C/bin/"; done
-cp "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$C/bin/"
+cp "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$BUILD/tools/cera/cera" "$C/bin/"
 strip "$C"/bin/* # symbols are not needed there
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
 S=../shared
 cp $S/models/stories260K.gguf "$C/shared/models/"
+cp $S/vocab/ggml-vocab-llama-spm.gguf "$C/shared/vocab/" # cera synth's tokenizer
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
 for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
     $S/golden/synth-granite-q8_0.*; do

@@ -45,6 +45,8 @@ typedef struct cera_cuda_params {
     bool no_graph;        /* run decode steps as plain launches instead of a CUDA graph */
     bool no_pdl;          /* capture the decode graph without programmatic dependent launch */
     bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
+    bool force_gemm;      /* every batch of 2+ tokens through the cuBLAS path, decode steps of several
+                           * sequences included (comparisons; CERA_CUDA_DECODE_ROWS=0 at open) */
     /* Benchmarks only: ignore the weights' data and fill the device copies with random
      * valid blocks on the GPU (weights of any size without a file or host memory). */
     bool synthetic_weights;

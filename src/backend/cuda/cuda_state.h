@@ -38,9 +38,13 @@
         if (st_ != CERA_OK) return st_;                                                                      \
     } while (0)
 
-#define DEC_BUCKETS 1 /* decode graphs (one: see run_decode) */
+/* Decode graphs, one per row count: bucket 0 is the one-token step (with its LoRA
+ * launches), bucket B - 1 a step of B tokens of B sequences (forward.c: decode_rows). */
+#define DEC_ROWS_MAX 64
+#define DEC_BUCKETS  DEC_ROWS_MAX
 
-/* Room for attention partials: (token, split) pairs per query head in one launch. */
+/* Room for attention partials: (token, split) pairs per query head in one launch (a
+ * decode step of DEC_ROWS_MAX rows may need more: init.c sizes them for both). */
 #define ATT_TOK_SPLITS 1024
 
 /* What a decode step's LoRA item table depends on: batch row 0's adapters (ids, in plan

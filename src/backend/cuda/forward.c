@@ -13,6 +13,10 @@
  * Decode (one token) is 8 launches per layer with the matvec epilogues doing the bias,
  * residual add, SwiGLU and activation quantization; the token and its position are read
  * from device memory, so the whole step is captured once into a CUDA graph and replayed.
+ * A decode step of B sequences (one token each, no adapter, B <= DEC_ROWS_MAX) is the
+ * same launches over B rows (cu_matvec_rows reads each weight once for all of them and
+ * gives each row the one-row kernel's bits), a graph per B, so that a sequence decoded
+ * among others gets the logits it gets alone.
  * Prefill (several tokens) runs the same sequence with cuBLAS GEMMs (gemm.c) and separate
  * element-wise kernels; only the rows whose logits are asked for reach the output layer.
  */
@@ -179,6 +183,116 @@ static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
     cu_mv_seg out = {&s->output, s->logits, s->output_b};
     CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
     CU_TRY(cu_argmax(s->st, s->logits, s->n_vocab, s->d_argmax));
+    return CERA_OK;
+}
+
+/* A decode step of n tokens, each of its own sequence, without adapters (see the top of
+ * the file): logits of every row into s->logits [n, n_vocab]. */
+static cera_status decode_rows(cera_cuda_state *s, int n, cera_error *err) {
+    const cera_hparams *hp = &s->hp;
+    const float eps = hp->rms_eps, rs = hp->residual_scale;
+    const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
+    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
+    for (int l = 0; l < hp->n_layer; l++) {
+        const cu_layer *L = &s->layers[l];
+        const cu_kv kv = layer_kv(s, l);
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
+        cu_mv_seg qkv[3] = {{&L->wq, s->qkv, L->bq},
+                            {&L->wk, s->qkv + s->n_q, L->bk},
+                            {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv}};
+        if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+            CU_TRY(cu_matvec_rows(s->st, qkv, 3, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+        } else {
+            for (int i = 0; i < 3; i++)
+                CU_TRY(cu_matvec_rows(s->st, &qkv[i], 1, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+        }
+        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n, s->d_pos,
+                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
+                             &kv));
+        CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
+                            s->dec_splits, 1, &s->att, &s->a_attn));
+        if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, n));
+        const cu_mv_seg o = {&L->wo, s->x, L->bo};
+        CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_attn, n, s->embd_pad, CU_MV_ADD, rs, NULL));
+        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
+        if (L->wgate.type == L->wup.type) {
+            const cu_mv_seg gu[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
+            CU_TRY(cu_matvec_rows(s->st, gu, 2, &s->a_embd, n, 0, CU_MV_SWIGLU, 1.0f, &s->a_ff));
+        } else {
+            const cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
+            CU_TRY(cu_matvec_rows(s->st, &g, 1, &s->a_embd, n, s->n_ff, CU_MV_STORE, 1.0f, NULL));
+            CU_TRY(cu_matvec_rows(s->st, &u, 1, &s->a_embd, n, s->n_ff, CU_MV_STORE, 1.0f, NULL));
+            CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff));
+            CU_TRY(cu_quantize_act(s->st, &s->a_ff, n));
+        }
+        const cu_mv_seg d = {&L->wdown, s->x, L->bdown};
+        CU_TRY(cu_matvec_rows(s->st, &d, 1, &s->a_ff, n, s->embd_pad, CU_MV_ADD, rs, NULL));
+    }
+    CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, s->output_norm, eps, &s->a_embd));
+    const cu_mv_seg out = {&s->output, s->logits, s->output_b};
+    CU_TRY(
+        cu_matvec_rows(s->st, &out, 1, &s->a_embd, n, s->n_vocab, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
+    return CERA_OK;
+}
+
+/* Whether a batch takes decode_rows: n tokens of n sequences, no adapter, n within the
+ * graphs' buckets, and weights the multi-row kernels read once for all rows (F16 and BF16
+ * weights are faster through cuBLAS from 8 rows on: bench/RESULTS.md). */
+static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl) {
+    if (n < 2 || n > DEC_ROWS_MAX || s->lora_mask || s->prm.force_gemm) return false;
+    const cera_type t = s->layers[0].wq.type;
+    if ((t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32) && n >= 8) return false;
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (tok_tbl[i] == tok_tbl[j]) return false; /* two tokens of one sequence: a prompt chunk */
+    return true;
+}
+
+/* decode_rows of n tokens through its bucket's graph (captured on first use; plain
+ * launches with no_graph). */
+static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
+    const int bucket = n - 1;
+    if (s->prm.no_graph) return decode_rows(s, n, err);
+    if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
+        cudaGraphExecDestroy(s->graph[bucket]);
+        s->graph_ready[bucket] = false;
+    }
+    if (!s->graph_ready[bucket]) {
+        CU_TRY(cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
+        cu_set_pdl(!s->prm.no_pdl && s->cc_major >= 9);
+        cera_status st = decode_rows(s, n, err);
+        cu_set_pdl(false);
+        cudaGraph_t g = NULL;
+        cudaError_t e = cudaStreamEndCapture(s->st, &g);
+        if (st != CERA_OK) {
+            if (g) cudaGraphDestroy(g);
+            return st;
+        }
+        if (e != cudaSuccess)
+            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph (%d rows) capture: %s", n,
+                             cudaGetErrorString(e));
+        e = cudaGraphInstantiate(&s->graph[bucket], g, 0);
+        cudaGraphDestroy(g);
+        if (e != cudaSuccess)
+            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph (%d rows) instantiate: %s", n,
+                             cudaGetErrorString(e));
+        s->graph_ready[bucket] = true;
+        s->graph_kv_base[bucket] = s->kv_base;
+    }
+    CU_TRY(cudaGraphLaunch(s->graph[bucket], s->st));
+    return CERA_OK;
+}
+
+/* Moves the listed rows of s->logits [n, n_vocab] to the front (rows only move down:
+ * out_rows increase), then the argmax of the last of them. */
+static cera_status compact_logits(cera_cuda_state *s, const int32_t *out_rows, int n_out, cera_error *err) {
+    for (int i = 0; i < n_out; i++)
+        if (out_rows[i] != i)
+            CU_TRY(cudaMemcpyAsync(s->logits + (size_t)i * s->n_vocab,
+                                   s->logits + (size_t)out_rows[i] * s->n_vocab,
+                                   sizeof(float) * (size_t)s->n_vocab, cudaMemcpyDeviceToDevice, s->st));
+    if (n_out > 0)
+        CU_TRY(cu_argmax(s->st, s->logits + (size_t)(n_out - 1) * s->n_vocab, s->n_vocab, s->d_argmax));
     return CERA_OK;
 }
 
@@ -400,6 +514,9 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1) {
         CERA_TRY(run_decode(s, pos[0], err));
+    } else if (use_decode_rows(s, n, tok_tbl)) {
+        CERA_TRY(run_decode_rows(s, n, err));
+        CERA_TRY(compact_logits(s, out_rows, n_out, err));
     } else {
         bool one_seq = true;
         for (int i = 1; i < n; i++) one_seq = one_seq && tok_tbl[i] == tok_tbl[0];

@@ -364,7 +364,10 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         s->att.max_splits = 64;
         const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
         s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
-        const size_t parts = (size_t)ATT_TOK_SPLITS * (size_t)hp->n_head;
+        const size_t pairs =
+            (size_t)(ATT_TOK_SPLITS > DEC_ROWS_MAX * s->dec_splits ? ATT_TOK_SPLITS
+                                                                   : DEC_ROWS_MAX * s->dec_splits);
+        const size_t parts = pairs * (size_t)hp->n_head;
         if ((st = dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err)) !=
                 CERA_OK ||
             (st = dev_alloc((void **)&s->att.part_ml, parts * 2 * f, "attention partials", err)) != CERA_OK ||
