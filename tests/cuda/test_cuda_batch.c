@@ -9,8 +9,10 @@
  *     kernel's bits; attention splits as for one token); for stories260K (F32) and
  *     synth-llama Q4_0;
  *   - mixed: two prompts and three decode steps in one batch (the GEMM path, where the
- *     attention of several sequences is not the single prompt's kernel) within 5e-3 of the
- *     row's max |logit| of the same evals alone, top tokens equal;
+ *     attention of several sequences is not the single prompt's kernel, and the decode
+ *     steps' activations are F16 instead of int8-quantized) within 5e-3 of the row's max
+ *     |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 (test_cuda_golden's
+ *     prefill-vs-decode spread: measured 1.2e-2), top tokens equal;
  *   - fork at a position inside a block, both continued differently: within the same bound
  *     of fresh sessions fed the whole sequences, the source unchanged by the fork's writes;
  *   - every block back in the pool at the end.
@@ -103,7 +105,7 @@ static void test_decode(const char *rel) {
     cera_engine_close(e);
 }
 
-static void test_mixed_and_fork(const char *rel) {
+static void test_mixed_and_fork(const char *rel, double bound) {
     cera_engine *e = open_cuda(rel, 16);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
@@ -143,7 +145,7 @@ static void test_mixed_and_fork(const char *rel) {
         }
     }
     printf("%s: mixed batch vs alone %.2e, top tokens %d/%d\n", rel, worst, top, rows);
-    CHECK(worst <= 5e-3 && top == rows, "%s: mixed batch differs from the evals alone by %.3g (top %d/%d)",
+    CHECK(worst <= bound && top == rows, "%s: mixed batch differs from the evals alone by %.3g (top %d/%d)",
           rel, worst, top, rows);
 
     /* fork session 1 (45 tokens: block 1 half full), continue both differently */
@@ -174,7 +176,7 @@ static void test_mixed_and_fork(const char *rel) {
         }
     }
     printf("%s: fork at 45 and its source vs fresh sessions %.2e, top tokens %d/30\n", rel, worst, top);
-    CHECK(worst <= 5e-3 && top == 30, "%s: fork vs fresh %.3g (top %d/30)", rel, worst, top);
+    CHECK(worst <= bound && top == 30, "%s: fork vs fresh %.3g (top %d/30)", rel, worst, top);
     for (int i = 0; i < 5; i++) cera_session_free(s[i]), cera_session_free(r[i]);
     cera_session_free(f);
     cera_session_free(fa);
@@ -190,7 +192,7 @@ int main(void) {
     }
     test_decode("models/stories260K.gguf");
     test_decode("golden/synth-llama-q4_0.gguf");
-    test_mixed_and_fork("models/stories260K.gguf");
-    test_mixed_and_fork("golden/synth-llama-q4_0.gguf");
+    test_mixed_and_fork("models/stories260K.gguf", 5e-3);
+    test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2);
     return test_finish();
 }

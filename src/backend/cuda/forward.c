@@ -235,13 +235,15 @@ static cera_status decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     return CERA_OK;
 }
 
-/* Whether a batch takes decode_rows: n tokens of n sequences, no adapter, n within the
- * graphs' buckets, and weights the multi-row kernels read once for all rows (F16 and BF16
- * weights are faster through cuBLAS from 8 rows on: bench/RESULTS.md). */
+/* Whether a batch takes decode_rows: n tokens of n sequences, no adapter, and few enough
+ * rows that the multi-row kernels beat dequantizing every weight for cuBLAS. Measured on
+ * the H200 (bench/RESULTS.md, the batched table): Q4_0 decode of 8 sequences 2.1x faster
+ * this way, of 32 and 64 1.6x and 2.9x slower; F16 weights no faster from 8 rows on. */
 static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl) {
-    if (n < 2 || n > DEC_ROWS_MAX || s->lora_mask || s->prm.force_gemm) return false;
     const cera_type t = s->layers[0].wq.type;
-    if ((t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32) && n >= 8) return false;
+    const bool float_w = t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32;
+    if (n < 2 || n > (float_w ? 7 : 12) || n > DEC_ROWS_MAX || s->lora_mask || s->prm.force_gemm)
+        return false;
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
             if (tok_tbl[i] == tok_tbl[j]) return false; /* two tokens of one sequence: a prompt chunk */
