@@ -22,10 +22,15 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    bool too_big = false;
     for (;;) {
         if (!buf) break;
         n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
+        if (n > CLI_READ_MAX) { /* /dev/zero, or a runaway pipe: never read without bound */
+            too_big = true;
+            break;
+        }
         char *nb = realloc(buf, cap * 2);
         if (!nb) {
             free(buf);
@@ -37,6 +42,12 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
     }
     const bool bad = ferror(f) != 0;
     fclose(f);
+    if (buf && too_big) {
+        free(buf);
+        fail(err, CERA_ERR_INVALID_ARG,
+             "longer than the limit of " CLI_READ_MAX_TEXT " for a prompt or tokens file", path);
+        return NULL;
+    }
     if (!buf || bad) {
         free(buf);
         fail(err, buf ? CERA_ERR_IO : CERA_ERR_NO_MEMORY, buf ? "read error" : "out of memory", path);
