@@ -48,6 +48,8 @@ typedef struct loader {
     const gguf_file *f;
     const char *arch;
     cera_error *err;
+    bool *used;  /* [f->n_tensors] set for each tensor bound: the others are errors */
+    int n_layer; /* for messages naming block_count */
 } loader;
 
 static const char *akey(const loader *ld, const char *suffix, char *buf, size_t cap) {
@@ -127,6 +129,7 @@ static cera_status bind(const loader *ld, const char *name, int64_t ne0, int64_t
     if ((uintptr_t)t->data % align)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "tensor '%s': data not aligned to %u bytes", name,
                          (unsigned)align);
+    if (ld->used) ld->used[t - ld->f->tensors] = true;
     w->t = t;
     w->type = t->type;
     w->k = t->ne[0];
@@ -139,7 +142,11 @@ static cera_status bind_layer(const loader *ld, int il, const char *suffix, int6
                               bool required, cera_weight *w) {
     char name[128];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return bind(ld, name, ne0, ne1, required, w);
+    const cera_status st = bind(ld, name, ne0, ne1, required, w);
+    if (st == CERA_ERR_NOT_FOUND)
+        return cera_fail(ld->err, st, "missing tensor '%s': %s.block_count is %d, the file has fewer blocks",
+                         name, ld->arch, ld->n_layer);
+    return st;
 }
 
 #define TRY(expr)                                                                                            \
@@ -158,8 +165,10 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: zero-sized hyperparameter", ld->arch);
     /* generous bounds that keep every size product far from overflow */
-    if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096 ||
-        (uint64_t)hp->n_layer > ld->f->n_tensors)
+    if ((uint64_t)hp->n_layer > ld->f->n_tensors)
+        return cera_fail(ld->err, CERA_ERR_FORMAT, "%s.block_count is %d, but the file has only %llu tensors",
+                         ld->arch, hp->n_layer, (unsigned long long)ld->f->n_tensors);
+    if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096)
         return cera_fail(
             ld->err, CERA_ERR_FORMAT,
             "%s: implausible hyperparameters (embedding %d, feed-forward %d, heads %d, blocks %d)", ld->arch,
@@ -258,11 +267,18 @@ static cera_status read_hparams(const loader *ld, const arch_info *ai, cera_hpar
     return CERA_OK;
 }
 
+static cera_status bind_all(const loader *ld, const arch_info *ai, cera_model *m);
+
 cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) {
     memset(m, 0, sizeof *m);
     gguf_str arch_s;
     if (!gguf_get_str(f, "general.architecture", &arch_s))
         return cera_fail(err, CERA_ERR_NOT_FOUND, "missing key 'general.architecture'");
+    if (memchr(arch_s.data, 0, (size_t)arch_s.len))
+        return cera_fail(err, CERA_ERR_FORMAT, "key 'general.architecture' holds a NUL byte");
+    if (f->n_tensors == 0)
+        return cera_fail(err, CERA_ERR_FORMAT,
+                         "the file has no tensors (a vocabulary-only file?): a model needs its weights");
     char arch[64];
     gguf_str_copy(arch_s, arch, sizeof arch);
     int ai_idx = -1;
@@ -272,11 +288,26 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
                          "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite)", arch);
     const arch_info *ai = &arch_table[ai_idx];
-    loader ld = {f, ai->name, err};
+    loader ld = {f, ai->name, err, NULL, 0};
     cera_hparams *hp = &m->hp;
     hp->arch = (cera_arch)ai_idx;
     m->file = f;
     TRY(read_hparams(&ld, ai, hp));
+    ld.n_layer = hp->n_layer;
+    ld.used = calloc((size_t)f->n_tensors, sizeof *ld.used);
+    if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
+    const cera_status st = bind_all(&ld, ai, m);
+    free(ld.used);
+    if (st) cera_model_free(m);
+    return st;
+}
+
+/* Every tensor the architecture uses, shapes checked; then no tensor may be left over (a
+ * block beyond block_count, a name no architecture uses). */
+static cera_status bind_all(const loader *ld, const arch_info *ai, cera_model *m) {
+    const gguf_file *f = ld->f;
+    cera_error *err = ld->err;
+    cera_hparams *hp = &m->hp;
 
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (!te) return cera_fail(err, CERA_ERR_NOT_FOUND, "missing tensor 'token_embd.weight'");
@@ -286,17 +317,17 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     const int64_t n_embd = hp->n_embd, n_vocab = hp->n_vocab, hd = hp->head_dim;
     const int64_t n_q = hd * hp->n_head, n_kv = hd * hp->n_head_kv, n_ff = hp->n_ff;
 
-    TRY(bind(&ld, "token_embd.weight", n_embd, n_vocab, true, &m->tok_embd));
+    TRY(bind(ld, "token_embd.weight", n_embd, n_vocab, true, &m->tok_embd));
     const cera_type_traits *tt = cera_type_get(m->tok_embd.type);
     if (m->tok_embd.type != CERA_TYPE_F32 && !tt->to_float)
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
                          "tensor 'token_embd.weight': type %s cannot be dequantized", tt->name);
-    TRY(bind(&ld, "output_norm.weight", n_embd, 0, true, &m->output_norm));
-    TRY(bind(&ld, "output.weight", n_embd, n_vocab, false, &m->output));
+    TRY(bind(ld, "output_norm.weight", n_embd, 0, true, &m->output_norm));
+    TRY(bind(ld, "output.weight", n_embd, n_vocab, false, &m->output));
     hp->tied_output = m->output.t == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
-    TRY(bind(&ld, "output.bias", n_vocab, 0, false, &m->output_b));
-    TRY(bind(&ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs));
+    TRY(bind(ld, "output.bias", n_vocab, 0, false, &m->output_b));
+    TRY(bind(ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs));
     if (m->rope_freqs.data) {
         /* divisors of the rotation angles (F32, checked aligned by bind) */
         const float *rf = m->rope_freqs.data;
@@ -319,26 +350,37 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     do {                                                                                                     \
         if ((st = (expr)) != CERA_OK) goto fail;                                                             \
     } while (0)
-        LTRY(bind_layer(&ld, il, "attn_norm.weight", n_embd, 0, true, &L->attn_norm));
-        LTRY(bind_layer(&ld, il, "ffn_norm.weight", n_embd, 0, true, &L->ffn_norm));
+        LTRY(bind_layer(ld, il, "attn_norm.weight", n_embd, 0, true, &L->attn_norm));
+        LTRY(bind_layer(ld, il, "ffn_norm.weight", n_embd, 0, true, &L->ffn_norm));
         for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             snprintf(name, sizeof name, "%s.weight", proj_names[p]);
-            LTRY(bind_layer(&ld, il, name, proj_k[p], proj_n[p], true, &L->proj[p]));
+            LTRY(bind_layer(ld, il, name, proj_k[p], proj_n[p], true, &L->proj[p]));
         }
-        LTRY(bind_layer(&ld, il, "attn_q.bias", n_q, 0, ai->qkv_bias, &L->bq));
-        LTRY(bind_layer(&ld, il, "attn_k.bias", n_kv, 0, ai->qkv_bias, &L->bk));
-        LTRY(bind_layer(&ld, il, "attn_v.bias", n_kv, 0, ai->qkv_bias, &L->bv));
-        LTRY(bind_layer(&ld, il, "attn_output.bias", n_embd, 0, false, &L->bo));
-        LTRY(bind_layer(&ld, il, "ffn_gate.bias", n_ff, 0, false, &L->b_gate));
-        LTRY(bind_layer(&ld, il, "ffn_up.bias", n_ff, 0, false, &L->b_up));
-        LTRY(bind_layer(&ld, il, "ffn_down.bias", n_embd, 0, false, &L->b_down));
-        LTRY(bind_layer(&ld, il, "attn_q_norm.weight", hd, 0, ai->qk_norm, &L->q_norm));
-        LTRY(bind_layer(&ld, il, "attn_k_norm.weight", hd, 0, ai->qk_norm, &L->k_norm));
+        LTRY(bind_layer(ld, il, "attn_q.bias", n_q, 0, ai->qkv_bias, &L->bq));
+        LTRY(bind_layer(ld, il, "attn_k.bias", n_kv, 0, ai->qkv_bias, &L->bk));
+        LTRY(bind_layer(ld, il, "attn_v.bias", n_kv, 0, ai->qkv_bias, &L->bv));
+        LTRY(bind_layer(ld, il, "attn_output.bias", n_embd, 0, false, &L->bo));
+        LTRY(bind_layer(ld, il, "ffn_gate.bias", n_ff, 0, false, &L->b_gate));
+        LTRY(bind_layer(ld, il, "ffn_up.bias", n_ff, 0, false, &L->b_up));
+        LTRY(bind_layer(ld, il, "ffn_down.bias", n_embd, 0, false, &L->b_down));
+        LTRY(bind_layer(ld, il, "attn_q_norm.weight", hd, 0, ai->qk_norm, &L->q_norm));
+        LTRY(bind_layer(ld, il, "attn_k_norm.weight", hd, 0, ai->qk_norm, &L->k_norm));
 #undef LTRY
         continue;
     fail:
-        cera_model_free(m);
         return st;
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (ld->used[i]) continue;
+        char name[128];
+        gguf_str_copy(f->tensors[i].name, name, sizeof name);
+        int blk;
+        if (sscanf(name, "blk.%d.", &blk) == 1 && blk >= hp->n_layer)
+            return cera_fail(err, CERA_ERR_FORMAT,
+                             "tensor '%s' is in block %d, but %s.block_count is %d: the hyperparameters "
+                             "disagree with the tensors",
+                             name, blk, ld->arch, hp->n_layer);
+        return cera_fail(err, CERA_ERR_FORMAT, "tensor '%s' is not one that %s models use", name, ld->arch);
     }
     return CERA_OK;
 }

@@ -13,6 +13,7 @@
  * asked for after an eval (so a const session's buffer is filled lazily; NULL when that
  * copy fails).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,7 +81,7 @@ fail:
     return st;
 }
 
-int cera_session_n_past(const cera_session *s) { return s->seq.n_pos; }
+int cera_session_n_past(const cera_session *s) { return s ? s->seq.n_pos : 0; }
 
 cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) {
     cera_error_clear(err);
@@ -120,6 +121,24 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
     cera_status st = cera_session_flush_pending(s, err);
     if (st || n_tokens == 0) return st;
     return eval_tokens(s, tokens, n_tokens, all_logits, err);
+}
+
+/* The first of rows [n_rows, n_vocab] holding a NaN or an infinity, or -1. A NaN or Inf
+ * reaching the logits (corrupt weights, an adapter or a scale that overflows) would make
+ * every token "likely": it is an error, not something to sample from. */
+static long nonfinite_row(const float *l, size_t n_rows, int n_vocab) {
+    for (size_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n_vocab; i++)
+            if (!isfinite(l[r * (size_t)n_vocab + (size_t)i])) return (long)r;
+    return -1;
+}
+
+static cera_status nonfinite_fail(cera_error *err, long pos) {
+    return cera_fail(
+        err, CERA_ERR_FORMAT,
+        "non-finite logits (NaN or Inf) at position %ld: the weights are corrupt, or an adapter or "
+        "its scale overflows the float range",
+        pos);
 }
 
 static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t n_tokens, bool all_logits,
@@ -172,6 +191,9 @@ static cera_status eval_tokens(cera_session *s, const cera_token *tokens, size_t
         pthread_mutex_lock(&e->forward_lock);
         st = e->backend->forward(e->backend, &b, keep_on_device ? NULL : out, err);
         pthread_mutex_unlock(&e->forward_lock);
+        const size_t got = keep_on_device ? 0 : all_logits ? (size_t)n : done + (size_t)n == n_tokens;
+        const long bad = st ? -1 : nonfinite_row(out, got, n_vocab);
+        if (bad >= 0) st = nonfinite_fail(err, n_past + (long)done + (all_logits ? bad : n - 1));
         if (st) {
             cera_kv_seq_truncate(&s->seq, n_past);
             return st;
@@ -216,30 +238,44 @@ const float *cera_session_logits(const cera_session *s, int i) {
     return s->logits + (size_t)row * s->engine->model.hp.n_vocab;
 }
 
-cera_token cera_session_sample(cera_session *s) {
-    if (!s || cera_session_flush_pending(s, NULL)) return -1;
-    if (s->n_logit_rows == 0) return -1;
+cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err) {
+    *out = -1;
+    if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_sample: session is NULL");
+    cera_status st = cera_session_flush_pending(s, err);
+    if (st) return st;
+    if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
     if (s->logits_on_device && e->backend->sample) {
         cera_token t = -1;
-        cera_error err;
         pthread_mutex_lock(&e->forward_lock);
-        const cera_status st = e->backend->sample(e->backend, s->pool, s->sampler, &t, &err);
+        st = e->backend->sample(e->backend, s->pool, s->sampler, &t, err);
         pthread_mutex_unlock(&e->forward_lock);
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
             s->pending_sampled = t;
-            return t;
+            *out = t;
+            return CERA_OK;
         }
         /* refused before its draw: the host runs the chain with the same RNG state */
-        if (st != CERA_ERR_UNSUPPORTED) return -1;
+        if (st != CERA_ERR_UNSUPPORTED) return st;
     }
     const float *l = cera_session_logits(s, -1);
-    if (!l) return -1;
+    if (!l) return cera_fail(err, CERA_ERR_DEVICE, "sample: the logits could not be fetched from the device");
+    const int n_vocab = e->model.hp.n_vocab;
+    if (nonfinite_row(l, 1, n_vocab) >= 0) return nonfinite_fail(err, (long)s->seq.n_pos - 1);
     const cera_token t = cera_sampler_sample(s->sampler, l);
+    if (t < 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG,
+                         "sample: no token is allowed (the logit biases and penalties ban every one)");
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;
-    return t;
+    *out = t;
+    return CERA_OK;
+}
+
+cera_token cera_session_sample(cera_session *s) {
+    cera_token t;
+    return cera_session_sample_status(s, &t, NULL) == CERA_OK ? t : -1;
 }
 
 cera_status cera_session_set_sampler(cera_session *s, const cera_sampler_params *params, cera_error *err) {

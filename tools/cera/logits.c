@@ -73,6 +73,7 @@ int cmd_logits(int argc, char **argv) {
         cli_lora_check_output(&lora, outp, &err))
         goto done;
     if (cera_engine_open(model, &o.ep, &e, &err)) goto done;
+    cli_warn_context(e, &o);
     if (tokfile) {
         if (cli_read_tokens(tokfile, &toks, &n, &err)) goto done;
     } else {
