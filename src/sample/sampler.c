@@ -98,7 +98,7 @@ static cera_status check_params(const cera_sampler_params *p, int n_vocab, cera_
             return cera_fail(err, CERA_ERR_INVALID_ARG,
                              "sampler: logit bias %d for token %d is %g (only finite values or -inf)", i,
                              (int)b->token, (double)b->bias);
-        n_banned += isinf(b->bias);
+        if (isinf(b->bias)) n_banned++; /* isinf may return -1 for -inf */
     }
     if (n_banned >= n_vocab) {
         /* perhaps every token: count them once each */

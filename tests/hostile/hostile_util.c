@@ -100,7 +100,15 @@ bool hostile_file_has(const char *path, const char *text) {
     return found;
 }
 
-gguf_writer *hostile_writer_from(const gguf_file *f) {
+void *hostile_tensor_copy(const gguf_file *f, const char *name, size_t *n) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    void *p = t ? malloc((size_t)t->nbytes) : NULL;
+    if (p) memcpy(p, t->data, (size_t)t->nbytes);
+    *n = p ? (size_t)t->nbytes : 0;
+    return p;
+}
+
+gguf_writer *hostile_writer_from(const gguf_file *f, const char *replace, const void *data) {
     gguf_writer *w = gguf_writer_new();
     if (!w) return NULL;
     for (uint64_t i = 0; i < f->n_kv; i++) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
@@ -109,7 +117,8 @@ gguf_writer *hostile_writer_from(const gguf_file *f) {
         char name[256];
         gguf_str_copy(t->name, name, sizeof name);
         cera_error err;
-        if (gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, &err)) {
+        const void *d = replace && !strcmp(name, replace) ? data : t->data;
+        if (gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, d, &err)) {
             gguf_writer_free(w);
             return NULL;
         }

@@ -35,7 +35,11 @@ bool hostile_write(const char *path, const void *data, size_t n);
 bool hostile_file_has(const char *path, const char *text);
 
 /* A writer holding every key/value and tensor of f (tensor data referenced, so f must
- * stay open until the write): a base for a crafted variant. NULL on failure. */
-gguf_writer *hostile_writer_from(const gguf_file *f);
+ * stay open until the write): a base for a crafted variant. The tensor named replace
+ * (when non-NULL) takes its bytes from data instead. NULL on failure. */
+gguf_writer *hostile_writer_from(const gguf_file *f, const char *replace, const void *data);
+
+/* A copy of tensor name's bytes of f (malloc'ed; *n its size), to be patched. */
+void *hostile_tensor_copy(const gguf_file *f, const char *name, size_t *n);
 
 #endif
