@@ -198,8 +198,8 @@ CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, ce
  * the last position's. Logits that are not finite (NaN or Inf: corrupt weights, or an
  * adapter or a scale that overflows the float range) are CERA_ERR_FORMAT naming the
  * position, and the tokens are not appended; CERA_ERR_CONTEXT_FULL when they do not fit
- * in n_ctx. (Where a GPU keeps the last row on the device, its check happens when the row
- * comes to the host: a sampler chain the host runs.) */
+ * in n_ctx. (Where a GPU keeps the last row on the device, it is checked when the host's
+ * sampler chain reads it; the device-side sampler does not check it.) */
 CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *tokens, size_t n_tokens,
                                        bool all_logits, cera_error *err);
 

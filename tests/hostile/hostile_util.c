@@ -24,6 +24,27 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The environment for a child: the test's, with the sanitizers (in the ASan build) told to
+ * exit with HOSTILE_SANITIZER_EXIT, so that a report cannot pass for an ordinary error
+ * exit (both exit 1 by default). */
+static char **child_env(void) {
+    static char *env[512];
+    static char asan[1024], ubsan[1024];
+    if (env[0]) return env;
+    const char *a = getenv("ASAN_OPTIONS"), *u = getenv("UBSAN_OPTIONS");
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sexitcode=%d", a ? a : "", a && *a ? ":" : "",
+             HOSTILE_SANITIZER_EXIT);
+    snprintf(ubsan, sizeof ubsan, "UBSAN_OPTIONS=%s%shalt_on_error=1:exitcode=%d", u ? u : "",
+             u && *u ? ":" : "", HOSTILE_SANITIZER_EXIT);
+    size_t n = 0;
+    env[n++] = asan;
+    env[n++] = ubsan;
+    for (char **e = environ; *e && n < 510; e++)
+        if (strncmp(*e, "ASAN_OPTIONS=", 13) && strncmp(*e, "UBSAN_OPTIONS=", 14)) env[n++] = *e;
+    env[n] = NULL;
+    return env;
+}
+
 int hostile_run(const char *const *args, double timeout_s, const char *stdin_path, const char *out_path) {
     const char *argv[64];
     size_t n = 0;
@@ -37,7 +58,7 @@ int hostile_run(const char *const *args, double timeout_s, const char *stdin_pat
                                      0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
-    const int e = posix_spawn(&pid, CERA_CLI, &fa, NULL, (char *const *)argv, environ);
+    const int e = posix_spawn(&pid, CERA_CLI, &fa, NULL, (char *const *)argv, child_env());
     posix_spawn_file_actions_destroy(&fa);
     if (e) return -1;
     const double t_end = now_s() + timeout_s;

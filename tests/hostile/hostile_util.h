@@ -15,11 +15,14 @@
 
 /* What hostile_run returns for a run killed at its time limit. */
 #define HOSTILE_TIMEOUT (-2)
+/* The exit code of a child whose sanitizer (ASan, UBSan, LSan) reported an error. */
+#define HOSTILE_SANITIZER_EXIT 199
 
 /* Runs the cera CLI with args (NULL-terminated, without the program), stdin from
  * stdin_path (NULL: /dev/null), stdout and stderr together into out_path (NULL:
  * discarded), killed after timeout_s. Returns the exit code, 128 + the signal when a
- * signal ended it, HOSTILE_TIMEOUT, or -1 when it could not start. */
+ * signal ended it, HOSTILE_SANITIZER_EXIT after a sanitizer report, HOSTILE_TIMEOUT, or -1
+ * when it could not start. */
 int hostile_run(const char *const *args, double timeout_s, const char *stdin_path, const char *out_path);
 
 /* A fresh scratch folder under the build tree for one test (removed and made again). */

@@ -119,6 +119,30 @@ static void non_finite(void) {
           "--lora-scaled A 1e38 exits 1 naming non-finite logits");
 }
 
+/* A quantized model with one block's F16 scale made NaN: the quantized paths (the dot
+ * kernels, the activations quantized for them) meet NaN too. */
+static void non_finite_quantized(void) {
+    const char *src = shared_path("golden/synth-llama-q8_0.gguf");
+    gguf_file *f = NULL;
+    cera_error err;
+    CHECK(gguf_open(src, &f, &err) == CERA_OK, "open %s: %s", src, err.message);
+    if (!f) return;
+    const gguf_tensor *t = gguf_find_tensor(f, "blk.0.attn_q.weight");
+    const size_t at = t ? (size_t)((const uint8_t *)t->data - f->base) : 0;
+    gguf_close(f);
+    size_t n = 0;
+    uint8_t *d = read_file(src, &n);
+    CHECK(d && t && at + 2 < n, "the tensor's bytes");
+    if (!d || !at) return free(d);
+    d[at] = 0x00, d[at + 1] = 0x7e; /* the first block's scale: an F16 NaN */
+    const char *out = hostile_path(dir, "q8-nan.gguf");
+    CHECK(hostile_write(out, d, n), "write %s", out);
+    free(d);
+    const char *run[] = {"run", "-m", out, "-p", "Once upon a time", "-n", "4", "--temp", "0", NULL};
+    CHECK(hostile_run(run, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "non-finite logits"),
+          "a NaN scale in a q8_0 model: exit 1 naming non-finite logits");
+}
+
 static void tiny_temperature(void) {
     const char *greedy = hostile_path(dir, "greedy.ids"), *tiny = hostile_path(dir, "tiny.ids");
     const char *a[] = {"run",   "-m",     model, "-p", "Once upon a time", "-n", "24",
@@ -298,6 +322,7 @@ int main(void) {
     CHECK(gguf_open(model, &base, &err) == CERA_OK, "open %s: %s", model, err.message);
     if (!base) return test_finish();
     non_finite();
+    non_finite_quantized();
     tiny_temperature();
     null_objects();
     context_limit();

@@ -152,9 +152,10 @@ int main(int argc, char **argv) {
             const bool ok = rc >= 0 && rc < 128;
             CHECK(ok, "mutant %ld (seed %llu, %s): cera %s ... %s", i, (unsigned long long)seed,
                   kind_names[kind], cmds[c][0],
-                  rc == HOSTILE_TIMEOUT ? "hung (killed at the time limit)"
-                  : rc >= 128           ? "crashed (a signal)"
-                                        : "could not run");
+                  rc == HOSTILE_TIMEOUT          ? "hung (killed at the time limit)"
+                  : rc == HOSTILE_SANITIZER_EXIT ? "a sanitizer report"
+                  : rc >= 128                    ? "crashed (a signal)"
+                                                 : "could not run");
             if (!ok) {
                 failed = true;
                 size_t ln = 0;
