@@ -61,6 +61,25 @@ static void outputs_not_regular(void) {
               "lora merge to %s: refused with a message", targets[i]);
         CHECK(is_fifo(fifo), "lora merge replaced the FIFO");
     }
+    /* a directory and a symlink to nothing are refused too; a symlink to a file keeps the link */
+    const char *d = hostile_path(dir, "out.dir"), *dangling = hostile_path(dir, "dangling.gguf");
+    mkdir(d, 0755);
+    symlink(hostile_path(dir, "nowhere/x.gguf"), dangling);
+    const char *qd[] = {"quantize", model, d, "f16", NULL};
+    CHECK(run(qd) == 1 && hostile_file_has(log_path, "a directory"), "quantize to a directory: refused");
+    const char *ql[] = {"quantize", model, dangling, "f16", NULL};
+    CHECK(run(ql) == 1 && hostile_file_has(log_path, "does not resolve"), "quantize to a dangling symlink");
+    const char *real = hostile_path(dir, "real.gguf"), *to_real = hostile_path(dir, "to-real.gguf");
+    hostile_write(real, "old", 3);
+    symlink(real, to_real);
+    const char *qr[] = {"quantize", model, to_real, "f16", NULL};
+    CHECK(run(qr) == 0, "quantize through a symlink to a file");
+    struct stat ls;
+    gguf_file *g = NULL;
+    cera_error err;
+    CHECK(lstat(to_real, &ls) == 0 && S_ISLNK(ls.st_mode) && gguf_open(real, &g, &err) == CERA_OK,
+          "the link stays and its target is the new model");
+    gguf_close(g);
     const char *s[] = {"synth", "test", "f32", "-o", fifo, NULL};
     const int rc = run(s);
     CHECK(rc == 1 && hostile_file_has(log_path, "not a regular file"), "synth to a FIFO: exit %d", rc);

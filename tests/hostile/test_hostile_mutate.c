@@ -4,6 +4,9 @@
  * each one ends by itself (within a time limit) with an exit code below 128: an error
  * message is fine, a crash, a sanitizer report (the ASan build aborts) or a hang is not.
  *
+ * Every fourth mutant is of a LoRA adapter (lora-stories-a.gguf) instead, run through
+ * inspect, run --lora, logits --lora and lora merge.
+ *
  * Mutations, chosen per mutant by a generator seeded from (seed, index), so one mutant is
  * reproduced alone with --only INDEX:
  *   - bit flips, mostly in the header (metadata and tensor infos);
@@ -108,22 +111,27 @@ int main(int argc, char **argv) {
     }
     const char *dir = hostile_scratch("mutate");
     const char *model = shared_path("models/stories260K.gguf");
-    size_t size0 = 0;
-    uint8_t *orig = read_file(model, &size0);
-    gguf_file *f = NULL;
-    cera_error err;
-    CHECK(orig && gguf_open(model, &f, &err) == CERA_OK, "base model: %s", err.message);
-    if (!orig || !f) return test_finish();
-    const size_t header_end = (size_t)f->data_offset;
-    gguf_close(f);
-    uint8_t *buf = malloc(size0);
+    const char *adapter = shared_path("golden/lora-stories-a.gguf");
+    const char *bases[2] = {model, adapter};
+    uint8_t *orig[2] = {NULL, NULL};
+    size_t size0[2] = {0, 0}, header_end[2] = {0, 0};
+    for (int b = 0; b < 2; b++) {
+        orig[b] = read_file(bases[b], &size0[b]);
+        gguf_file *f = NULL;
+        cera_error err;
+        CHECK(orig[b] && gguf_open(bases[b], &f, &err) == CERA_OK, "base %s: %s", bases[b], err.message);
+        if (!orig[b] || !f) return test_finish();
+        header_end[b] = (size_t)f->data_offset;
+        gguf_close(f);
+    }
+    uint8_t *buf = malloc(size0[0] > size0[1] ? size0[0] : size0[1]);
 
     static char mpath[1024], opath[1024], qpath[1024], lpath[1024];
     snprintf(mpath, sizeof mpath, "%s/mutant.gguf", dir);
     snprintf(opath, sizeof opath, "%s/out.f32", dir);
     snprintf(qpath, sizeof qpath, "%s/out.gguf", dir);
     snprintf(lpath, sizeof lpath, "%s/log.txt", dir);
-    const char *const cmds[][16] = {
+    const char *const model_cmds[][16] = {
         {"inspect", mpath, NULL},
         {"tokenize", "-m", mpath, "-p", "Once upon a time", NULL},
         {"run", "-m", mpath, "-p", "Once upon a time", "-n", "2", "-t", "1", "--temp", "0", NULL},
@@ -131,9 +139,15 @@ int main(int argc, char **argv) {
         {"logits", "-m", mpath, "-p", "Once", "-o", opath, "-t", "1", NULL},
         {"quantize", mpath, qpath, "f16", "--threads", "1", NULL},
     };
-    const int n_cmds = (int)(sizeof cmds / sizeof cmds[0]);
+    const char *const adapter_cmds[][16] = {
+        {"inspect", mpath, NULL},
+        {"run", "-m", model, "--lora", mpath, "-p", "Once upon a time", "-n", "2", "-t", "1", "--temp", "0",
+         NULL},
+        {"logits", "-m", model, "--lora-scaled", mpath, "0.5", "-p", "Once", "-o", opath, "-t", "1", NULL},
+        {"lora", "merge", "-m", model, "--lora", mpath, "-o", qpath, NULL},
+    };
     const double t0 = now_s();
-    long done = 0, n_fail = 0;
+    long done = 0, n_fail = 0, n_runs = 0;
     int exits[3] = {0, 0, 0}; /* exit 0, 1, other below 128: what the mutants did */
     for (long i = only >= 0 ? only : 0; i < (only >= 0 ? only + 1 : n_mutants); i++) {
         if (now_s() - t0 > budget) {
@@ -142,16 +156,20 @@ int main(int argc, char **argv) {
             break;
         }
         test_rng r = {seed * 1000003u + (uint64_t)i + 1};
-        memcpy(buf, orig, size0);
-        size_t size = size0;
-        const int kind = mutate(buf, &size, header_end, &r);
+        const int b = i % 4 == 3; /* the adapter */
+        memcpy(buf, orig[b], size0[b]);
+        size_t size = size0[b];
+        const int kind = mutate(buf, &size, header_end[b], &r);
         CHECK(hostile_write(mpath, buf, size), "write the mutant");
         bool failed = false;
+        const int n_cmds = b ? (int)(sizeof adapter_cmds / sizeof adapter_cmds[0])
+                             : (int)(sizeof model_cmds / sizeof model_cmds[0]);
         for (int c = 0; c < n_cmds; c++) {
-            const int rc = hostile_run(cmds[c], RUN_LIMIT, NULL, lpath);
+            const char *const *cmd = b ? adapter_cmds[c] : model_cmds[c];
+            const int rc = hostile_run(cmd, RUN_LIMIT, NULL, lpath);
             const bool ok = rc >= 0 && rc < 128;
-            CHECK(ok, "mutant %ld (seed %llu, %s): cera %s ... %s", i, (unsigned long long)seed,
-                  kind_names[kind], cmds[c][0],
+            CHECK(ok, "mutant %ld (seed %llu, %s of the %s): cera %s %s ... %s", i, (unsigned long long)seed,
+                  kind_names[kind], b ? "adapter" : "model", cmd[0], cmd[1],
                   rc == HOSTILE_TIMEOUT          ? "hung (killed at the time limit)"
                   : rc == HOSTILE_SANITIZER_EXIT ? "a sanitizer report"
                   : rc >= 128                    ? "crashed (a signal)"
@@ -165,6 +183,7 @@ int main(int argc, char **argv) {
             } else {
                 exits[rc == 0 ? 0 : rc == 1 ? 1 : 2]++;
             }
+            n_runs++;
         }
         if (failed || keep) {
             char kp[1200];
@@ -176,10 +195,11 @@ int main(int argc, char **argv) {
         n_fail += failed;
         done++;
     }
-    fprintf(stderr, "%ld mutants x %d commands in %.1f s: %ld failed; exits 0: %d, 1: %d, other: %d\n", done,
-            n_cmds, now_s() - t0, n_fail, exits[0], exits[1], exits[2]);
+    fprintf(stderr, "%ld mutants, %ld runs in %.1f s: %ld mutants failed; exits 0: %d, 1: %d, other: %d\n",
+            done, n_runs, now_s() - t0, n_fail, exits[0], exits[1], exits[2]);
     CHECK(done > 0, "no mutant ran");
     free(buf);
-    free(orig);
+    free(orig[0]);
+    free(orig[1]);
     return test_finish();
 }
