@@ -79,6 +79,39 @@ static uint32_t tmp_suffix(unsigned attempt) {
     return (uint32_t)x;
 }
 
+/* Whether the symlink path names one of the process's descriptors (/dev/stdout,
+ * /dev/fd/N, /proc/self/fd/N): its link text or its folder is in /proc. */
+static bool is_fd_alias(const char *path) {
+    char link[64];
+    const ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n > 0) {
+        link[n] = '\0';
+        if (!strncmp(link, "/proc/", 6)) return true;
+    }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) return false;
+    slash[slash == parent] = '\0'; /* "/x" -> "/" */
+    char *real = realpath(parent, NULL);
+    const bool in_proc = real && !strncmp(real, "/proc/", 6);
+    free(real);
+    return in_proc;
+}
+
+/* Opens path to write through (a device, a FIFO, a descriptor alias), appending so that
+ * `>>` redirections keep what they hold. */
+static cera_status open_through(cera_outfile *o, const char *path, cera_error *err) {
+    o->target = dup_str(path);
+    o->fd = o->target ? open(path, O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC) : -1;
+    if (o->fd < 0) {
+        const int e = o->target ? errno : ENOMEM;
+        cera_outfile_abort(o);
+        return cera_fail(err, CERA_ERR_IO, "%s: cannot open for writing: %s", path, strerror(e));
+    }
+    return CERA_OK;
+}
+
 cera_status cera_outfile_open(cera_outfile *o, const char *path, bool allow_stream, cera_error *err) {
     memset(o, 0, sizeof *o);
     o->fd = -1;
@@ -88,34 +121,23 @@ cera_status cera_outfile_open(cera_outfile *o, const char *path, bool allow_stre
     bool replace_mode = false;
     if (lstat(path, &ls) == 0) {
         struct stat s = ls;
-        if (S_ISLNK(ls.st_mode)) {
-            /* written through: the link stays, the file it names is replaced */
-            o->target = realpath(path, NULL);
-            if (!o->target)
-                return cera_fail(err, CERA_ERR_IO, "%s: a symbolic link that does not resolve: %s", path,
-                                 strerror(errno));
-            if (stat(o->target, &s) != 0) {
-                const int e = errno;
-                cera_outfile_abort(o);
-                return cera_fail(err, CERA_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-            }
-        }
-        if (!S_ISREG(s.st_mode)) {
-            if (allow_stream && (S_ISCHR(s.st_mode) || S_ISFIFO(s.st_mode))) {
-                free(o->target);
-                o->target = dup_str(path);
-                o->fd = o->target ? open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC) : -1;
-                if (o->fd < 0) {
-                    const int e = o->target ? errno : ENOMEM;
-                    cera_outfile_abort(o);
-                    return cera_fail(err, CERA_ERR_IO, "%s: cannot open for writing: %s", path, strerror(e));
-                }
-                return CERA_OK;
-            }
-            cera_outfile_abort(o);
+        const bool link = S_ISLNK(ls.st_mode);
+        if (link && stat(path, &s) != 0)
+            return cera_fail(err, CERA_ERR_IO, "%s: a symbolic link that does not resolve: %s", path,
+                             strerror(errno));
+        const bool stream = S_ISCHR(s.st_mode) || S_ISFIFO(s.st_mode);
+        if (allow_stream && (stream || (link && S_ISREG(s.st_mode) && is_fd_alias(path))))
+            return open_through(o, path, err);
+        if (!S_ISREG(s.st_mode))
             return cera_fail(err, CERA_ERR_IO,
                              "%s: exists and is %s, not a regular file: refusing to replace it", path,
                              file_kind(s.st_mode));
+        if (link) {
+            /* the link stays, the file it names is replaced */
+            o->target = realpath(path, NULL);
+            if (!o->target)
+                return cera_fail(err, CERA_ERR_IO, "%s: cannot resolve the symbolic link: %s", path,
+                                 strerror(errno));
         }
         mode = s.st_mode & 07777;
         replace_mode = true;

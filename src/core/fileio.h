@@ -38,11 +38,12 @@ typedef struct cera_outfile {
 } cera_outfile;
 
 /* Starts writing path. An existing regular file (or a symlink to one, whose target is
- * replaced) is replaced when the file is committed; a missing one is created. A character
- * device or a FIFO is written through when allow_stream (the logits command writing to
- * /dev/stdout), else refused, as are directories, sockets, block devices and dangling
- * symlinks. The temporary file is PATH.XXXXXX.tmp in the target's folder, created with
- * O_EXCL | O_NOFOLLOW, so an existing file or symlink of that name is never written. */
+ * replaced and the link kept) is replaced when the file is committed; a missing one is
+ * created. With allow_stream (the logits command), a character device, a FIFO or a
+ * descriptor alias (/dev/stdout, /dev/fd/N) is written through, appending; otherwise they
+ * are refused, as are directories, sockets, block devices and dangling symlinks. The
+ * temporary file is PATH.XXXXXXXX.tmp in the target's folder, created with O_EXCL |
+ * O_NOFOLLOW, so an existing file or symlink of that name is never written. */
 cera_status cera_outfile_open(cera_outfile *o, const char *path, bool allow_stream, cera_error *err);
 /* A stdio stream over the file (owned by o); NULL when out of memory. */
 FILE *cera_outfile_stream(cera_outfile *o);

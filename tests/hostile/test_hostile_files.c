@@ -162,6 +162,13 @@ static void outputs_over_inputs(void) {
     CHECK(run(ok) == 0, "logits to a new file");
     const char *dn[] = {"logits", "-m", m, "-p", "Once", "-o", "/dev/null", NULL};
     CHECK(run(dn) == 0, "logits to /dev/null (written through)");
+    const char *so = hostile_path(dir, "stdout.bin");
+    const char *ds[] = {"logits", "-m", m, "-p", "Once", "-o", "/dev/stdout", NULL};
+    size_t ns = 0;
+    CHECK(hostile_run(ds, LIMIT, NULL, so) == 0, "logits -o /dev/stdout");
+    char *sd = read_file(so, &ns);
+    CHECK(sd && ns >= 2 * 512 * sizeof(float), "logits -o /dev/stdout wrote %zu bytes", ns);
+    free(sd);
 }
 
 static void fifo_inputs(void) {
