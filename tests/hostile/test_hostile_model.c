@@ -24,6 +24,7 @@
 #include "testutil.h"
 
 #define LIMIT 60.0
+#define CPU   "--device", "cpu" /* see non_finite */
 
 static const char *dir, *model, *log_path;
 static gguf_file *base;
@@ -57,10 +58,13 @@ static cera_status open_variant(gguf_writer *w, const char *file, cera_error *er
     return st;
 }
 
+/* The non-finite checks run on the CPU backend: on CUDA a last row left on the device is
+ * checked only when the host's sampler reads it (SECURITY.md), so these runs say --device cpu. */
 static void non_finite(void) {
     const char *nan_model = patched(base, "blk.0.ffn_gate.weight", NAN, "nan.gguf");
     cera_engine_params ep = cera_engine_default_params();
     ep.n_threads = 1;
+    ep.device = CERA_DEVICE_CPU;
     cera_engine *e = NULL;
     cera_session *s = NULL;
     cera_error err;
@@ -75,7 +79,8 @@ static void non_finite(void) {
     cera_session_free(s);
     cera_engine_close(e);
 
-    const char *run[] = {"run", "-m", nan_model, "-p", "Once upon", "-n", "4", "--temp", "0", NULL};
+    const char *run[] = {"run", "-m",     nan_model, "-p",       "Once upon", "-n",
+                         "4",   "--temp", "0",       "--device", "cpu",       NULL};
     CHECK(hostile_run(run, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "non-finite logits"),
           "run with a NaN weight exits 1 naming non-finite logits");
     const char *lg[] = {"logits", "-m", nan_model, "-p", "Once", "-o", hostile_path(dir, "nan.f32"), NULL};
@@ -96,25 +101,15 @@ static void non_finite(void) {
     CHECK(bname != NULL, "an F32 adapter tensor");
     if (af && bname) {
         const char *nan_ad = patched(af, bname, NAN, "nan-adapter.gguf");
-        const char *r2[] = {"run", "-m",     model, "-p",     "Once upon", "-n",
-                            "4",   "--temp", "0",   "--lora", nan_ad,      NULL};
+        const char *r2[] = {"run",    "-m", model,    "-p",   "Once upon", "-n", "4",
+                            "--temp", "0",  "--lora", nan_ad, CPU,         NULL};
         CHECK(hostile_run(r2, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "non-finite logits"),
               "run with a NaN adapter exits 1 naming non-finite logits");
     }
     gguf_close(af);
-    const char *r3[] = {"run",
-                        "-m",
-                        model,
-                        "-p",
-                        "Once upon",
-                        "-n",
-                        "4",
-                        "--temp",
-                        "0",
-                        "--lora-scaled",
-                        shared_path("golden/lora-stories-a.gguf"),
-                        "1e38",
-                        NULL};
+    const char *lora_a = shared_path("golden/lora-stories-a.gguf");
+    const char *r3[] = {"run",    "-m", model,           "-p",   "Once", "-n", "4",
+                        "--temp", "0",  "--lora-scaled", lora_a, "1e38", CPU,  NULL};
     CHECK(hostile_run(r3, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "non-finite logits"),
           "--lora-scaled A 1e38 exits 1 naming non-finite logits");
 }
@@ -138,7 +133,7 @@ static void non_finite_quantized(void) {
     const char *out = hostile_path(dir, "q8-nan.gguf");
     CHECK(hostile_write(out, d, n), "write %s", out);
     free(d);
-    const char *run[] = {"run", "-m", out, "-p", "Once upon a time", "-n", "4", "--temp", "0", NULL};
+    const char *run[] = {"run", "-m", out, "-p", "Once upon a time", "-n", "4", "--temp", "0", CPU, NULL};
     CHECK(hostile_run(run, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "non-finite logits"),
           "a NaN scale in a q8_0 model: exit 1 naming non-finite logits");
 }
