@@ -143,10 +143,16 @@ static cera_status bind_layer(const loader *ld, int il, const char *suffix, int6
     char name[128];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
     const cera_status st = bind(ld, name, ne0, ne1, required, w);
-    if (st == CERA_ERR_NOT_FOUND)
-        return cera_fail(ld->err, st, "missing tensor '%s': %s.block_count is %d, the file has fewer blocks",
-                         name, ld->arch, ld->n_layer);
-    return st;
+    if (st != CERA_ERR_NOT_FOUND) return st;
+    /* a whole block missing: block_count claims more blocks than the file has */
+    char prefix[32];
+    const int np = snprintf(prefix, sizeof prefix, "blk.%d.", il);
+    for (uint64_t i = 0; i < ld->f->n_tensors; i++) {
+        const gguf_str tn = ld->f->tensors[i].name;
+        if (tn.len > (uint64_t)np && !memcmp(tn.data, prefix, (size_t)np)) return st; /* only this one */
+    }
+    return cera_fail(ld->err, st, "missing tensor '%s': %s.block_count is %d, but the file has no block %d",
+                     name, ld->arch, ld->n_layer, il);
 }
 
 #define TRY(expr)                                                                                            \

@@ -72,8 +72,9 @@ struct cera_session {
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);
 
-/* cera_session_sample with a status: CERA_ERR_FORMAT for non-finite logits,
- * CERA_ERR_INVALID_ARG when the sampler allows no token (every one banned) (session.c). */
+/* cera_session_sample with a status and a message: CERA_ERR_FORMAT for non-finite logits,
+ * CERA_ERR_INVALID_ARG with nothing to sample from, a full context's or a device's error
+ * (session.c). */
 cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err);
 
 /* Whether the last eval left logits to sample from (on the host or the device); fetches

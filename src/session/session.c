@@ -258,15 +258,14 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
         }
         /* refused before its draw: the host runs the chain with the same RNG state */
         if (st != CERA_ERR_UNSUPPORTED) return st;
+        cera_error_clear(err);
     }
     const float *l = cera_session_logits(s, -1);
     if (!l) return cera_fail(err, CERA_ERR_DEVICE, "sample: the logits could not be fetched from the device");
     const int n_vocab = e->model.hp.n_vocab;
     if (nonfinite_row(l, 1, n_vocab) >= 0) return nonfinite_fail(err, (long)s->seq.n_pos - 1);
+    /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
     const cera_token t = cera_sampler_sample(s->sampler, l);
-    if (t < 0)
-        return cera_fail(err, CERA_ERR_INVALID_ARG,
-                         "sample: no token is allowed (the logit biases and penalties ban every one)");
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;
     *out = t;
