@@ -204,6 +204,13 @@ static void prompt_files(void) {
     const char *t[] = {"tokenize", "-m", model, "-f", "/dev/zero", NULL};
     rc = hostile_run(t, LIMIT, NULL, log_path);
     CHECK(rc == 1 && hostile_file_has(log_path, "64 MiB"), "tokenize -f /dev/zero: exit %d", rc);
+    /* a directory as the prompt file: the real reason */
+    const char *rd[] = {"run", "-m", model, "-f", dir, "-n", "1", NULL};
+    CHECK(hostile_run(rd, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "Is a directory"),
+          "run -f DIR names the problem");
+    const char *td[] = {"tokenize", "-m", model, "-f", dir, NULL};
+    CHECK(hostile_run(td, LIMIT, NULL, log_path) == 1 && hostile_file_has(log_path, "Is a directory"),
+          "tokenize -f DIR names the problem");
     /* stdin and a FIFO still work */
     const char *pf = hostile_path(dir, "p.txt");
     hostile_write(pf, "Once upon a time\n", 17);

@@ -41,6 +41,7 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
         cap *= 2;
     }
     const bool bad = ferror(f) != 0;
+    const int read_errno = errno; /* "Is a directory", ... */
     fclose(f);
     if (buf && too_big) {
         free(buf);
@@ -50,7 +51,7 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
     }
     if (!buf || bad) {
         free(buf);
-        fail(err, buf ? CERA_ERR_IO : CERA_ERR_NO_MEMORY, buf ? "read error" : "out of memory", path);
+        fail(err, buf ? CERA_ERR_IO : CERA_ERR_NO_MEMORY, buf ? strerror(read_errno) : "out of memory", path);
         return NULL;
     }
     buf[n] = '\0';

@@ -165,7 +165,8 @@ int cmd_tokenize(int argc, char **argv) {
                     "cera: %s: longer than the limit of " CLI_READ_MAX_TEXT " for a text to tokenize\n",
                     file ? file : "stdin");
         else
-            fprintf(stderr, "cera: cannot read the input text\n");
+            fprintf(stderr, "cera: %s: cannot read the input text: %s\n", file ? file : "stdin",
+                    strerror(errno));
         return 1;
     }
 
