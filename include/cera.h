@@ -14,7 +14,16 @@
  *
  * Every call that can fail returns a cera_status and, when the caller passes a
  * cera_error, fills it with the status and a message saying what failed and where
- * (file, tensor, key). Passing NULL for the cera_error is allowed.
+ * (file, tensor, key). Passing NULL for the cera_error is allowed. Names that come from a
+ * file (tensor names, keys) appear in messages with control bytes escaped (\xNN).
+ *
+ * NULL objects: every function accepts a NULL engine, session or adapter. Those that
+ * return a cera_status return CERA_ERR_INVALID_ARG; the others return what each one
+ * documents for "nothing" (0, NULL, -1 or false); the free/close functions do nothing.
+ *
+ * Untrusted input: models, adapters and prompts may come from anyone (SECURITY.md): a
+ * malformed or hostile file is an error with a message, never a crash, a hang or output
+ * computed from NaNs.
  *
  * Tensors, kernels and file formats stay internal.
  */
@@ -112,12 +121,17 @@ CERA_API cera_status cera_engine_open(const char *path, const cera_engine_params
  * (they use its weights, tokenizer and backend). */
 CERA_API void cera_engine_close(cera_engine *engine);
 
+/* The engine's vocabulary size and context size per session; 0 for a NULL engine. */
 CERA_API int cera_engine_n_vocab(const cera_engine *engine);
 CERA_API int cera_engine_n_ctx(const cera_engine *engine);
+/* The context length the model was trained on (its metadata's context_length); 0 when
+ * unknown or for a NULL engine. A larger n_ctx works, but quality past it is not assured. */
+CERA_API int cera_engine_n_ctx_train(const cera_engine *engine);
+/* The architecture's name ("llama", "qwen2", ...); NULL for a NULL engine. */
 CERA_API const char *cera_engine_arch(const cera_engine *engine);
-CERA_API cera_token cera_engine_bos(const cera_engine *engine); /* -1 when none */
-CERA_API cera_token cera_engine_eos(const cera_engine *engine); /* -1 when none */
-/* True for tokens that end generation (EOS, EOT, ...). */
+CERA_API cera_token cera_engine_bos(const cera_engine *engine); /* -1 when none (or engine NULL) */
+CERA_API cera_token cera_engine_eos(const cera_engine *engine); /* -1 when none (or engine NULL) */
+/* True for tokens that end generation (EOS, EOT, ...); false for a NULL engine. */
 CERA_API bool cera_engine_is_eog(const cera_engine *engine, cera_token token);
 
 /* ---- Tokenizer ------------------------------------------------------------- */
@@ -131,7 +145,8 @@ CERA_API cera_status cera_tokenize(const cera_engine *engine, const char *text, 
                                    cera_error *err);
 
 /* Writes the text of one token (no NUL). Returns the piece's length in bytes, which may
- * exceed cap (then nothing useful was written), or -1 for an invalid token.
+ * exceed cap (then nothing useful was written), or -1 for an invalid token, a NULL engine
+ * or a NULL buf with cap > 0 (buf may be NULL with cap 0, to ask for the length).
  * render_special: whether control/special tokens are rendered as their text. */
 CERA_API int cera_token_to_piece(const cera_engine *engine, cera_token token, char *buf, size_t cap,
                                  bool render_special);
@@ -189,7 +204,8 @@ CERA_API cera_status cera_session_fork(cera_session *src, cera_session **out, ce
  * cera_generate streamed is not counted yet: it is evaluated (one forward, as inside one long
  * generation) at the start of the next cera_session_eval, cera_session_sample or
  * cera_generate, so that a continuation gives exactly what one longer generation gives and
- * no forward is spent when nothing follows. cera_session_truncate drops it. */
+ * no forward is spent when nothing follows. cera_session_truncate drops it.
+ * 0 for a NULL session. */
 CERA_API int cera_session_n_past(const cera_session *session);
 
 /* Drops every token at positions >= n_keep (0 clears the session), with a generated
@@ -202,7 +218,11 @@ CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, ce
 
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of
  * every new position are kept (for cera_session_logits(session, i)); otherwise only
- * the last position's. */
+ * the last position's. Logits that are not finite (NaN or Inf: corrupt weights, or an
+ * adapter or a scale that overflows the float range) are CERA_ERR_FORMAT naming the
+ * position, and the tokens are not appended; CERA_ERR_CONTEXT_FULL when they do not fit
+ * in n_ctx. (Where a GPU keeps the last row on the device, it is checked when the host's
+ * sampler chain reads it; the device-side sampler does not check it.) */
 CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *tokens, size_t n_tokens,
                                        bool all_logits, cera_error *err);
 
@@ -213,14 +233,19 @@ CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *
 CERA_API const float *cera_session_logits(const cera_session *session, int i);
 
 /* Samples the next token from the last position's logits with the session's sampler
- * chain (does not append it). Also records it for the repetition penalties. On the CUDA
+ * chain (does not append it). Also records it for the repetition penalties. -1 when there
+ * is nothing to sample from (a NULL session, no eval yet, non-finite logits, or a pending
+ * token that no longer fits in the context); cera_generate reports each as a status with a
+ * message. A temperature so small that logit / temp overflows samples as greedy. On the CUDA
  * backend the chain runs on the GPU (greedy, or top-k of at most 1024 then top-p, min-p,
  * temperature and the draw; other chains on the host), with the same tokens and draws. */
 CERA_API cera_token cera_session_sample(cera_session *session);
 
 /* Replaces the session's sampler chain. The new one starts from its seed with the penalty
- * history of the session's timeline. Invalid parameters (cera_sampler_params' ranges) are
- * CERA_ERR_INVALID_ARG and leave the current sampler in place. */
+ * history of the session's timeline. Invalid parameters (cera_sampler_params' ranges, or
+ * logit biases of -INFINITY on every token of the vocabulary, which leave nothing to sample)
+ * are CERA_ERR_INVALID_ARG and leave the current sampler in place (cera_session_create
+ * refuses them alike). */
 CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_sampler_params *params,
                                               cera_error *err);
 
@@ -266,7 +291,8 @@ typedef bool (*cera_token_callback)(cera_token token, const char *piece, size_t 
 
 typedef struct cera_generate_params {
     uint32_t struct_size;    /* sizeof(cera_generate_params) */
-    int n_predict;           /* tokens to generate at most; -1 = until the context is full */
+    int n_predict;           /* tokens to generate at most; -1 = until the context is full
+                              * (below -1: CERA_ERR_INVALID_ARG) */
     const char *const *stop; /* stop strings (generation ends when one appears; not passed on) */
     int n_stop;
     bool ignore_eog; /* keep going past end-of-generation tokens */

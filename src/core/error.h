@@ -20,10 +20,18 @@
 #define CERA_PRINTF(a, b)
 #endif
 
-/* Sets err (when non-NULL) to status and the formatted message; returns status. */
+/* Copies the NUL-terminated src into dst (cap bytes, NUL-terminated, cut at a whole escape)
+ * with control bytes written as \xNN: C0 controls, DEL and UTF-8's C1 controls (0xc2
+ * 0x80..0x9f), so that text from a file (tensor names, keys) cannot put escape sequences
+ * on a terminal. Returns the length written. cera_fail and cera_error_prefix apply it to
+ * every message. */
+size_t cera_escape_controls(char *dst, size_t cap, const char *src);
+
+/* Sets err (when non-NULL) to status and the formatted message (control bytes escaped);
+ * returns status. */
 cera_status cera_fail(cera_error *err, cera_status status, const char *fmt, ...) CERA_PRINTF(3, 4);
 
-/* Prepends "prefix: " to err's message (when err is non-NULL). */
+/* Prepends "prefix: " to err's message (when err is non-NULL); control bytes escaped. */
 void cera_error_prefix(cera_error *err, const char *fmt, ...) CERA_PRINTF(2, 3);
 
 /* Clears err to CERA_OK with an empty message. */

@@ -149,6 +149,11 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
                           .lora = lora};
     cera_status st = e->backend->forward(e->backend, &b, host ? e->stage_logits : NULL, err);
     if (st) return st;
+    const long bad = host ? cera_nonfinite_row(e->stage_logits, (size_t)n_want, n_vocab) : -1;
+    if (bad >= 0) { /* the position of the bad row: the bad-th wanted token */
+        for (int t = 0, k = 0; t < n; t++)
+            if (e->b_want[t] && k++ == bad) return cera_nonfinite_fail(err, e->b_pos[t]);
+    }
     /* the rows, in batch order, to their sessions */
     int out = 0;
     for (int c = 0, t = 0; c < n_call; c++) {

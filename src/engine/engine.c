@@ -152,13 +152,15 @@ void cera_engine_close(cera_engine *e) {
     free(e);
 }
 
-int cera_engine_n_vocab(const cera_engine *e) { return e->model.hp.n_vocab; }
-int cera_engine_n_ctx(const cera_engine *e) { return e->params.n_ctx; }
-const char *cera_engine_arch(const cera_engine *e) { return cera_arch_name(e->model.hp.arch); }
-cera_token cera_engine_bos(const cera_engine *e) { return cera_tokenizer_bos(e->tok); }
-cera_token cera_engine_eos(const cera_engine *e) { return cera_tokenizer_eos(e->tok); }
+/* A NULL engine gives the "nothing" value of each (cera.h): 0, NULL, -1, false. */
+int cera_engine_n_vocab(const cera_engine *e) { return e ? e->model.hp.n_vocab : 0; }
+int cera_engine_n_ctx(const cera_engine *e) { return e ? e->params.n_ctx : 0; }
+int cera_engine_n_ctx_train(const cera_engine *e) { return e ? e->model.hp.n_ctx_train : 0; }
+const char *cera_engine_arch(const cera_engine *e) { return e ? cera_arch_name(e->model.hp.arch) : NULL; }
+cera_token cera_engine_bos(const cera_engine *e) { return e ? cera_tokenizer_bos(e->tok) : -1; }
+cera_token cera_engine_eos(const cera_engine *e) { return e ? cera_tokenizer_eos(e->tok) : -1; }
 bool cera_engine_is_eog(const cera_engine *e, cera_token token) {
-    return cera_tokenizer_is_eog(e->tok, token);
+    return e && cera_tokenizer_is_eog(e->tok, token);
 }
 
 cera_status cera_tokenize(const cera_engine *e, const char *text, size_t len, bool add_special,
@@ -172,5 +174,6 @@ cera_status cera_tokenize(const cera_engine *e, const char *text, size_t len, bo
 }
 
 int cera_token_to_piece(const cera_engine *e, cera_token token, char *buf, size_t cap, bool render_special) {
+    if (!e || (!buf && cap)) return -1;
     return cera_tokenizer_piece(e->tok, token, buf, cap, render_special);
 }

@@ -96,6 +96,18 @@ void cera_batch_free(cera_engine *e);
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);
 
+/* cera_session_sample with a status and a message: CERA_ERR_FORMAT for non-finite logits,
+ * CERA_ERR_INVALID_ARG with nothing to sample from, a full context's or a device's error
+ * (session.c). */
+cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err);
+
+/* The first of rows [n_rows, n_vocab] holding a NaN or an infinity, or -1; and the error for
+ * one at a position (session.c). A NaN or Inf reaching the logits (corrupt weights, an
+ * adapter or a scale that overflows) would make every token "likely": it is an error, not
+ * something to sample from. */
+long cera_nonfinite_row(const float *l, size_t n_rows, int n_vocab);
+cera_status cera_nonfinite_fail(cera_error *err, long pos);
+
 /* Whether the last eval left logits to sample from (on the host or the device); fetches
  * nothing (session.c). */
 bool cera_session_has_logits(const cera_session *s);

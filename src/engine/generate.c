@@ -59,6 +59,9 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     if (n_generated) *n_generated = 0;
     if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: session is NULL");
     const cera_generate_params p = params ? *params : cera_generate_default_params();
+    if (p.n_predict < -1)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: n_predict %d (-1 means no limit)",
+                         p.n_predict);
     if (p.n_stop < 0 || (p.n_stop > 0 && !p.stop))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: bad stop strings");
     cera_engine *e = s->engine;
@@ -97,11 +100,8 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         }
         /* the previous token, streamed last time round */
         if ((st = cera_session_flush_pending(s, err))) break;
-        const cera_token t = cera_session_sample(s);
-        if (t < 0) {
-            st = cera_fail(err, CERA_ERR_INTERNAL, "sampler returned no token");
-            break;
-        }
+        cera_token t;
+        if ((st = cera_session_sample_status(s, &t, err))) break;
         if (!p.ignore_eog && cera_tokenizer_is_eog(e->tok, t)) break;
         int len = cera_detok_push(&dt, t, piece, piece_cap);
         if (len < 0) len = 0;

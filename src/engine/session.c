@@ -14,6 +14,7 @@
  * asked for after an eval (so a const session's buffer is filled lazily; NULL when that
  * copy fails).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,30 +197,58 @@ const float *cera_session_logits(const cera_session *s, int i) {
     return s->logits + (size_t)row * s->engine->model.hp.n_vocab;
 }
 
-cera_token cera_session_sample(cera_session *s) {
-    if (!s || cera_session_flush_pending(s, NULL)) return -1;
-    if (s->n_logit_rows == 0) return -1;
+long cera_nonfinite_row(const float *l, size_t n_rows, int n_vocab) {
+    for (size_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n_vocab; i++)
+            if (!isfinite(l[r * (size_t)n_vocab + (size_t)i])) return (long)r;
+    return -1;
+}
+
+cera_status cera_nonfinite_fail(cera_error *err, long pos) {
+    return cera_fail(
+        err, CERA_ERR_FORMAT,
+        "non-finite logits (NaN or Inf) at position %ld: the weights are corrupt, or an adapter or "
+        "its scale overflows the float range",
+        pos);
+}
+
+cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err) {
+    *out = -1;
+    if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_sample: session is NULL");
+    cera_status st = cera_session_flush_pending(s, err);
+    if (st) return st;
+    if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
     if (s->logits_on_device && !s->logits_fetched && e->backend->sample) {
         cera_token t = -1;
-        cera_error err;
         pthread_mutex_lock(&e->forward_lock);
-        const cera_status st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, &err);
+        st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, err);
         pthread_mutex_unlock(&e->forward_lock);
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
             s->pending_sampled = t;
-            return t;
+            *out = t;
+            return CERA_OK;
         }
         /* refused before its draw: the host runs the chain with the same RNG state */
-        if (st != CERA_ERR_UNSUPPORTED) return -1;
+        if (st != CERA_ERR_UNSUPPORTED) return st;
+        cera_error_clear(err);
     }
     const float *l = cera_session_logits(s, -1);
-    if (!l) return -1;
+    if (!l) return cera_fail(err, CERA_ERR_DEVICE, "sample: the logits could not be fetched from the device");
+    if (cera_nonfinite_row(l, 1, e->model.hp.n_vocab) >= 0)
+        return cera_nonfinite_fail(err, (long)s->seq.n_pos - 1);
+    /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
     const cera_token t = cera_sampler_sample(s->sampler, l);
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;
-    return t;
+    *out = t;
+    return CERA_OK;
+}
+
+cera_token cera_session_sample(cera_session *s) {
+    cera_token t;
+    return cera_session_sample_status(s, &t, NULL) == CERA_OK ? t : -1;
 }
 
 cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out, cera_error *err) {
@@ -228,10 +257,13 @@ cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_batch_sample: NULL argument");
     cera_status st = CERA_OK;
     for (int i = 0; i < n; i++) {
-        out[i] = cera_session_sample(sessions[i]);
-        if (out[i] < 0 && st == CERA_OK)
-            st = cera_fail(err, CERA_ERR_INVALID_ARG,
-                           "cera_batch_sample: session %d has no logits to sample from", i);
+        cera_error e1;
+        const cera_status s1 = cera_session_sample_status(sessions[i], &out[i], &e1);
+        if (s1 && st == CERA_OK) {
+            st = s1;
+            if (err) *err = e1;
+            cera_error_prefix(err, "cera_batch_sample: session %d", i);
+        }
     }
     return st;
 }

@@ -189,7 +189,8 @@ cera_status gguf_writer_add_tensor_sized(gguf_writer *w, const char *name, cera_
 /* Writes a version-3 file with general.alignment (default 32) honoured; tensor data
  * in insertion order, each padded to the alignment. CERA_ERR_INVALID_ARG when
  * general.alignment is not a power-of-two uint32 multiple of 8. The file is written
- * as PATH.tmp and renamed into place, so a failed write never leaves a truncated PATH. */
+ * to a fresh temporary file beside PATH and renamed into place, so a failed write never
+ * leaves a truncated PATH; a PATH that exists and is not a regular file is refused. */
 cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err);
 /* Serializes into a malloc'ed buffer (for tests and fuzz seeds). */
 cera_status gguf_writer_to_memory(gguf_writer *w, void **data, size_t *size, cera_error *err);

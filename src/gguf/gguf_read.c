@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fileio.h"
 #include "gguf/gguf_internal.h"
 
 /* Nested arrays deeper than this are rejected (bounds the parser's recursion). */
@@ -486,18 +487,10 @@ cera_status gguf_open_memory(const void *data, size_t size, gguf_file **out, cer
 cera_status gguf_open(const char *path, gguf_file **out, cera_error *err) {
     if (!out || !path) return cera_fail(err, CERA_ERR_INVALID_ARG, "gguf_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cera_fail(err, CERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return cera_fail(err, CERA_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return cera_fail(err, CERA_ERR_IO, "%s: not a regular file", path);
-    }
+    cera_status ost = cera_open_regular(path, &fd, &sb, err); /* a FIFO must not block */
+    if (ost) return ost;
     size_t size = (size_t)sb.st_size;
     void *map = NULL;
     if (size) {

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/error.h"
+#include "core/fileio.h"
 #include "gguf/gguf_internal.h"
 
 typedef struct wbuf {
@@ -436,9 +436,10 @@ static bool write_zeros(FILE *fp, uint64_t n) {
     return true;
 }
 
-/* Writes to PATH.tmp in the same directory, then renames it over PATH: an interrupted or
- * failed write (a full disk, a killed quantize) never leaves a truncated PATH behind, and
- * an existing PATH stays as it was until the new file is complete. */
+/* Writes to a fresh temporary file beside PATH (core/fileio.h), then renames it over PATH:
+ * an interrupted or failed write (a full disk, a killed quantize) never leaves a truncated
+ * PATH behind, an existing PATH stays as it was until the new file is complete, and a PATH
+ * that is not a regular file (a device, a FIFO) is refused rather than replaced. */
 cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err) {
     wbuf h = {0};
     uint64_t a, data_size;
@@ -448,21 +449,16 @@ cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err)
         cera_error_prefix(err, "%s", path);
         return st;
     }
-    const size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
+    cera_outfile o;
+    if ((st = cera_outfile_open(&o, path, false, err))) {
         free(h.p);
-        return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: temporary name", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        const int e = errno;
-        free(h.p);
-        st = cera_fail(err, CERA_ERR_IO, "%s: cannot create: %s", tmp, strerror(e));
-        free(tmp);
         return st;
+    }
+    FILE *fp = cera_outfile_stream(&o);
+    if (!fp) {
+        free(h.p);
+        cera_outfile_abort(&o);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: out of memory", path);
     }
     bool ok = fwrite(h.p, 1, h.n, fp) == h.n;
     free(h.p);
@@ -471,21 +467,10 @@ cera_status gguf_writer_write(gguf_writer *w, const char *path, cera_error *err)
         ok = t->data ? fwrite(t->data, 1, (size_t)t->nbytes, fp) == t->nbytes : write_zeros(fp, t->nbytes);
         if (ok) ok = write_zeros(fp, pad_to(t->nbytes, a) - t->nbytes);
     }
-    int e = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        e = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        st = cera_fail(err, CERA_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return st;
-    }
     if (!ok) {
-        unlink(tmp);
-        st = cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+        const int e = errno;
+        cera_outfile_abort(&o);
+        return cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(e));
     }
-    free(tmp);
-    return st;
+    return cera_outfile_commit(&o, err);
 }

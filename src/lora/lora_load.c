@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/fileio.h"
 #include "core/fp16.h"
 #include "lora/lora.h"
 #include "lora/safetensors.h"
@@ -340,8 +342,14 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
 
 /* Reads a small text file (at most 1 MiB), NUL-terminated. */
 static cera_status read_small(const char *path, char **out, size_t *len, cera_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return cera_fail(err, CERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    const cera_status ost = cera_open_regular(path, &fd, NULL, err); /* a FIFO must not block */
+    if (ost) return ost;
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        close(fd);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: cannot open: %s", path, strerror(errno));
+    }
     const size_t cap = 1u << 20;
     char *buf = malloc(cap + 1);
     if (!buf) {

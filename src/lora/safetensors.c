@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fileio.h"
 
 /* A header bigger than this is not a LoRA adapter's (the Hugging Face library caps it
  * at 100 MB too). */
@@ -233,13 +234,10 @@ cera_status safetensors_open_memory(const void *data, size_t size, safetensors_f
 
 cera_status safetensors_open(const char *path, safetensors_file **out, cera_error *err) {
     *out = NULL;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cera_fail(err, CERA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return cera_fail(err, CERA_ERR_IO, "%s: not a regular file", path);
-    }
+    const cera_status ost = cera_open_regular(path, &fd, &sb, err); /* a FIFO must not block */
+    if (ost) return ost;
     const size_t size = (size_t)sb.st_size;
     void *map = NULL;
     if (size) {

@@ -14,6 +14,7 @@ typedef struct cera_loader {
     const char *arch; /* the key prefix */
     cera_model *m;
     cera_error *err;
+    bool *used; /* [f->n_tensors] set for each tensor bound: the others are errors */
 } cera_loader;
 
 /* `<arch>.<suffix>` as a non-negative integer (a per-layer array whose entries are all

@@ -118,6 +118,7 @@ cera_status cera_load_tensor(const loader *ld, const char *name, int64_t ne0, in
     if ((uintptr_t)t->data % align)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "tensor '%s': data not aligned to %u bytes", name,
                          (unsigned)align);
+    if (ld->used) ld->used[t - ld->f->tensors] = true;
     w->t = t;
     w->type = t->type;
     w->k = t->ne[0];
@@ -130,7 +131,17 @@ cera_status cera_load_layer_tensor(const loader *ld, int il, const char *suffix,
                                    bool required, cera_weight *w) {
     char name[128];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return cera_load_tensor(ld, name, ne0, ne1, required, w);
+    const cera_status st = cera_load_tensor(ld, name, ne0, ne1, required, w);
+    if (st != CERA_ERR_NOT_FOUND) return st;
+    /* a whole block missing: block_count claims more blocks than the file has */
+    char prefix[32];
+    const int np = snprintf(prefix, sizeof prefix, "blk.%d.", il);
+    for (uint64_t i = 0; i < ld->f->n_tensors; i++) {
+        const gguf_str tn = ld->f->tensors[i].name;
+        if (tn.len > (uint64_t)np && !memcmp(tn.data, prefix, (size_t)np)) return st; /* only this one */
+    }
+    return cera_fail(ld->err, st, "missing tensor '%s': %s.block_count is %d, but the file has no block %d",
+                     name, ld->arch, ld->m->hp.n_layer, il);
 }
 
 #define TRY(expr)                                                                                            \
@@ -188,8 +199,10 @@ static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0)
         return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: zero-sized hyperparameter", ld->arch);
     /* generous bounds that keep every size product far from overflow */
-    if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096 ||
-        (uint64_t)hp->n_layer > ld->f->n_tensors)
+    if ((uint64_t)hp->n_layer > ld->f->n_tensors)
+        return cera_fail(ld->err, CERA_ERR_FORMAT, "%s.block_count is %d, but the file has only %llu tensors",
+                         ld->arch, hp->n_layer, (unsigned long long)ld->f->n_tensors);
+    if (hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_head > 4096 || hp->n_layer > 4096)
         return cera_fail(
             ld->err, CERA_ERR_FORMAT,
             "%s: implausible hyperparameters (embedding %d, feed-forward %d, heads %d, blocks %d)", ld->arch,
@@ -278,6 +291,11 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     gguf_str arch_s;
     if (!gguf_get_str(f, "general.architecture", &arch_s))
         return cera_fail(err, CERA_ERR_NOT_FOUND, "missing key 'general.architecture'");
+    if (memchr(arch_s.data, 0, (size_t)arch_s.len))
+        return cera_fail(err, CERA_ERR_FORMAT, "key 'general.architecture' holds a NUL byte");
+    if (f->n_tensors == 0)
+        return cera_fail(err, CERA_ERR_FORMAT,
+                         "the file has no tensors (a vocabulary-only file?): a model needs its weights");
     char arch[64];
     gguf_str_copy(arch_s, arch, sizeof arch);
     const cera_arch_def *ai = NULL;
@@ -287,7 +305,8 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
                          "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2)",
                          arch);
-    loader ld = {f, ai->name, m, err};
+    loader ld = {f, ai->name, m, err, calloc((size_t)f->n_tensors, sizeof(bool))};
+    if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
     cera_hparams *hp = &m->hp;
     hp->arch = ai->id;
     m->file = f;
@@ -334,14 +353,31 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     }
     for (int il = 0; il < hp->n_layer; il++)
         if ((st = ai->layer(&ld, il, &m->layers[il]))) goto fail;
+    /* no tensor may be left over: a block beyond block_count, a name no architecture uses */
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (ld.used[i]) continue;
+        char name[128];
+        gguf_str_copy(f->tensors[i].name, name, sizeof name);
+        int blk;
+        if (sscanf(name, "blk.%d.", &blk) == 1 && blk >= hp->n_layer)
+            st = cera_fail(err, CERA_ERR_FORMAT,
+                           "tensor '%s' is in block %d, but %s.block_count is %d: the hyperparameters "
+                           "disagree with the tensors",
+                           name, blk, ld.arch, hp->n_layer);
+        else
+            st = cera_fail(err, CERA_ERR_FORMAT, "tensor '%s' is not one that %s models use", name, ld.arch);
+        goto fail;
+    }
     m->graph = calloc(1, sizeof *m->graph);
     if (!m->graph) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "model graph");
         goto fail;
     }
     if ((st = ai->build(m, m->graph, err))) goto fail;
+    free(ld.used);
     return CERA_OK;
 fail:
+    free(ld.used);
     cera_model_free(m);
     return st;
 }

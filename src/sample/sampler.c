@@ -87,6 +87,7 @@ static cera_status check_params(const cera_sampler_params *p, int n_vocab, cera_
     if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "sampler: %d logit biases given without an array",
                          p->n_logit_bias);
+    int n_banned = 0; /* distinct tokens with a -inf bias */
     for (int i = 0; i < p->n_logit_bias; i++) {
         const cera_logit_bias *b = &p->logit_bias[i];
         if (b->token < 0 || b->token >= n_vocab)
@@ -97,7 +98,25 @@ static cera_status check_params(const cera_sampler_params *p, int n_vocab, cera_
             return cera_fail(err, CERA_ERR_INVALID_ARG,
                              "sampler: logit bias %d for token %d is %g (only finite values or -inf)", i,
                              (int)b->token, (double)b->bias);
+        if (isinf(b->bias)) n_banned++; /* isinf may return -1 for -inf */
     }
+    if (n_banned >= n_vocab) {
+        /* perhaps every token: count them once each */
+        uint8_t *ban = calloc((size_t)n_vocab, 1);
+        if (!ban) return cera_fail(err, CERA_ERR_NO_MEMORY, "sampler: out of memory");
+        n_banned = 0;
+        for (int i = 0; i < p->n_logit_bias; i++)
+            if (isinf(p->logit_bias[i].bias) && !ban[p->logit_bias[i].token]) {
+                ban[p->logit_bias[i].token] = 1;
+                n_banned++;
+            }
+        free(ban);
+    }
+    if (n_banned >= n_vocab)
+        return cera_fail(err, CERA_ERR_INVALID_ARG,
+                         "sampler: the logit biases ban every token of the vocabulary (%d): nothing could be "
+                         "sampled",
+                         n_vocab);
     return CERA_OK;
 }
 

@@ -27,13 +27,15 @@
 
 typedef struct cera_sampler cera_sampler;
 
-/* Checks the parameters (ranges, NaNs, logit-bias tokens within n_vocab) and
+/* Checks the parameters (ranges, NaNs, logit-bias tokens within n_vocab, biases that do not
+ * ban every token) and
  * allocates every buffer. params->logit_bias is copied. */
 cera_status cera_sampler_new(const cera_sampler_params *params, int n_vocab, cera_sampler **out,
                              cera_error *err);
 void cera_sampler_free(cera_sampler *s);
 
-/* Picks a token from n_vocab logits (not modified). */
+/* Picks a token from n_vocab logits (not modified). A temperature so small that a logit
+ * divided by it overflows picks as greedy does. */
 cera_token cera_sampler_sample(cera_sampler *s, const float *logits);
 
 /* Records a token that entered the sequence (prompt or generated) for the penalties. */

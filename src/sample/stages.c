@@ -282,7 +282,14 @@ void cera_stage_min_p(cera_candidates *c, float p, size_t min_keep, cera_sample_
 
 void cera_stage_temp(cera_candidates *c, float temp) {
     if (c->size == 0) return;
-    if (temp <= 0.0f) {
+    bool overflows = false; /* a temperature so small that a logit / temp is infinite */
+    if (temp > 0.0f && temp < 1.0f) {
+        float amax = 0.0f;
+        for (size_t i = 0; i < c->size; i++)
+            if (isfinite(c->data[i].logit)) amax = fmaxf(amax, fabsf(c->data[i].logit));
+        overflows = isinf(amax / temp);
+    }
+    if (temp <= 0.0f || overflows) { /* greedy: the limit of a vanishing temperature */
         size_t max_i = 0;
         float max_l = c->data[0].logit;
         for (size_t i = 1; i < c->size; i++) {

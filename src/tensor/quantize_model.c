@@ -19,6 +19,7 @@
 
 #include "core/cpus.h"
 #include "core/error.h"
+#include "core/fileio.h"
 #include "gguf/gguf.h"
 #include "tensor/quant.h"
 
@@ -155,11 +156,6 @@ void cera_quantize_rows(cera_type type, const float *src, void *dst, int64_t nro
 
 /* ---- the model ------------------------------------------------------------------- */
 
-static bool same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* The output type of tensor t, or an error naming it. */
 static cera_status plan_tensor(const gguf_tensor *t, const char *name, cera_type target, cera_type *out,
                                cera_error *err) {
@@ -195,14 +191,14 @@ cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_
     if (!target || !target->from_float_ref)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s is not a type a model file can be quantized to",
                          target ? target->name : "this");
-    if (same_file(in_path, out_path))
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: the output would overwrite the input", out_path);
+    cera_status st = cera_check_not_input(out_path, in_path, "the input model", err);
+    if (st) return st;
     if (n_threads <= 0) {
         n_threads = cera_cpu_count();
     }
 
     gguf_file *in = NULL;
-    cera_status st = gguf_open(in_path, &in, err);
+    st = gguf_open(in_path, &in, err);
     if (st) return st;
 
     const uint64_t nt = in->n_tensors;

@@ -478,6 +478,21 @@ static cera_status load_tokens(const gguf_file *f, cera_tokenizer *t, cera_error
         if (types->n < n)
             return cera_fail(err, CERA_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %llu tokens",
                              (unsigned long long)types->n, (unsigned long long)n);
+        /* a type outside llama.cpp's 0..6 has no rendering; a vocabulary without any text
+         * token would turn every generated token into empty text */
+        bool any_text = false;
+        for (uint64_t i = 0; i < n; i++) {
+            const int64_t tt = gguf_arr_i64(types, i);
+            if (tt < TT_UNDEFINED || tt > TT_BYTE)
+                return cera_fail(err, CERA_ERR_FORMAT,
+                                 "tokenizer.ggml.token_type: token %llu has type %lld (known types: 0..6)",
+                                 (unsigned long long)i, (long long)tt);
+            any_text = any_text || tt == TT_NORMAL || tt == TT_USER_DEFINED || tt == TT_BYTE;
+        }
+        if (!any_text && n)
+            return cera_fail(err, CERA_ERR_FORMAT,
+                             "tokenizer.ggml.token_type: no token is text (normal, user-defined or byte): "
+                             "every piece would be empty");
     }
 
     t->n_vocab = (int32_t)n;
@@ -604,6 +619,24 @@ cera_status cera_tokenizer_load(const gguf_file *f, cera_tokenizer **out, cera_e
     if (t->type == CERA_VOCAB_SPM && !build_spm_pairs(t)) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "tokenizer: out of memory");
         goto fail;
+    }
+    if (t->type == CERA_VOCAB_BPE && t->byte_encode && !t->whitespace_words && strcmp(t->model, "gemma4")) {
+        /* byte-level BPE spells every byte with a token of its own: without one, text
+         * holding that byte cannot be encoded and would be dropped. Real vocabularies leave
+         * out control bytes, 0xc0/0xc1 and some lead bytes of rare planes (falcon,
+         * starcoder), so the bytes of text are required: printable ASCII, tab, newline,
+         * carriage return, and UTF-8 up to U+3FFFF (0x80..0xbf, 0xc2..0xf0). */
+        for (int b = 0; b < 256; b++) {
+            const bool needed = b == '\t' || b == '\n' || b == '\r' || (b >= 0x20 && b < 0x7f) ||
+                                (b >= 0x80 && b <= 0xbf) || (b >= 0xc2 && b <= 0xf0);
+            if (needed && tok_lookup(t, t->byte_enc[b], t->byte_enc_len[b]) == TOK_NULL) {
+                st = cera_fail(err, CERA_ERR_FORMAT,
+                               "tokenizer.ggml.tokens: this byte-level BPE vocabulary has no token for byte "
+                               "0x%02x: text holding it could not be encoded",
+                               b);
+                goto fail;
+            }
+        }
     }
     if (t->type == CERA_VOCAB_BPE) {
         const gguf_array *merges;

@@ -50,7 +50,7 @@ static const edit edits[] = {
     {"unknown rope scaling", NULL, "llama.rope.scaling.type", 1, 0, "longrope-x", 0, NULL, 0, 0, 0,
      CERA_ERR_UNSUPPORTED, "longrope-x"},
     {"implausible blocks", NULL, "llama.block_count", 0, 100000, NULL, 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
-     "implausible"},
+     "but the file has only"},
     {"string for a number", NULL, "llama.embedding_length", 1, 0, "256", 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
      "llama.embedding_length"},
     {"non-finite epsilon", NULL, "llama.attention.layer_norm_rms_epsilon", 2, 0, NULL, NAN, NULL, 0, 0, 0,

@@ -11,6 +11,7 @@
 
 #include "gguf/gguf.h"
 #include "testutil.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct loaded {
@@ -274,13 +275,45 @@ static void test_whitespace_model(void) {
 }
 
 static void test_errors(void) {
-    /* an unknown pre-tokenizer and a missing vocabulary are errors naming the problem */
+    /* an unknown pre-tokenizer and a missing vocabulary are errors naming the problem; a
+     * byte-level BPE vocabulary needs a token for each byte of text (the 256 byte tokens,
+     * in GPT-2's byte-to-character mapping), then "ab" */
     gguf_writer *w = gguf_writer_new();
-    const char *toks[] = {"a", "b", "ab"};
+    static char bytes[256][4];
+    const char *toks[257];
+    for (int b = 0; b < 256; b++) {
+        const uint32_t c = tok_byte_to_cpt((uint8_t)b);
+        if (c < 0x80) {
+            bytes[b][0] = (char)c;
+        } else {
+            bytes[b][0] = (char)(0xc0 | (c >> 6));
+            bytes[b][1] = (char)(0x80 | (c & 0x3f));
+        }
+        toks[b] = bytes[b];
+    }
+    toks[256] = "ab";
     const char *merges[] = {"a b"};
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    {
+        /* "a" and "b" alone: every other byte of text would be dropped */
+        const char *few[] = {"a", "b"};
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", few, 2);
+        void *d = NULL;
+        size_t sz = 0;
+        cera_error e = {0};
+        gguf_file *g = NULL;
+        cera_tokenizer *tk = NULL;
+        CHECK(gguf_writer_to_memory(w, &d, &sz, &e) == CERA_OK && gguf_open_memory(d, sz, &g, &e) == CERA_OK,
+              "writer: %s", e.message);
+        CHECK(cera_tokenizer_load(g, &tk, &e) == CERA_ERR_FORMAT &&
+                  strstr(e.message, "no token for byte 0x09"),
+              "a byte-level BPE without its byte tokens: %s", e.message);
+        cera_tokenizer_free(tk);
+        gguf_close(g);
+        free(d);
+    }
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 257);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     void *data = NULL;
     size_t size = 0;
@@ -301,7 +334,7 @@ static void test_errors(void) {
     cera_token ids[8];
     size_t n = 0;
     CHECK(cera_tokenizer_encode(tok, "abab", 4, false, false, ids, 8, &n, &err) == CERA_OK && n == 2 &&
-              ids[0] == 2 && ids[1] == 2,
+              ids[0] == 256 && ids[1] == 256,
           "a tiny BPE: 'abab' -> ab ab (%zu)", n);
     cera_tokenizer_free(tok);
     gguf_close(f);

@@ -8,7 +8,8 @@
 #include "commands.def"
 #undef CERA_COMMAND
 
-/* Prints "cera: <message>" (from err) to stderr and returns exit code 1. */
+/* Prints "cera: <message>" (from err) to stderr and returns exit code 1; a full context
+ * adds how to get a larger one (-c). */
 int cli_fail(const cera_error *err);
 /* Prints "cera <cmd>: <formatted>" to stderr and returns exit code 2 (usage errors). */
 int cli_usage_error(const char *cmd, const char *fmt, ...);
@@ -37,6 +38,8 @@ typedef struct cli_engine_opts {
     "  --device D            cpu, cuda or auto (default: cuda when built in and a GPU exists)\n"
 
 void cli_engine_opts_init(cli_engine_opts *o);
+/* Warns on stderr when -c asked for more context than the model was trained on. */
+void cli_warn_context(const cera_engine *e, const cli_engine_opts *o);
 /* When argv[*i] is one of those options, takes it and its value (advancing *i) and returns
  * 1; returns 0 for any other argument; -1 after printing a usage error for `cmd` (a missing
  * or bad value). */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/fileio.h"
 #include "lora_cli.h"
 #include "prompt.h"
 
@@ -65,7 +66,14 @@ int cmd_logits(int argc, char **argv) {
     size_t n = 0;
     char *buf = NULL;
     int rc = 1;
+    /* the output must not be one of the inputs (compared as files, not as names) */
+    if (cera_check_not_input(outp, model, "the model", &err) ||
+        (file && cera_check_not_input(outp, file, "the prompt file", &err)) ||
+        (tokfile && cera_check_not_input(outp, tokfile, "the tokens file", &err)) ||
+        cli_lora_check_output(&lora, outp, &err))
+        goto done;
     if (cera_engine_open(model, &o.ep, &e, &err)) goto done;
+    cli_warn_context(e, &o);
     if (tokfile) {
         if (cli_read_tokens(tokfile, &toks, &n, &err)) goto done;
     } else {
@@ -86,20 +94,20 @@ int cmd_logits(int argc, char **argv) {
     if (cera_session_create(e, NULL, &s, &err)) goto done;
     if (cli_lora_attach(e, s, &lora, &err)) goto done;
     if (cera_session_eval(s, toks, n, true, &err)) goto done;
-    FILE *f = fopen(outp, "wb");
-    if (!f) {
-        fprintf(stderr, "cera: %s: cannot open for writing\n", outp);
-        goto done_quiet;
-    }
+    /* a regular file is replaced when complete; a device or FIFO (/dev/stdout) is written to */
+    cera_outfile of;
+    if (cera_outfile_open(&of, outp, true, &err)) goto done;
+    FILE *f = cera_outfile_stream(&of);
     const size_t nv = (size_t)cera_engine_n_vocab(e);
-    bool ok = true;
+    bool ok = f != NULL;
     for (size_t i = 0; i < n && ok; i++)
         ok = fwrite(cera_session_logits(s, (int)i), sizeof(float), nv, f) == nv;
-    if (fclose(f) != 0) ok = false;
     if (!ok) {
+        cera_outfile_abort(&of);
         fprintf(stderr, "cera: %s: write error\n", outp);
         goto done_quiet;
     }
+    if (cera_outfile_commit(&of, &err)) goto done;
     fprintf(stderr, "cera: wrote %zu x %zu logits to %s\n", n, nv, outp);
     rc = 0;
     goto done_quiet;

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "core/error.h"
+#include "core/fileio.h"
 #include "gguf/gguf.h"
 #include "lora_cli.h"
 #include "model/model.h"
@@ -64,6 +65,29 @@ cera_status cli_lora_attach(cera_engine *engine, cera_session *session, const cl
         if (!st) st = cera_session_set_adapter(session, a, l->scale[i], err);
         cera_adapter_free(a); /* the session holds its own reference */
         if (st) return st;
+    }
+    return CERA_OK;
+}
+
+cera_status cli_lora_check_output(const cli_lora_list *l, const char *out, cera_error *err) {
+    static const char *const peft_files[] = {"adapter_config.json", "adapter_model.safetensors"};
+    for (int i = 0; i < l->n; i++) {
+        cera_status st = cera_check_not_input(out, l->path[i], "an adapter", err);
+        if (st) return st;
+        /* a PEFT folder, or one of its files (which loads the folder) */
+        char dir[4096], f[4200];
+        snprintf(dir, sizeof dir, "%s", l->path[i]);
+        for (int up = 0; up < 2; up++) {
+            for (size_t k = 0; k < 2; k++) {
+                snprintf(f, sizeof f, "%s/%s", dir, peft_files[k]);
+                if ((st = cera_check_not_input(out, f, "an adapter's file", err))) return st;
+            }
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = '\0';
+            else
+                snprintf(dir, sizeof dir, ".");
+        }
     }
     return CERA_OK;
 }
@@ -121,6 +145,10 @@ static int merge(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     cera_adapter *ad[CLI_LORA_MAX] = {0};
     int rc = 0;
+    if (cera_check_not_input(out, model, "the base model", &err) || cli_lora_check_output(&l, out, &err)) {
+        rc = cli_fail(&err);
+        goto done;
+    }
     if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) {
         rc = cli_fail(&err);
         goto done;

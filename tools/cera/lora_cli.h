@@ -29,6 +29,10 @@ int cli_lora_parse(const char *cmd, int argc, char **argv, int *i, cli_lora_list
 cera_status cli_lora_attach(cera_engine *engine, cera_session *session, const cli_lora_list *l,
                             cera_error *err);
 
+/* CERA_ERR_INVALID_ARG when the output file out is one of the adapters' files (a GGUF
+ * adapter, or the adapter_config.json / adapter_model.safetensors of a PEFT folder). */
+cera_status cli_lora_check_output(const cli_lora_list *l, const char *out, cera_error *err);
+
 /* The usage lines describing the two options, for a command's --help. */
 #define CLI_LORA_HELP                                                                                        \
     "  --lora FILE           a LoRA adapter (llama.cpp GGUF adapter or PEFT folder); repeatable\n"           \

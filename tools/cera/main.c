@@ -30,8 +30,18 @@ static void usage(FILE *out) {
 }
 
 int cli_fail(const cera_error *err) {
-    fprintf(stderr, "cera: %s\n", err->message[0] ? err->message : cera_status_str(err->status));
+    fprintf(stderr, "cera: %s%s\n", err->message[0] ? err->message : cera_status_str(err->status),
+            err->status == CERA_ERR_CONTEXT_FULL ? " (-c N sets a larger context)" : "");
     return 1;
+}
+
+void cli_warn_context(const cera_engine *e, const cli_engine_opts *o) {
+    const int train = cera_engine_n_ctx_train(e);
+    if (o->ep.n_ctx > 0 && train > 0 && o->ep.n_ctx > train)
+        fprintf(stderr,
+                "cera: warning: -c %d exceeds the context the model was trained on (%d): past it, output "
+                "quality is not to be trusted\n",
+                o->ep.n_ctx, train);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {

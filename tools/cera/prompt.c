@@ -22,10 +22,15 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    bool too_big = false;
     for (;;) {
         if (!buf) break;
         n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
+        if (n > CLI_READ_MAX) { /* /dev/zero, or a runaway pipe: never read without bound */
+            too_big = true;
+            break;
+        }
         char *nb = realloc(buf, cap * 2);
         if (!nb) {
             free(buf);
@@ -36,10 +41,17 @@ char *cli_read_file(const char *path, size_t *len, cera_error *err) {
         cap *= 2;
     }
     const bool bad = ferror(f) != 0;
+    const int read_errno = errno; /* "Is a directory", ... */
     fclose(f);
+    if (buf && too_big) {
+        free(buf);
+        fail(err, CERA_ERR_INVALID_ARG,
+             "longer than the limit of " CLI_READ_MAX_TEXT " for a prompt or tokens file", path);
+        return NULL;
+    }
     if (!buf || bad) {
         free(buf);
-        fail(err, buf ? CERA_ERR_IO : CERA_ERR_NO_MEMORY, buf ? "read error" : "out of memory", path);
+        fail(err, buf ? CERA_ERR_IO : CERA_ERR_NO_MEMORY, buf ? strerror(read_errno) : "out of memory", path);
         return NULL;
     }
     buf[n] = '\0';

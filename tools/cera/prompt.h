@@ -8,7 +8,13 @@
 
 #include "cera.h"
 
-/* Reads a whole file into a malloc'ed NUL-terminated buffer; NULL (and err set) on failure. */
+/* The most a prompt or tokens file may hold (far more than any context): reading stops
+ * there with an error instead of growing without bound (-f /dev/zero). */
+#define CLI_READ_MAX      ((size_t)64 << 20)
+#define CLI_READ_MAX_TEXT "64 MiB"
+
+/* Reads a whole file (a FIFO or /dev/stdin too) into a malloc'ed NUL-terminated buffer of
+ * at most CLI_READ_MAX bytes; NULL (and err set) on failure. */
 char *cli_read_file(const char *path, size_t *len, cera_error *err);
 
 /* Reads a prompt file as llama.cpp's -f does: the whole file less one trailing newline. */

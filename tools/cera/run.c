@@ -114,6 +114,7 @@ int cmd_run(int argc, char **argv) {
     size_t n = 0;
     int rc = 1;
     if (cera_engine_open(model, &o.ep, &e, &err)) goto fail;
+    cli_warn_context(e, &o);
     size_t len = 0;
     if (file) {
         if (!(buf = cli_read_prompt(file, &len, &err))) goto fail;
@@ -142,6 +143,14 @@ int cmd_run(int argc, char **argv) {
             (double)n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     if (st != CERA_OK) goto fail;
     rc = 0;
+    if (cera_session_n_past(s) >= cera_engine_n_ctx(e) && (gp.n_predict < 0 || n_gen < gp.n_predict)) {
+        /* not an end the text chose: say so, and fail when -n asked for more */
+        fprintf(stderr,
+                "cera: generation stopped at the context limit (%d tokens) after %d tokens%s; -c N sets a "
+                "larger context\n",
+                cera_engine_n_ctx(e), n_gen, gp.n_predict < 0 ? "" : ", before -n was reached");
+        if (gp.n_predict >= 0) rc = 1;
+    }
     goto out;
 fail:
     rc = cli_fail(&err);

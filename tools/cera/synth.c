@@ -33,6 +33,7 @@
 
 #include "cli.h"
 #include "core/error.h"
+#include "core/fileio.h"
 #include "gguf/gguf.h"
 #include "tensor/types.h"
 
@@ -390,12 +391,11 @@ static void store_le64(uint8_t *p, uint64_t v) {
 /* Creates the file with its header: `probe` holds the model's metadata and tensors
  * declared one block each; their infos get the real shapes and offsets. Gives the open
  * file and each tensor's absolute data offset. */
-static cera_status write_header(gguf_writer *probe, const synth_tensor *ts, int n_t, const char *path,
-                                int *fd_out, uint64_t *offsets, cera_error *err) {
+static cera_status write_header(gguf_writer *probe, const synth_tensor *ts, int n_t, const char *path, int fd,
+                                uint64_t *offsets, cera_error *err) {
     void *buf = NULL;
     size_t size = 0;
     gguf_file *pf = NULL;
-    *fd_out = -1;
     cera_status st = gguf_writer_to_memory(probe, &buf, &size, err);
     if (st == CERA_OK) st = gguf_open_memory(buf, size, &pf, err);
     if (st) {
@@ -419,35 +419,30 @@ static cera_status write_header(gguf_writer *probe, const synth_tensor *ts, int 
         off += (nbytes + align - 1) / align * align;
     }
     gguf_close(pf);
-    int fd = -1;
-    if (st == CERA_OK) {
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0) st = cera_fail(err, CERA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
     if (st == CERA_OK &&
         (!pwrite_all(fd, buf, (size_t)data_offset, 0) || ftruncate(fd, (off_t)(data_offset + off)) != 0))
         st = cera_fail(err, CERA_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     free(buf);
-    if (st && fd >= 0) close(fd);
-    if (st == CERA_OK) *fd_out = fd;
     return st;
 }
 
-/* Writes the whole model, then checks it with the validating reader. */
+/* Writes the whole model into a temporary file beside path (core/fileio.h: an existing
+ * device or FIFO is refused, not replaced), checks it with the validating reader, then
+ * renames it into place; a failure leaves path as it was. */
 static cera_status write_model(gguf_writer *probe, const synth_tensor *ts, int n_t, const char *path,
                                uint64_t seed, int n_threads, cera_error *err) {
     uint64_t *offsets = calloc((size_t)n_t, sizeof *offsets);
     if (!offsets) return cera_fail(err, CERA_ERR_NO_MEMORY, "synth: out of memory");
-    int fd = -1;
-    cera_status st = write_header(probe, ts, n_t, path, &fd, offsets, err);
-    const bool created = st == CERA_OK; /* from here on a failure removes the file */
-    if (st == CERA_OK) {
-        st = fill_file(fd, path, ts, offsets, n_t, seed, n_threads, err);
-        if (close(fd) != 0 && st == CERA_OK)
-            st = cera_fail(err, CERA_ERR_IO, "%s: cannot close: %s", path, strerror(errno));
+    cera_outfile o;
+    cera_status st = cera_outfile_open(&o, path, false, err);
+    if (st) {
+        free(offsets);
+        return st;
     }
+    st = write_header(probe, ts, n_t, path, o.fd, offsets, err);
+    if (st == CERA_OK) st = fill_file(o.fd, path, ts, offsets, n_t, seed, n_threads, err);
     gguf_file *f = NULL;
-    if (st == CERA_OK) st = gguf_open(path, &f, err);
+    if (st == CERA_OK) st = gguf_open(o.tmp, &f, err);
     for (int i = 0; st == CERA_OK && i < n_t; i++) {
         const gguf_tensor *t = gguf_find_tensor(f, ts[i].name);
         if (!t || t->type != ts[i].type || t->ne[0] != ts[i].ne[0] || t->ne[1] != ts[i].ne[1] ||
@@ -457,7 +452,8 @@ static cera_status write_model(gguf_writer *probe, const synth_tensor *ts, int n
     }
     gguf_close(f);
     free(offsets);
-    if (st != CERA_OK && created) unlink(path);
+    if (st == CERA_OK) return cera_outfile_commit(&o, err);
+    cera_outfile_abort(&o);
     return st;
 }
 
@@ -536,7 +532,9 @@ int cmd_synth(int argc, char **argv) {
     char vbuf[1024];
     if (!vocab) vocab = default_vocab_path(vbuf, sizeof vbuf);
     gguf_file *vf = NULL;
-    if (vocab && gguf_open(vocab, &vf, &err) != CERA_OK) return cli_fail(&err);
+    if (vocab && (cera_check_not_input(out, vocab, "the vocabulary file", &err) ||
+                  gguf_open(vocab, &vf, &err) != CERA_OK))
+        return cli_fail(&err);
     if (!vocab)
         fprintf(stderr, "cera synth: no vocabulary file found: making up a minimal one (see --vocab)\n");
 

@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "prompt.h"
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *out) {
@@ -40,13 +41,18 @@ static void usage(FILE *out) {
                  "  -h, --help            this help\n");
 }
 
-static char *read_stream(FILE *f, size_t *len) {
+static char *read_stream(FILE *f, size_t *len, bool *too_big) {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (got == 0) break;
+        if (n > CLI_READ_MAX) { /* -f /dev/zero: never read without bound */
+            *too_big = true;
+            free(buf);
+            return NULL;
+        }
         if (n == cap) {
             char *b = realloc(buf, cap *= 2);
             if (!b) free(buf);
@@ -136,6 +142,7 @@ int cmd_tokenize(int argc, char **argv) {
 
     size_t len = 0;
     char *text = NULL;
+    bool too_big = false;
     if (prompt) {
         len = strlen(prompt);
         text = malloc(len + 1);
@@ -147,13 +154,19 @@ int cmd_tokenize(int argc, char **argv) {
             fprintf(stderr, "cera: %s: %s\n", file, strerror(errno));
             return 1;
         }
-        text = read_stream(f, &len);
+        text = read_stream(f, &len, &too_big);
         fclose(f);
     } else {
-        text = read_stream(stdin, &len);
+        text = read_stream(stdin, &len, &too_big);
     }
     if (!text) {
-        fprintf(stderr, "cera: cannot read the input text\n");
+        if (too_big)
+            fprintf(stderr,
+                    "cera: %s: longer than the limit of " CLI_READ_MAX_TEXT " for a text to tokenize\n",
+                    file ? file : "stdin");
+        else
+            fprintf(stderr, "cera: %s: cannot read the input text: %s\n", file ? file : "stdin",
+                    strerror(errno));
         return 1;
     }
 

@@ -98,6 +98,7 @@ void cera_rope_apply(const cera_rope *r, const float *cache, float *x, int n_hea
  * The final scaling by 2^n is a multiplication when 2^n is a normal float (the same
  * correctly rounded result as the instruction's scalef), ldexpf beyond. */
 static inline __attribute__((always_inline)) float exp_poly(float x) {
+    if (isnan(x)) return x; /* n below would be NaN, and converting it to int undefined */
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;

@@ -83,7 +83,8 @@ static cera_status cu_sampler_init(cu_sampler *c, int n_vocab, cudaStream_t st, 
 static bool device_chain(const cera_sampler_params *p) {
     if (p->n_logit_bias > CERA_DEVICE_BIAS_MAX) return false;
     if (cera_sampler_params_greedy(p)) return true;
-    return p->typical_p >= 1.0f && p->temp > 0.0f && p->top_k >= 1 && p->top_k <= CERA_DEVICE_TOPK_MAX;
+    /* a tiny temperature may overflow logit / temp: the host's chain then acts as greedy */
+    return p->typical_p >= 1.0f && p->temp >= 1e-3f && p->top_k >= 1 && p->top_k <= CERA_DEVICE_TOPK_MAX;
 }
 
 /* Samples logits [n_vocab] (device) with smp's chain: the arguments staged and uploaded,
