@@ -83,6 +83,8 @@ struct cera_backend {
     cera_status (*logits_get)(cera_backend *be, int seq_id, float *out, cera_error *err);
     /* Optional: samples that row with smp (draws from its RNG; does not accept the token). */
     cera_status (*sample)(cera_backend *be, int seq_id, cera_sampler *smp, cera_token *out, cera_error *err);
+    /* Optional: drops the backend's own copy of adapter `id` (called when it is freed). */
+    void (*adapter_free)(cera_backend *be, uint64_t id);
     void (*free)(cera_backend *be);
 };
 

@@ -15,12 +15,25 @@
 #include "engine/engine_impl.h"
 #include "lora/lora.h"
 
+/* The last reference is gone: the backend drops its copy (a GPU's upload). */
+static void adapter_freed(void *ctx, const cera_adapter *a) {
+    cera_engine *e = ctx;
+    pthread_mutex_lock(&e->forward_lock);
+    e->backend->adapter_free(e->backend, a->id);
+    pthread_mutex_unlock(&e->forward_lock);
+}
+
 cera_status cera_adapter_load(cera_engine *engine, const char *path, cera_adapter **out, cera_error *err) {
     cera_error_clear(err);
     if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_adapter_load: NULL argument");
     *out = NULL;
     if (!engine || !path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_adapter_load: NULL argument");
-    return cera_lora_load(&engine->model, path, out, err);
+    const cera_status st = cera_lora_load(&engine->model, path, out, err);
+    if (st == CERA_OK && engine->backend->adapter_free) {
+        (*out)->on_free = adapter_freed;
+        (*out)->on_free_ctx = engine;
+    }
+    return st;
 }
 
 void cera_adapter_free(cera_adapter *adapter) { cera_lora_release(adapter); }

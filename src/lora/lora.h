@@ -24,8 +24,9 @@
  *
  * The kernels here (lora_apply.c) are the portable reference; the CPU backend runs the
  * same plan with its F32 matmul kernels (backend/cpu/lora.c), which round as llama.cpp's; the CUDA
- * backend uploads each adapter once (F16, kept in cera_adapter.dev and freed by dev_free
- * with the adapter) and runs the plan with its own kernels (backend/cuda/lora.c).
+ * backend uploads each adapter once (F16, in its own table keyed by the adapter's id; the
+ * engine tells it when the adapter is freed, through on_free) and runs the plan with its own
+ * kernels (backend/cuda/lora.c).
  */
 #ifndef CERA_LORA_LORA_H
 #define CERA_LORA_LORA_H
@@ -59,12 +60,14 @@ struct cera_adapter {
     int n_layer;
     int n_pairs; /* projections targeted */
     int max_rank;
-    cera_lora_pair *pairs;       /* [n_layer * CERA_PROJ_COUNT], index layer * CERA_PROJ_COUNT + proj */
-    float *data;                 /* every factor, one block */
-    size_t n_floats, used;       /* the block's size and how much the loader filled */
-    atomic_int refs;             /* the loader's reference plus one per attaching session */
-    void *dev;                   /* a backend's resident copy (the CUDA backend's upload), or NULL */
-    void (*dev_free)(void *dev); /* frees dev with the adapter */
+    cera_lora_pair *pairs; /* [n_layer * CERA_PROJ_COUNT], index layer * CERA_PROJ_COUNT + proj */
+    float *data;           /* every factor, one block */
+    size_t n_floats, used; /* the block's size and how much the loader filled */
+    atomic_int refs;       /* the loader's reference plus one per attaching session */
+    /* called once, just before the adapter is freed (the engine drops a backend's copy of it
+     * there), or NULL */
+    void (*on_free)(void *ctx, const struct cera_adapter *a);
+    void *on_free_ctx;
 };
 
 /* The pair for (layer, proj), or NULL when the adapter does not target it. */

@@ -120,7 +120,7 @@ void cera_lora_retain(cera_adapter *a) {
 
 void cera_lora_release(cera_adapter *a) {
     if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
-    if (a->dev && a->dev_free) a->dev_free(a->dev);
+    if (a->on_free) a->on_free(a->on_free_ctx, a);
     free(a->pairs);
     free(a->data);
     free(a);

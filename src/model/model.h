@@ -6,7 +6,8 @@
  * and emitting their ops from the shared blocks of model/arch/blocks.c).
  *
  * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
- * file; a backend that keeps its own copy (a GPU) stores it in cera_weight.dev.
+ * file; a backend that keeps its own copy (a GPU's upload, the CPU's repacked rows) keeps
+ * it in its own state, found from the weight.
  */
 #ifndef CERA_MODEL_H
 #define CERA_MODEL_H
@@ -69,7 +70,6 @@ typedef struct cera_weight {
     int64_t k;        /* ne[0]: input length (row length) */
     int64_t n;        /* ne[1]: output count (rows) */
     const void *data; /* row-major, n rows of cera_row_size(type, k) bytes */
-    void *dev;        /* a backend's resident copy, or NULL */
 } cera_weight;
 
 /* The seven projections a LoRA adapter may target, in llama.cpp's tensor names. */

@@ -9,7 +9,7 @@
  * also checks the interleaving itself;
  *   - every tier's packed tile gives exactly the reference's bits, at every column count up to
  *     its maximum (so a decode step equals the same token in a prompt, on every tier);
- *   - cera_matmul over a repacked weight (dev set, as the CPU backend does) gives each token the
+ *   - cera_matmul_ex over a repacked weight (as the CPU backend passes it) gives each token the
  *     same bits in a batch of 37 tokens as alone, and agrees with the file-layout path (Q4_1 and
  *     Q8_0: bit for bit, their packed order being the file-layout x86 tiles').
  * Run with a seed argument to reproduce a failure.
@@ -170,10 +170,9 @@ static void check_matmul(test_rng *rng, cera_type type, int64_t n, int64_t k, in
     } else {
         cera_packed_weight *p = NULL;
         CHECK(cera_packed_new(&wt, pool, &p, &err) == CERA_OK, "repack: %s", err.message);
-        wt.dev = p;
-        cera_matmul(pool, &wt, ops, x, n_tokens, batch, (size_t)n, act);
+        cera_matmul_ex(pool, &wt, p, ops, x, n_tokens, batch, (size_t)n, act, NULL);
         for (int t = 0; t < n_tokens; t++) {
-            cera_matmul(pool, &wt, ops, x + (size_t)t * k, 1, one, (size_t)n, act);
+            cera_matmul_ex(pool, &wt, p, ops, x + (size_t)t * k, 1, one, (size_t)n, act, NULL);
             CHECK(memcmp(one, batch + (size_t)t * n, sizeof(float) * (size_t)n) == 0,
                   "matmul %s %lldx%lld: token %d alone differs from the batch of %d (seed %llu)",
                   cera_type_get(type)->name, (long long)n, (long long)k, t, n_tokens,

@@ -189,7 +189,7 @@ static bool fused_same(cera_pool *pool, const cera_lora_batch *plan, int l, cera
     cera_lora_cpu_set_fusion(mode);
     cera_lora_cpu_job lj;
     const cera_matmul_hook *h = cera_lora_cpu_hook(&lj, pool, plan, l, p, x, (size_t)w->k, &yf[0][0], FF);
-    cera_matmul_ex(pool, w, ops, x, n_rows, &yf[0][0], FF, NULL, h);
+    cera_matmul_ex(pool, w, NULL, ops, x, n_rows, &yf[0][0], FF, NULL, h);
     cera_lora_cpu_after(&lj);
     cera_lora_cpu_set_fusion(-1);
     cera_matmul(pool, w, ops, x, n_rows, &yr[0][0], FF, NULL);

@@ -40,8 +40,9 @@ typedef struct row_op {
 typedef struct step {
     step_kind kind;
     const cera_op *op;
-    int seg;           /* MATMUL: the LINEAR's segment */
-    int first, n_rows; /* ROWS: its ops, rows[first .. first + n_rows) */
+    int seg;                      /* MATMUL: the LINEAR's segment */
+    const cera_packed_weight *pk; /* MATMUL, OUTPUT: the weight's repacked copy, or NULL */
+    int first, n_rows;            /* ROWS: its ops, rows[first .. first + n_rows) */
 } step;
 
 typedef struct cpu_backend {
@@ -68,7 +69,7 @@ typedef struct cpu_backend {
     void *act;                  /* activation scratch of the largest matmul */
     uint8_t *attn_tmp;          /* per-thread attention scratch */
     size_t attn_tmp_size;
-    cera_packed_set *packed; /* weights repacked at open (repack.h), hung on their dev fields */
+    cera_packed_set *packed; /* weights repacked at open (repack.h), found by cera_packed_find */
 } cpu_backend;
 
 static int64_t width(const cpu_backend *be, cera_buf b) { return be->m->graph->width[b]; }
@@ -86,14 +87,14 @@ typedef struct proj_ctx {
  * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
  * (row_seq[r]). Every projection goes through here, so that is the one place; the
  * adapter work runs inside the matmul's own pool job (backend/cpu/lora.h). */
-static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const cera_weight *w, const float *x,
-                        int64_t x_stride, float *y, int64_t y_stride, int n_rows) {
+static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const cera_weight *w,
+                        const cera_packed_weight *pk, const float *x, float *y, int64_t y_stride,
+                        int n_rows) {
     cpu_backend *be = ctx->be;
-    (void)x_stride;
     cera_lora_cpu_job lj;
     const cera_matmul_hook *hook =
         cera_lora_cpu_hook(&lj, be->pool, ctx->lora, il, proj, x, (size_t)w->k, y, (size_t)y_stride);
-    cera_matmul_ex(be->pool, w, cera_cpu_ops(w->type), x, n_rows, y, (size_t)y_stride, be->act, hook);
+    cera_matmul_ex(be->pool, w, pk, cera_cpu_ops(w->type), x, n_rows, y, (size_t)y_stride, be->act, hook);
     cera_lora_cpu_after(&lj);
 }
 
@@ -297,7 +298,8 @@ static void index_sequences(cpu_backend *be, const cera_batch *b) {
     }
 }
 
-static void run_output(cpu_backend *be, const cera_batch *b, const cera_op *op, float *logits) {
+static void run_output(cpu_backend *be, const cera_batch *b, const step *st, float *logits) {
+    const cera_op *op = st->op;
     const cera_hparams *hp = &be->m->hp;
     const int n_embd = hp->n_embd;
     int n_out = 0;
@@ -311,7 +313,8 @@ static void run_output(cpu_backend *be, const cera_batch *b, const cera_op *op, 
         }
     if (n_out == 0) return;
     const cera_weight *wo = op->w2;
-    cera_matmul(be->pool, wo, cera_cpu_ops(wo->type), h, n_out, logits, (size_t)hp->n_vocab, be->act);
+    cera_matmul_ex(be->pool, wo, st->pk, cera_cpu_ops(wo->type), h, n_out, logits, (size_t)hp->n_vocab,
+                   be->act, NULL);
     if (op->b)
         for (int r = 0; r < n_out; r++) add_bias_row(logits + (size_t)r * hp->n_vocab, op->b);
     if (op->scale != 1.0f) /* llama.cpp multiplies by the reciprocal */
@@ -371,8 +374,8 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         }
         case STEP_MATMUL: {
             const cera_linear_seg *sg = &op->seg[st->seg];
-            proj_matmul(&pc, op->layer, sg->proj, sg->w, be->buf[op->src], width(be, op->src),
-                        be->buf[sg->dst], width(be, sg->dst), n);
+            proj_matmul(&pc, op->layer, sg->proj, sg->w, st->pk, be->buf[op->src], be->buf[sg->dst],
+                        width(be, sg->dst), n);
             break;
         }
         case STEP_ATTEND:
@@ -381,7 +384,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
             cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
             break;
         case STEP_CONV: run_conv(be, b, op); break;
-        case STEP_OUTPUT: run_output(be, b, op, logits); break;
+        case STEP_OUTPUT: run_output(be, b, st, logits); break;
         }
     }
     return CERA_OK;
@@ -398,7 +401,7 @@ static bool row_local(cera_op_kind k) {
  * is not ROWS). */
 static void push_row(cpu_backend *be, row_op r) {
     if (be->n_steps == 0 || be->steps[be->n_steps - 1].kind != STEP_ROWS)
-        be->steps[be->n_steps++] = (step){STEP_ROWS, NULL, 0, be->n_rows, 0};
+        be->steps[be->n_steps++] = (step){STEP_ROWS, NULL, 0, NULL, be->n_rows, 0};
     be->rows[be->n_rows++] = r;
     be->steps[be->n_steps - 1].n_rows++;
 }
@@ -414,13 +417,17 @@ static void compile(cpu_backend *be) {
         }
         switch (op->kind) {
         case CERA_OP_LINEAR:
-            for (int k = 0; k < op->n_seg; k++) be->steps[be->n_steps++] = (step){STEP_MATMUL, op, k, 0, 0};
+            for (int k = 0; k < op->n_seg; k++)
+                be->steps[be->n_steps++] =
+                    (step){STEP_MATMUL, op, k, cera_packed_find(be->packed, op->seg[k].w), 0, 0};
             for (int k = 0; k < op->n_seg; k++)
                 if (op->seg[k].b) push_row(be, (row_op){op, op->seg[k].b, op->seg[k].dst});
             break;
-        case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, 0, 0}; break;
-        case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, 0, 0}; break;
-        case CERA_OP_OUTPUT: be->steps[be->n_steps++] = (step){STEP_OUTPUT, op, 0, 0, 0}; break;
+        case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, NULL, 0, 0}; break;
+        case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, NULL, 0, 0}; break;
+        case CERA_OP_OUTPUT:
+            be->steps[be->n_steps++] = (step){STEP_OUTPUT, op, 0, cera_packed_find(be->packed, op->w2), 0, 0};
+            break;
         default: break;
         }
     }

@@ -8,7 +8,7 @@
  *
  *   cera_lora_cpu_job lj;
  *   const cera_matmul_hook *h = cera_lora_cpu_hook(&lj, pool, plan, layer, proj, x, xs, y, ys);
- *   cera_matmul_ex(pool, w, ops, x, n_rows, y, ys, act, h);
+ *   cera_matmul_ex(pool, w, pk, ops, x, n_rows, y, ys, act, h);
  *   cera_lora_cpu_after(&lj);
  */
 #ifndef CERA_BACKEND_CPU_LORA_H

@@ -195,11 +195,12 @@ static void compute(void *arg, int64_t c, int ith) {
 
 void cera_matmul(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
                  int n_tokens, float *y, size_t ldy, void *act) {
-    cera_matmul_ex(pool, w, ops, x, n_tokens, y, ldy, act, NULL);
+    cera_matmul_ex(pool, w, NULL, ops, x, n_tokens, y, ldy, act, NULL);
 }
 
-void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
-                    int n_tokens, float *y, size_t ldy, void *act, const cera_matmul_hook *hook) {
+void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_packed_weight *pk,
+                    const cera_cpu_type_ops *ops, const float *x, int n_tokens, float *y, size_t ldy,
+                    void *act, const cera_matmul_hook *hook) {
     mm_job j = {
         .w = w,
         .ops = ops,
@@ -220,8 +221,8 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_o
     } else {
         j.act_out = act;
         j.act = act;
-        if (w->dev && ops->packed_tile) { /* only the CPU backend sets dev on a CPU matmul's weight */
-            j.pk = w->dev;
+        if (pk && ops->packed_tile) {
+            j.pk = pk;
             j.aux_stride = cera_packed_aux_size(w->type, w->k);
             const size_t rows = j.act_stride * (size_t)n_tokens;
             j.aux = (uint8_t *)act + ((rows + 63) & ~(size_t)63);

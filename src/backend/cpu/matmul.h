@@ -52,8 +52,12 @@ typedef struct cera_matmul_hook {
     void *arg;
 } cera_matmul_hook;
 
-/* cera_matmul with a hook (NULL: none). */
-void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_cpu_type_ops *ops, const float *x,
-                    int n_tokens, float *y, size_t ldy, void *act, const cera_matmul_hook *hook);
+struct cera_packed_weight;
+
+/* cera_matmul over the weight's repacked copy pk (repack.h; NULL: the file layout, and pk
+ * is used only where the tier has a packed tile), with a hook (NULL: none). */
+void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const struct cera_packed_weight *pk,
+                    const cera_cpu_type_ops *ops, const float *x, int n_tokens, float *y, size_t ldy,
+                    void *act, const cera_matmul_hook *hook);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * repack.c — weights repacked at backend open into the 16-row interleaved layout (repack.h):
- * the choice of weights, the copies' life (built at open, hung on cera_weight.dev, freed with
+ * the choice of weights, the copies' life (built at open, kept in the backend's set, freed with
  * the backend), the per-row activation terms, and the scalar reference of the packed tile that
  * the SIMD tiles (x86/repack_*.c) are tested against.
  */
@@ -403,47 +403,48 @@ void cera_packed_free(cera_packed_weight *p) {
 
 struct cera_packed_set {
     int count;
-    cera_weight *weights[];
+    struct {
+        const cera_weight *w;
+        cera_packed_weight *pk;
+    } e[];
 };
 
-static cera_weight *model_weight(const cera_model *m, int i) {
+static const cera_weight *model_weight(const cera_model *m, int i) {
     const int np = CERA_PROJ_COUNT;
-    /* the model is the engine's; its backend owns the dev fields (model.h) */
-    if (i < m->hp.n_layer * np) return (cera_weight *)&m->layers[i / np].proj[i % np];
-    return (cera_weight *)&m->output;
+    if (i < m->hp.n_layer * np) return &m->layers[i / np].proj[i % np];
+    return &m->output;
 }
 
 cera_status cera_cpu_repack_model(const cera_model *m, cera_pool *pool, cera_packed_set **out,
                                   cera_error *err) {
     *out = NULL;
     const int total = m->hp.n_layer * CERA_PROJ_COUNT + 1;
-    cera_packed_set *set = calloc(1, sizeof *set + (size_t)total * sizeof(cera_weight *));
+    cera_packed_set *set = calloc(1, sizeof *set + (size_t)total * sizeof set->e[0]);
     if (!set) return cera_fail(err, CERA_ERR_NO_MEMORY, "repacked weights");
     for (int i = 0; i < total; i++) {
-        cera_weight *w = model_weight(m, i);
-        if (w->dev || !cera_packed_wanted(w)) continue;
+        const cera_weight *w = model_weight(m, i);
+        if (!cera_packed_wanted(w)) continue;
         cera_packed_weight *p;
         const cera_status st = cera_packed_new(w, pool, &p, err);
         if (st) {
             cera_cpu_repack_free(set);
             return st;
         }
-        w->dev = p;
-        set->weights[set->count++] = w;
-    }
-    if (!set->count) {
-        free(set);
-        return CERA_OK;
+        set->e[set->count].w = w;
+        set->e[set->count++].pk = p;
     }
     *out = set;
     return CERA_OK;
 }
 
+const cera_packed_weight *cera_packed_find(const cera_packed_set *set, const cera_weight *w) {
+    for (int i = 0; set && i < set->count; i++)
+        if (set->e[i].w == w) return set->e[i].pk;
+    return NULL;
+}
+
 void cera_cpu_repack_free(cera_packed_set *set) {
     if (!set) return;
-    for (int i = 0; i < set->count; i++) {
-        cera_packed_free(set->weights[i]->dev);
-        set->weights[i]->dev = NULL;
-    }
+    for (int i = 0; i < set->count; i++) cera_packed_free(set->e[i].pk);
     free(set);
 }

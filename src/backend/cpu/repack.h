@@ -42,8 +42,8 @@
  * Which weights: those whose type has a packed tile at the selected tier (kernels.h
  * packed_tile; today Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q4_K on the avx2 and avx512 tiers; amx
  * (which inherits the avx512 ones) keeps its own tile for Q8_0; scalar and arm have none) and whose row count
- * is a multiple of 16. cera_cpu_repack_model builds them at backend open and hangs each on its weight's dev
- * field (model.h: a backend's own copy); cera_matmul uses the copy when dev is set. The mmapped original
+ * is a multiple of 16. cera_cpu_repack_model builds them at backend open into the backend's own set
+ * (cera_packed_find gives a weight's copy); cera_matmul_ex uses the copy it is passed. The mmapped original
  * stays mapped and is no longer read. CERA_CPU_REPACK=0 in the environment turns repacking off (for A/B
  * measurements).
  */
@@ -187,12 +187,13 @@ void cera_packed_free(cera_packed_weight *p);
 /* The repacked copies of a model's matmul weights (the projections and the output head). */
 typedef struct cera_packed_set cera_packed_set;
 
-/* Repacks every weight of m that cera_packed_wanted accepts and sets its dev field to the copy;
- * *out is NULL when none was. */
+/* Repacks every weight of m that cera_packed_wanted accepts into a set the caller owns. */
 cera_status cera_cpu_repack_model(const cera_model *m, cera_pool *pool, cera_packed_set **out,
                                   cera_error *err);
+/* The set's copy of w, or NULL (w is kept in the file layout). */
+const cera_packed_weight *cera_packed_find(const cera_packed_set *set, const cera_weight *w);
 
-/* Clears the dev fields set by cera_cpu_repack_model and frees the copies; NULL is fine. */
+/* Frees the copies; NULL is fine. */
 void cera_cpu_repack_free(cera_packed_set *set);
 
 /* The scalar reference of type t's packed tile (NULL when none), with the arithmetic described

@@ -252,6 +252,13 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
     return CERA_OK;
 }
 
+static void cuda_adapter_free(cera_backend *b, uint64_t id) {
+    cuda_backend *be = (cuda_backend *)b;
+    cudaSetDevice(be->s->prm.device);
+    cudaStreamSynchronize(be->s->st); /* no launch in flight may still read it */
+    cu_lora_forget(be->s, id);
+}
+
 static void cuda_free(cera_backend *b) {
     cuda_backend *be = (cuda_backend *)b;
     if (be->s) cudaSetDevice(be->s->prm.device);
@@ -303,6 +310,7 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
     be->base.kv_copy = cuda_kv_copy;
+    be->base.adapter_free = cuda_adapter_free;
     be->base.forward = cuda_forward;
     be->base.logits_get = cuda_logits_get;
     be->base.free = cuda_free;

@@ -124,8 +124,12 @@ struct cera_cuda_state {
     bool lora_joined;                           /* the side stream's last A·x has been waited for */
     bool lora_uniform;              /* every group covers all rows at one scale (prefill: cuBLAS) */
     const cera_lora_batch *lora_lb; /* the current batch's plan (host) */
-    void *lora_items_dev;           /* decode: the item table (lora.items, lora.item_n) */
-    cu_lora_item *lora_items_host;  /* pinned: its staging */
+    /* the adapters uploaded so far (lora.c), by adapter id */
+    struct cu_lora_dev **lora_devs;
+    uint64_t *lora_dev_ids;
+    int n_lora_devs, cap_lora_devs;
+    void *lora_items_dev;          /* decode: the item table (lora.items, lora.item_n) */
+    cu_lora_item *lora_items_host; /* pinned: its staging */
     size_t lora_items_bytes;
     cu_lora_items_key lora_items_key; /* the row-0 adapters it was made for (n = -1: none yet) */
     bool lora_fork;    /* decode graphs run A·x on the side stream (CERA_CUDA_LORA_FORK=0: off) */
@@ -160,6 +164,8 @@ cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int3
  * first time, then copies its plan to the device (lora_mask 0 when lb is NULL or empty). */
 cera_status cu_lora_init(cera_cuda_state *s, cera_error *err);
 void cu_lora_free(cera_cuda_state *s);
+/* Frees the upload of adapter id, if there is one. */
+void cu_lora_forget(cera_cuda_state *s, uint64_t id);
 cera_status cu_lora_prepare(cera_cuda_state *s, const cera_lora_batch *lb, int n, cera_error *err);
 /* The targeted segments among proj[0..n) (outputs y[j] of width d[j], rows y_stride apart);
  * n = 0 in the result when the batch's adapters target none of them. */

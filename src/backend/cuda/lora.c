@@ -14,7 +14,7 @@ _Static_assert(CERA_LORA_MAX_SET <= CU_LORA_ROW_MAX,
                "the kernels stage at most CU_LORA_ROW_MAX adapters per row");
 _Static_assert(CU_LORA_PROJ == CERA_PROJ_COUNT, "pair tables are indexed in cera_proj order");
 
-/* An adapter's device copy (cera_adapter.dev). */
+/* An adapter's device copy (in the state's table, by adapter id). */
 typedef struct cu_lora_dev {
     void *factors;     /* F16, the same offsets as the adapter's F32 block */
     cu_lora_pair *tab; /* device [n_layer * 7] */
@@ -30,8 +30,34 @@ static void lora_dev_free(void *p) {
     free(d);
 }
 
+/* The upload of adapter a, or NULL. */
+static const cu_lora_dev *dev_of(const cera_cuda_state *s, const cera_adapter *a) {
+    for (int i = 0; i < s->n_lora_devs; i++)
+        if (s->lora_dev_ids[i] == a->id) return s->lora_devs[i];
+    return NULL;
+}
+
+void cu_lora_forget(cera_cuda_state *s, uint64_t id) {
+    for (int i = 0; i < s->n_lora_devs; i++)
+        if (s->lora_dev_ids[i] == id) {
+            lora_dev_free(s->lora_devs[i]);
+            s->lora_devs[i] = s->lora_devs[--s->n_lora_devs];
+            s->lora_dev_ids[i] = s->lora_dev_ids[s->n_lora_devs];
+            return;
+        }
+}
+
 static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_error *err) {
-    if (a->dev) return CERA_OK;
+    if (dev_of(s, a)) return CERA_OK;
+    if (s->n_lora_devs == s->cap_lora_devs) {
+        const int cap = s->cap_lora_devs ? 2 * s->cap_lora_devs : 8;
+        cu_lora_dev **nd = realloc(s->lora_devs, (size_t)cap * sizeof *nd);
+        if (nd) s->lora_devs = nd;
+        uint64_t *ni = nd ? realloc(s->lora_dev_ids, (size_t)cap * sizeof *ni) : NULL;
+        if (ni) s->lora_dev_ids = ni;
+        if (!nd || !ni) return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: adapter table", a->source);
+        s->cap_lora_devs = cap;
+    }
     if (a->n_layer != s->hp.n_layer)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: adapter of %d layers for a model of %d", a->source,
                          a->n_layer, s->hp.n_layer);
@@ -91,8 +117,8 @@ static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_erro
         st = cera_fail(err, CERA_ERR_DEVICE, "%s: adapter upload: %s", a->source, cudaGetErrorString(e));
         goto out;
     }
-    a->dev = d;
-    a->dev_free = lora_dev_free;
+    s->lora_devs[s->n_lora_devs] = d;
+    s->lora_dev_ids[s->n_lora_devs++] = a->id;
     d = NULL;
 out:
     if (f32) cudaFree(f32);
@@ -167,6 +193,12 @@ cera_status cu_lora_init(cera_cuda_state *s, cera_error *err) {
 }
 
 void cu_lora_free(cera_cuda_state *s) {
+    for (int i = 0; i < s->n_lora_devs; i++) lora_dev_free(s->lora_devs[i]);
+    free(s->lora_devs);
+    free(s->lora_dev_ids);
+    s->lora_devs = NULL;
+    s->lora_dev_ids = NULL;
+    s->n_lora_devs = s->cap_lora_devs = 0;
     if (s->lora.t) cudaFree(s->lora.t);
     if (s->lora.count) cudaFree(s->lora.count);
     if (s->x2) cudaFree(s->x2);
@@ -206,7 +238,7 @@ static cera_status decode_items(cera_cuda_state *s, const cera_lora_batch *lb, c
         const cera_lora_group *G = &lb->groups[g];
         if (G->n_rows < 1 || G->rows[0] != 0) continue;
         const cera_adapter *a = G->adapter;
-        const cu_lora_dev *d = a->dev;
+        const cu_lora_dev *d = dev_of(s, a);
         for (size_t q = 0; q < n_pairs; q++) {
             const cera_lora_pair *pr = &a->pairs[(q / CU_LORA_PROJ) * CERA_PROJ_COUNT + q % CU_LORA_PROJ];
             if (!pr->rank || item_n[q] >= CU_LORA_ROW_MAX) continue;
@@ -241,7 +273,7 @@ cera_status cu_lora_prepare(cera_cuda_state *s, const cera_lora_batch *lb, int n
     for (int g = 0; g < lb->n_groups; g++) {
         cera_adapter *a = (cera_adapter *)lb->groups[g].adapter;
         CERA_TRY(upload_adapter(s, a, err));
-        const cu_lora_dev *d = a->dev;
+        const cu_lora_dev *d = dev_of(s, a);
         s->lora_mask |= d->mask;
         if (d->max_rank > max_rank) max_rank = d->max_rank;
     }
@@ -265,7 +297,7 @@ cera_status cu_lora_prepare(cera_cuda_state *s, const cera_lora_batch *lb, int n
     memcpy(fill, row_first, sizeof(int32_t) * (size_t)n);
     for (int g = 0; g < lb->n_groups; g++) {
         const cera_lora_group *G = &lb->groups[g];
-        const cu_lora_dev *d = G->adapter->dev;
+        const cu_lora_dev *d = dev_of(s, G->adapter);
         for (int i = 0; i < G->n_rows; i++) {
             cu_lora_ent *en = &ent[fill[G->rows[i]]++];
             en->tab = d->tab;
@@ -337,7 +369,7 @@ cera_status cu_lora_prefill_gemm(cera_cuda_state *s, int layer, const cu_lora_se
     void *t = s->lora.t; // [n, rank] F16: t holds n_ent * 3 * max_rank floats, n_ent >= n
     for (int gi = 0; gi < lb->n_groups; gi++) {
         const cera_adapter *a = lb->groups[gi].adapter;
-        const cu_lora_dev *d = a->dev;
+        const cu_lora_dev *d = dev_of(s, a);
         for (int j = 0; j < g->n; j++) {
             const cera_lora_pair *pr = cera_lora_pair_get(a, layer, (cera_proj)g->proj[j]);
             if (!pr) continue;

@@ -7,7 +7,7 @@
  *   - an adapter is uploaded once, the first time a batch uses it (lora.c): its factors
  *     as F16 (the file's F32/F16/BF16/Q8_0 values rounded once; a value outside the F16
  *     range is refused), plus a table of cu_lora_pair, one per (layer, projection), in
- *     device memory. It stays until the adapter is freed (cera_adapter.dev_free).
+ *     device memory. It stays until the adapter is freed (backend.h: adapter_free).
  *   - a batch's plan is a list of entries, one per (batch row, adapter of that row),
  *     sorted by row and, within a row, by adapter id (the order the CPU adds them in);
  *     row_first[r] .. row_first[r + 1] are row r's entries. Each entry has its slice of the
