@@ -82,9 +82,12 @@ static inline float cera_lora_scale(const cera_adapter *a, const cera_lora_pair 
     return a->alpha != 0.0f ? user_scale * a->alpha / (float)p->rank : user_scale;
 }
 
-/* "attn_q" ... (GGUF) and "q_proj" ... (Hugging Face) names of a projection. */
+/* "attn_q" ... (GGUF) names of a projection, and its Hugging Face module in an
+ * architecture: the module ("q_proj", LFM2's "out_proj" or "w1", ...) and its parent
+ * ("self_attn.", "mlp.", LFM2's "feed_forward." or "conv."). */
 const char *cera_lora_proj_gguf_name(cera_proj p);
-const char *cera_lora_proj_hf_name(cera_proj p);
+const char *cera_lora_proj_hf_name(cera_arch a, cera_proj p);
+const char *cera_lora_proj_hf_parent(cera_arch a, cera_proj p);
 
 /* ---- Loading (lora_load.c, lora_peft.c) ----------------------------------------- */
 

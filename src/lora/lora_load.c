@@ -42,7 +42,22 @@ static const char *const proj_hf[CERA_PROJ_COUNT] = {
 const char *cera_lora_proj_gguf_name(cera_proj p) {
     return (unsigned)p < CERA_PROJ_COUNT ? proj_gguf[p] : "?";
 }
-const char *cera_lora_proj_hf_name(cera_proj p) { return (unsigned)p < CERA_PROJ_COUNT ? proj_hf[p] : "?"; }
+/* LFM2's modules (transformers' modeling_lfm2): the attention output is out_proj, the FFN
+ * w1 (gate), w3 (up) and w2 (down) under feed_forward. */
+static const char *const proj_hf_lfm2[CERA_PROJ_COUNT] = {
+    "q_proj", "k_proj", "v_proj", "out_proj", "w1", "w3", "w2", "in_proj", "out_proj",
+};
+
+const char *cera_lora_proj_hf_name(cera_arch a, cera_proj p) {
+    if ((unsigned)p >= CERA_PROJ_COUNT) return "?";
+    return a == CERA_ARCH_LFM2 ? proj_hf_lfm2[p] : proj_hf[p];
+}
+
+const char *cera_lora_proj_hf_parent(cera_arch a, cera_proj p) {
+    if (p <= CERA_PROJ_O) return "self_attn.";
+    if (p <= CERA_PROJ_DOWN) return a == CERA_ARCH_LFM2 ? "feed_forward." : "mlp.";
+    return "conv.";
+}
 
 /* ---- The adapter block ------------------------------------------------------------- */
 

@@ -33,8 +33,8 @@ typedef struct peft_config {
     bool target[CERA_PROJ_COUNT];
 } peft_config;
 
-static cera_status parse_config(const char *json, size_t len, const char *source, peft_config *c,
-                                cera_error *err) {
+static cera_status parse_config(cera_arch arch, const char *json, size_t len, const char *source,
+                                peft_config *c, cera_error *err) {
     memset(c, 0, sizeof *c);
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) return cera_fail(err, CERA_ERR_FORMAT, "%s: adapter_config.json is not valid JSON", source);
@@ -105,13 +105,17 @@ static cera_status parse_config(const char *json, size_t len, const char *source
             }
             int found = -1;
             for (int p = 0; p < CERA_PROJ_COUNT; p++)
-                if (!strcmp(e->valuestring, cera_lora_proj_hf_name((cera_proj)p))) found = p;
+                if (!strcmp(e->valuestring, cera_lora_proj_hf_name(arch, (cera_proj)p)))
+                    c->target[p] = true, found = p;
             if (found < 0) {
                 st = cera_fail(
                     err, CERA_ERR_UNSUPPORTED,
-                    "%s: target module '%.64s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                    "up_proj, down_proj",
-                    source, e->valuestring);
+                    "%s: target module '%.64s' is not a projection cera adapts in %s (%s, %s, %s, %s, %s, "
+                    "%s, %s)",
+                    source, e->valuestring, cera_arch_name(arch), cera_lora_proj_hf_name(arch, CERA_PROJ_Q),
+                    cera_lora_proj_hf_name(arch, CERA_PROJ_K), cera_lora_proj_hf_name(arch, CERA_PROJ_V),
+                    cera_lora_proj_hf_name(arch, CERA_PROJ_O), cera_lora_proj_hf_name(arch, CERA_PROJ_GATE),
+                    cera_lora_proj_hf_name(arch, CERA_PROJ_UP), cera_lora_proj_hf_name(arch, CERA_PROJ_DOWN));
                 goto done;
             }
             c->target[found] = true;
@@ -126,7 +130,7 @@ done:
 
 /* Parses "base_model.model.model.layers.N.<self_attn|mlp|conv>.<proj>.lora_<A|B>.weight". On
  * failure *module names what was found (for the message). */
-static bool parse_peft_name(const char *name, int *layer, cera_proj *p, bool *is_a) {
+static bool parse_peft_name(cera_arch arch, const char *name, int *layer, cera_proj *p, bool *is_a) {
     static const char prefix[] = "base_model.model.model.layers.";
     if (strncmp(name, prefix, sizeof prefix - 1)) return false;
     const char *s = name + sizeof prefix - 1;
@@ -135,9 +139,10 @@ static bool parse_peft_name(const char *name, int *layer, cera_proj *p, bool *is
     while (*s >= '0' && *s <= '9' && digits < 6) n = n * 10 + (*s++ - '0'), digits++;
     if (!digits || *s++ != '.') return false;
     for (int i = 0; i < CERA_PROJ_COUNT; i++) {
-        const char *parent = i <= CERA_PROJ_O ? "self_attn." : i <= CERA_PROJ_DOWN ? "mlp." : "conv.";
-        const size_t lp = strlen(parent), lm = strlen(cera_lora_proj_hf_name((cera_proj)i));
-        if (strncmp(s, parent, lp) || strncmp(s + lp, cera_lora_proj_hf_name((cera_proj)i), lm)) continue;
+        const char *parent = cera_lora_proj_hf_parent(arch, (cera_proj)i),
+                   *mod = cera_lora_proj_hf_name(arch, (cera_proj)i);
+        const size_t lp = strlen(parent), lm = strlen(mod);
+        if (strncmp(s, parent, lp) || strncmp(s + lp, mod, lm)) continue;
         const char *rest = s + lp + lm;
         if (strcmp(rest, ".lora_A.weight") && strcmp(rest, ".lora_B.weight")) return false;
         *layer = (int)n;
@@ -166,7 +171,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
                                 cera_error *err) {
     *out = NULL;
     peft_config cfg;
-    cera_status st = parse_config(config_json, config_len, source, &cfg, err);
+    cera_status st = parse_config(m->hp.arch, config_json, config_len, source, &cfg, err);
     if (st) return st;
 
     /* Pass 1: names, dtypes, shapes, pairing; count the floats. */
@@ -185,7 +190,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
         int layer;
         cera_proj p;
         bool is_a;
-        if (!parse_peft_name(t->name, &layer, &p, &is_a)) {
+        if (!parse_peft_name(m->hp.arch, t->name, &layer, &p, &is_a)) {
             st = cera_fail(
                 err, CERA_ERR_UNSUPPORTED,
                 "%s: tensor '%.200s' is not a lora_A/lora_B of one of the seven projections cera adapts",
@@ -195,7 +200,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
         if (!cfg.any_target && !cfg.target[p]) {
             st = cera_fail(err, CERA_ERR_FORMAT,
                            "%s: tensor '%s' targets '%s', which target_modules does not list", source,
-                           t->name, cera_lora_proj_hf_name(p));
+                           t->name, cera_lora_proj_hf_name(m->hp.arch, p));
             break;
         }
         seen[p] = true;
@@ -253,7 +258,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
     for (int p = 0; p < CERA_PROJ_COUNT && !st; p++)
         if (cfg.target[p] && !seen[p])
             st = cera_fail(err, CERA_ERR_NOT_FOUND, "%s: target module '%s' is listed but has no tensors",
-                           source, cera_lora_proj_hf_name((cera_proj)p));
+                           source, cera_lora_proj_hf_name(m->hp.arch, (cera_proj)p));
 
     cera_adapter *a = NULL;
     float *tmp = NULL;
@@ -263,7 +268,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
         int layer;
         cera_proj p;
         bool is_a;
-        parse_peft_name(as[i]->name, &layer, &p, &is_a);
+        parse_peft_name(m->hp.arch, as[i]->name, &layer, &p, &is_a);
         const int rank = (int)as[i]->shape[0];
         const int64_t k = as[i]->shape[1], d = bs[i]->shape[0];
         float *pa, *pb;

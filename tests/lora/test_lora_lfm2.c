@@ -7,15 +7,24 @@
  * the rank-16 synth-llama adapter of test_lora_golden: this adapter's rank 4 is shorter
  * than llama.cpp's 16-lane F32 dot, whose leftover loop sums B·t in double, which cera's
  * LoRA kernels do not mirror yet), the greedy continuation is llama.cpp's token for token,
- * and prefill equals decode bit for bit.
+ * and prefill equals decode bit for bit. The adapter's PEFT twin (written here with
+ * transformers' LFM2 module names: self_attn.out_proj, feed_forward.w1/w3/w2, conv.in_proj
+ * and conv.out_proj) gives the same bits.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "cera.h"
+#include "engine/engine_impl.h"
 #include "engine_util.h"
+#include "lora/lora.h"
 #include "testutil.h"
 
 static float *read_f32(const char *name, size_t want) {
@@ -72,6 +81,62 @@ static void check_case(cera_engine *e, cera_adapter *a, float scale, const int32
     free(dec);
 }
 
+/* Writes adapter a as a PEFT folder dir (adapter_config.json + adapter_model.safetensors, F32,
+ * LFM2's module names); false on failure. */
+static bool write_peft(const cera_adapter *a, const cera_model *m, const char *dir) {
+    mkdir(dir, 0700);
+    cJSON *hdr = cJSON_CreateObject();
+    size_t off = 0;
+    for (int l = 0; l < a->n_layer; l++)
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            const cera_lora_pair *q = cera_lora_pair_get(a, l, (cera_proj)p);
+            if (!q) continue;
+            for (int ab = 0; ab < 2; ab++) {
+                char name[160];
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s%s.lora_%c.weight", l,
+                         cera_lora_proj_hf_parent(m->hp.arch, (cera_proj)p),
+                         cera_lora_proj_hf_name(m->hp.arch, (cera_proj)p), ab ? 'B' : 'A');
+                const double rows = ab ? (double)q->d : q->rank, cols = ab ? q->rank : (double)q->k;
+                const size_t bytes = (size_t)(rows * cols) * 4;
+                cJSON *t = cJSON_CreateObject();
+                cJSON_AddStringToObject(t, "dtype", "F32");
+                const double shape[2] = {rows, cols}, offs[2] = {(double)off, (double)(off + bytes)};
+                cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, 2));
+                cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+                cJSON_AddItemToObject(hdr, name, t);
+                off += bytes;
+            }
+        }
+    char *text = cJSON_PrintUnformatted(hdr);
+    cJSON_Delete(hdr);
+    char path[512];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && text;
+    if (ok) {
+        const uint64_t n = strlen(text);
+        ok = fwrite(&n, 8, 1, f) == 1 && fwrite(text, 1, n, f) == n;
+        for (int l = 0; ok && l < a->n_layer; l++)
+            for (int p = 0; ok && p < CERA_PROJ_COUNT; p++) {
+                const cera_lora_pair *q = cera_lora_pair_get(a, l, (cera_proj)p);
+                if (!q) continue;
+                ok = fwrite(q->a, 4, (size_t)(q->rank * q->k), f) == (size_t)(q->rank * q->k) &&
+                     fwrite(q->b, 4, (size_t)(q->d * q->rank), f) == (size_t)(q->d * q->rank);
+            }
+    }
+    if (f) ok = fclose(f) == 0 && ok;
+    free(text);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    f = fopen(path, "w");
+    ok = ok && f &&
+         fprintf(f,
+                 "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": %g, \"target_modules\": [\"q_proj\", "
+                 "\"k_proj\", \"v_proj\", \"out_proj\", \"w1\", \"w2\", \"w3\", \"in_proj\"]}",
+                 (double)a->alpha) > 0;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
 int main(void) {
     cera_engine *e = test_open_engine("golden/synth-lfm2-f32.gguf", CERA_DEVICE_CPU);
     size_t n = 0;
@@ -83,6 +148,31 @@ int main(void) {
     if (!e || !a || !tok) return test_finish();
     check_case(e, a, 1.0f, tok, n, "synth-lfm2-f32.lora");
     check_case(e, a, 0.5f, tok, n, "synth-lfm2-f32.lora-half");
+
+    /* the PEFT twin: the same numbers, so the same bits */
+    char dir[256];
+    snprintf(dir, sizeof dir, "lfm2-peft-%d", (int)getpid());
+    cera_adapter *pa = NULL;
+    CHECK(write_peft(a, &e->model, dir), "writing %s", dir);
+    CHECK(!cera_adapter_load(e, dir, &pa, &err), "PEFT twin: %s", err.message);
+    if (pa) {
+        const test_attach ga[1] = {{a, 1.0f}}, gp[1] = {{pa, 1.0f}};
+        float *lg = test_session_logits(e, ga, 1, tok, n, false),
+              *lp = test_session_logits(e, gp, 1, tok, n, false);
+        CHECK(test_same_bits(lg, lp, n * (size_t)cera_engine_n_vocab(e)),
+              "PEFT twin: logits differ from the GGUF's");
+        printf("PEFT twin (LFM2 module names): %s\n",
+               test_same_bits(lg, lp, n * (size_t)cera_engine_n_vocab(e)) ? "same bits" : "differs");
+        free(lg);
+        free(lp);
+        cera_adapter_free(pa);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    unlink(path);
+    rmdir(dir);
     cera_adapter_free(a);
     cera_engine_close(e);
     free(tok);
