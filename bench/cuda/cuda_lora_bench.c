@@ -109,8 +109,8 @@ static double run_batch(cera_cuda_state *s, cera_lora_batch *plan, const cera_lo
     const double t0 = now_s();
     for (int t = 0; t < steps; t++) {
         for (int j = 0; j < B; j++) tok[j] = 1 + (t * 31 + j * 7919) % 31999, pos[j] = t;
-        if (cu_forward(s, tok, pos, B, tt, tables, B * per, s->own_kv, rows, B, NULL, NULL, any ? plan : NULL,
-                       &err))
+        if (cu_forward(s, tok, pos, B, tt, tables, B * per, s->own_kv, NULL, rows, B, NULL, NULL,
+                       any ? plan : NULL, &err))
             die("batch", &err);
     }
     const double dt = now_s() - t0;

@@ -77,6 +77,10 @@ struct cera_backend {
     void (*kv_free)(cera_backend *be);                                                   /* may be NULL */
     /* Copies whole blocks (every layer's K and V) src -> dst; may be NULL with kv_on_host. */
     cera_status (*kv_copy)(cera_backend *be, const cera_kv_copy *copies, int n, cera_error *err);
+    /* A device backend's copy of a slot's recurrent state (kv_cache.h: the host pool keeps
+     * its own): zeroed when src < 0 (a new or cut-back sequence), else slot src's copied (a
+     * fork). May be NULL with kv_on_host. */
+    cera_status (*seq_state)(cera_backend *be, int dst, int src, cera_error *err);
     cera_status (*forward)(cera_backend *be, const cera_batch *batch, float *logits, cera_error *err);
     /* Optional: the row the last forward with logits == NULL kept for sequence slot seq_id,
      * into out [n_vocab] (host). */

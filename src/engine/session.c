@@ -59,6 +59,8 @@ static cera_status session_alloc(cera_engine *e, const cera_kv_seq *fork_of, cer
     if (!st) {
         pthread_mutex_lock(&e->forward_lock);
         st = fork_of ? cera_kv_seq_fork(fork_of, &s->seq, err) : cera_kv_seq_open(e->kv, &s->seq, err);
+        if (!st && e->kv->state_bytes && e->backend->seq_state)
+            st = e->backend->seq_state(e->backend, s->seq.id, fork_of ? fork_of->id : -1, err);
         pthread_mutex_unlock(&e->forward_lock);
     }
     if (st) {
@@ -146,9 +148,14 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
                          "only be cut back to 0 (asked: %d of %d)",
                          cera_arch_name(s->engine->model.hp.arch), n_keep, s->seq.n_pos);
     if (n_keep < s->seq.n_pos) {
-        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_engine *e = s->engine;
+        pthread_mutex_lock(&e->forward_lock);
         cera_kv_seq_truncate(&s->seq, n_keep);
-        pthread_mutex_unlock(&s->engine->forward_lock);
+        cera_status st = CERA_OK;
+        if (n_keep == 0 && e->kv->state_bytes && e->backend->seq_state)
+            st = e->backend->seq_state(e->backend, s->seq.id, -1, err);
+        pthread_mutex_unlock(&e->forward_lock);
+        if (st) return st;
     }
     /* the timeline ends at n_keep: a generated token not yet evaluated goes too, and the
      * penalty history becomes the kept tokens' (the RNG restarts from its seed) */

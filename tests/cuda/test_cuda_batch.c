@@ -7,7 +7,7 @@
  *     together through cera_batch_eval: every step's logits equal, bit for bit, the same
  *     session's steps taken alone (the multi-row decode matvec gives each row the one-row
  *     kernel's bits; attention splits as for one token); for stories260K (F32) and
- *     synth-llama Q4_0;
+ *     synth-llama Q4_0 and synth-lfm2 Q8_0 (a conv state per sequence slot);
  *   - mixed: two prompts and three decode steps in one batch (the GEMM path, where the
  *     attention of several sequences is not the single prompt's kernel, and the decode
  *     steps' activations are F16 instead of int8-quantized) within 5e-3 of the row's max
@@ -192,7 +192,9 @@ int main(void) {
     }
     test_decode("models/stories260K.gguf");
     test_decode("golden/synth-llama-q4_0.gguf");
+    test_decode("golden/synth-lfm2-q8_0.gguf");
     test_mixed_and_fork("models/stories260K.gguf", 5e-3);
     test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2);
+    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 3e-2);
     return test_finish();
 }

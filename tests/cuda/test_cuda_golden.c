@@ -1,6 +1,6 @@
 /*
  * test_cuda_golden.c — the GPU forward pass against llama.cpp's goldens (../shared/golden)
- * for stories260K and every synth-llama type, synth-qwen2/qwen3/granite.
+ * for stories260K and every synth-llama type, synth-qwen2/qwen3/granite/lfm2.
  *
  * Per case: the prompt as one batch (the prefill path: cuBLAS) and token by token (the
  * decode path: int8 matvec kernels, CUDA graph) both give every position's logits, which
@@ -66,6 +66,8 @@ static const gcase cases[] = {
     {"golden/synth-qwen3-q8_0.gguf", "synth-qwen3-q8_0", 2},
     {"golden/synth-granite-f32.gguf", "synth-granite-f32", 0},
     {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", 2},
+    {"golden/synth-lfm2-f32.gguf", "synth-lfm2-f32", 0},
+    {"golden/synth-lfm2-q8_0.gguf", "synth-lfm2-q8_0", 2},
 };
 
 static int argmax_row(const float *r, int n) {

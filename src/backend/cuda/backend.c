@@ -44,6 +44,9 @@ typedef struct cuda_backend {
     float *dev_logits; /* [n_seq_max, n_vocab]: each sequence slot's kept row */
     int n_seq_max;
     int32_t *offs;     /* [n_batch]: each batch sequence's block table offset */
+    int32_t *tok_slot; /* [n_batch]: each token's sequence slot */
+    float *state;      /* [n_seq_max][state_bytes]: the sequences' recurrent (conv) states, or NULL */
+    size_t state_bytes;
     int32_t *last_row; /* [n_batch]: each batch sequence's last wanted row, or -1 */
     int32_t *tok_tbl;  /* [n_batch] */
     int32_t *rows;     /* [n_batch] */
@@ -134,9 +137,9 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
 
 static cera_status cuda_kv_init(cera_backend *b, const cera_kv_pool *pool, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
-    if (pool->n_layer != be->s->hp.n_layer || pool->kv_dim != be->s->n_kv)
+    if (pool->n_layer != be->s->n_kv_layer || pool->kv_dim != be->s->n_kv)
         return cera_fail(err, CERA_ERR_INTERNAL, "cuda: KV pool of %d layers x %d, model has %d x %d",
-                         pool->n_layer, pool->kv_dim, be->s->hp.n_layer, be->s->n_kv);
+                         pool->n_layer, pool->kv_dim, be->s->n_kv_layer, be->s->n_kv);
     be->kv_block = cu_kv_block_bytes(be->s);
     const size_t bytes = (size_t)pool->n_blocks * be->kv_block;
     CU_TRY(cudaSetDevice(be->s->prm.device));
@@ -159,6 +162,16 @@ static cera_status cuda_kv_init(cera_backend *b, const cera_kv_pool *pool, cera_
     }
     CU_TRY(cudaMemset(be->dev_logits, 0, lbytes));
     be->n_seq_max = pool->n_seq_max;
+    if (pool->state_bytes) {
+        const size_t sbytes = pool->state_bytes * (size_t)pool->n_seq_max;
+        if (cudaMalloc((void **)&be->state, sbytes) != cudaSuccess) {
+            be->state = NULL;
+            cudaGetLastError();
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: recurrent states of %zu bytes", sbytes);
+        }
+        CU_TRY(cudaMemset(be->state, 0, sbytes));
+        be->state_bytes = pool->state_bytes;
+    }
     return CERA_OK;
 }
 
@@ -166,8 +179,10 @@ static void cuda_kv_free(cera_backend *b) {
     cuda_backend *be = (cuda_backend *)b;
     if (be->kv) cudaFree(be->kv);
     if (be->dev_logits) cudaFree(be->dev_logits);
+    if (be->state) cudaFree(be->state);
     be->kv = NULL;
     be->dev_logits = NULL;
+    be->state = NULL;
 }
 
 static cera_status cuda_kv_copy(cera_backend *b, const cera_kv_copy *copies, int n, cera_error *err) {
@@ -177,6 +192,20 @@ static cera_status cuda_kv_copy(cera_backend *b, const cera_kv_copy *copies, int
         CU_TRY(cudaMemcpyAsync(kv + (size_t)copies[i].dst * be->kv_block,
                                kv + (size_t)copies[i].src * be->kv_block, be->kv_block,
                                cudaMemcpyDeviceToDevice, be->s->st));
+    return CERA_OK;
+}
+
+/* A sequence slot's recurrent state: zeroed (src < 0, a new or cut-back sequence) or a copy
+ * of slot src's (a fork). */
+static cera_status cuda_seq_state(cera_backend *b, int dst, int src, cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (!be->state) return CERA_OK;
+    uint8_t *st = (uint8_t *)be->state;
+    if (src < 0)
+        CU_TRY(cudaMemsetAsync(st + (size_t)dst * be->state_bytes, 0, be->state_bytes, be->s->st));
+    else
+        CU_TRY(cudaMemcpyAsync(st + (size_t)dst * be->state_bytes, st + (size_t)src * be->state_bytes,
+                               be->state_bytes, cudaMemcpyDeviceToDevice, be->s->st));
     return CERA_OK;
 }
 
@@ -237,8 +266,10 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
             be->rows[n_out++] = i;
         }
     }
+    for (int i = 0; i < batch->n_tokens; i++) be->tok_slot[i] = batch->seqs[batch->seq[i]]->id;
+    s->conv_state = be->state ? be->state : s->own_state;
     CERA_TRY(cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                        be->kv, be->rows, n_out, logits, NULL, batch->lora, err));
+                        be->kv, be->tok_slot, be->rows, n_out, logits, NULL, batch->lora, err));
     if (!logits)
         /* keep each sequence's last wanted row ([n_out, n_vocab] rows in s->logits) in its
          * slot; stream order puts the copies before any later forward, sample or fetch */
@@ -267,6 +298,7 @@ static void cuda_free(cera_backend *b) {
     cera_cuda_free(be->s);
     free(be->tok_tbl);
     free(be->offs);
+    free(be->tok_slot);
     free(be->last_row);
     free(be->rows);
     free(be->tables);
@@ -298,10 +330,11 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     }
     be->tok_tbl = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->offs = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    be->tok_slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->last_row = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->rows = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->tables = malloc(sizeof(int32_t) * (size_t)be->s->tables_cap);
-    if (!be->tok_tbl || !be->offs || !be->last_row || !be->rows || !be->tables) {
+    if (!be->tok_tbl || !be->offs || !be->tok_slot || !be->last_row || !be->rows || !be->tables) {
         cuda_free(&be->base);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda backend tables");
     }
@@ -310,6 +343,7 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
     be->base.kv_copy = cuda_kv_copy;
+    be->base.seq_state = cuda_seq_state;
     be->base.adapter_free = cuda_adapter_free;
     be->base.forward = cuda_forward;
     be->base.logits_get = cuda_logits_get;

@@ -148,6 +148,25 @@ cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const 
 cudaError_t cu_matvec_rows(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, int n_rows,
                            int64_t y_stride, cu_mv_epilogue epi, float scale, const cu_act *h_out);
 
+/* ---- Short convolution (conv.cu, LFM2) ----------------------------------------------------- */
+
+typedef struct cu_conv_args {
+    const float *src; /* [n_tok rows, src_stride apart] of B | C | X (3 n_embd) */
+    int64_t src_stride;
+    int n_tok, n_embd, lc; /* lc: taps (l_cache) */
+    const int32_t *pos;    /* device [n_tok]: each token's position */
+    const int32_t *first;  /* device [n_tok]: its sequence's first position in the batch */
+    const int32_t *slot;   /* device [n_tok]: its sequence's state slot */
+    const int32_t *last;   /* device [n_tok]: 1 for the last token of its sequence */
+    const float *w;        /* [n_embd rows of lc taps] */
+    float *state;          /* [slots][...]: slot s at s * state_slot, this layer's rows at state_off */
+    int64_t state_slot, state_off;
+} cu_conv_args;
+
+/* out (f32 rows) = C ⊙ conv(B ⊙ X) for every token, then each sequence's state moves on to
+ * the rows before its next position (conv.cu says more). The caller quantizes out. */
+cudaError_t cu_shortconv(cudaStream_t st, const cu_conv_args *a, const cu_act *out);
+
 /* ---- Attention (attention.cu) ----------------------------------------------------------- */
 
 #define CU_KV_BLOCK 32 /* positions per KV block (CERA_KV_BLOCK) */

@@ -56,6 +56,11 @@ typedef struct cu_lora_items_key {
 } cu_lora_items_key;
 
 typedef struct cu_layer {
+    bool conv;             /* an LFM2 short-convolution block (no attention, no KV) */
+    int kv_index;          /* its slot among the KV layers, or -1 */
+    int conv_index;        /* its slot among the conv states, or -1 */
+    cu_weight wcin, wcout; /* conv: shortconv.in_proj, out_proj */
+    float *conv_w;         /* conv: the taps [n_embd, lc] */
     cu_weight wq, wk, wv, wo, wgate, wup, wdown;
     float *attn_norm, *ffn_norm;                    /* [n_embd] */
     float *bq, *bk, *bv, *bo, *bgate, *bup, *bdown; /* or NULL */
@@ -77,6 +82,15 @@ struct cera_cuda_state {
     float *rope_tab; /* inv_freq | ramp */
 
     int n_embd, n_q, n_kv, n_ff, n_vocab, hd;
+    int n_kv_layer;                     /* layers with a KV cache */
+    int lc;                             /* LFM2's conv taps (0: no conv layer) */
+    float *bcx;                         /* conv models: in_proj's B | C | X [n_batch, 3 n_embd] */
+    cu_act a_conv;                      /* conv models: the conv's output [n_batch, n_embd] (+ int8) */
+    int32_t *d_first, *d_slot, *d_last; /* device [n_batch]: per token, for the conv (conv.cu) */
+    int32_t *h_conv;                    /* pinned [3 n_batch]: their staging */
+    float *conv_state;                  /* the sequences' conv states: slot s at s * conv_state_slot floats */
+    int64_t conv_state_slot;            /* floats per slot: n_conv_layer * (lc - 1) * n_embd */
+    float *own_state;                   /* the standalone API's one slot */
     int64_t embd_pad, q_pad, ff_pad;
 
     float *x;                          /* residual stream [n_batch, embd_pad] */
@@ -147,13 +161,13 @@ cera_status cu_gemm(cera_cuda_state *s, const cu_weight *w, const cu_act *a, int
                     cera_error *err);
 
 /* forward.c: one batch. tok_tbl[i] is the offset of token i's block table in tables (host
- * arrays); out_rows lists the tokens whose logits go to logits (row after row); argmax,
- * when set, receives the argmax of the last of them; lora: the batch's rows grouped by
- * adapter, or NULL. */
+ * arrays), tok_slot[i] its sequence's slot (conv states; NULL: slot 0); out_rows lists the tokens whose
+ * logits go to logits (row after row); argmax, when set, receives the argmax of the last of them; lora: the
+ * batch's rows grouped by adapter, or NULL. */
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
                        const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
-                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax,
-                       const cera_lora_batch *lora, cera_error *err);
+                       const int32_t *tok_slot, const int32_t *out_rows, int n_out, float *logits,
+                       int32_t *argmax, const cera_lora_batch *lora, cera_error *err);
 
 /* forward.c: cera_cuda_forward (the standalone sequence) with adapters (benchmarks). */
 cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int32_t *positions, int n,

@@ -139,11 +139,52 @@ static cu_kv layer_kv(const cera_cuda_state *s, int l) {
     kv.base = s->kv_base;
     kv.tables = s->d_tables;
     kv.tok_table = s->d_tok_tbl;
-    kv.n_layer = s->hp.n_layer;
-    kv.layer = l;
+    kv.n_layer = s->n_kv_layer;
+    kv.layer = s->layers[l].kv_index;
     kv.kv_dim = s->n_kv;
     kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
     return kv;
+}
+
+/* The short convolution of conv layer l over the batch's n tokens: s->bcx (in_proj's
+ * output, rows 3 n_embd apart) -> a_conv (f32 and int8), the sequences' states moved on. */
+static cera_status conv_step(cera_cuda_state *s, int l, int n, cera_error *err) {
+    const cu_layer *L = &s->layers[l];
+    const cu_conv_args a = {.src = s->bcx,
+                            .src_stride = 3 * (int64_t)s->n_embd,
+                            .n_tok = n,
+                            .n_embd = s->n_embd,
+                            .lc = s->lc,
+                            .pos = s->d_pos,
+                            .first = s->d_first,
+                            .slot = s->d_slot,
+                            .last = s->d_last,
+                            .w = L->conv_w,
+                            .state = s->conv_state,
+                            .state_slot = s->conv_state_slot,
+                            .state_off = (int64_t)L->conv_index * (s->lc - 1) * s->n_embd};
+    CU_TRY(cu_shortconv(s->st, &a, &s->a_conv));
+    CU_TRY(cu_quantize_act(s->st, &s->a_conv, n));
+    return CERA_OK;
+}
+
+/* An LFM2 conv block in a one-token decode step: x += out_proj(conv(in_proj(norm(x)))), the
+ * adapters of in_proj and out_proj added by their own kernels (the llama blocks' fusions
+ * are for attention and the FFN). */
+static cera_status decode_conv(cera_cuda_state *s, int l, const cu_layer *L, dec_resid *r, cera_error *err) {
+    CERA_TRY(decode_norm(s, r, L->attn_norm, err));
+    const cu_lora_segs gi = lora_one(s, CERA_PROJ_CONV_IN, s->bcx, 3 * (int64_t)s->n_embd, 0);
+    CERA_TRY(cu_lora_apply_a(s, l, &gi, &s->a_embd, false, err));
+    const cu_mv_seg in = {&L->wcin, s->bcx, NULL};
+    CU_TRY(cu_matvec(s->st, &in, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
+    if (gi.n) CU_TRY(cu_lora_b(s->st, &s->lora, l, &gi, 1, 1.0f));
+    CERA_TRY(conv_step(s, l, 1, err));
+    const cu_lora_segs go = lora_one(s, CERA_PROJ_CONV_OUT, r->x, s->n_embd, s->embd_pad);
+    CERA_TRY(cu_lora_apply_a(s, l, &go, &s->a_conv, false, err));
+    const cu_mv_seg o = {&L->wcout, r->x, NULL};
+    CU_TRY(cu_matvec(s->st, &o, 1, &s->a_conv, CU_MV_ADD, 1.0f, NULL));
+    if (go.n) CU_TRY(cu_lora_b(s->st, &s->lora, l, &go, 1, 1.0f));
+    return CERA_OK;
 }
 
 static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
@@ -155,6 +196,11 @@ static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
     CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, 1, s->x, s->embd_pad, hp->embd_scale));
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *L = &s->layers[l];
+        if (L->conv) {
+            CERA_TRY(decode_conv(s, l, L, &r, err));
+            CERA_TRY(decode_ffn(s, l, L, fork, &r, err));
+            continue;
+        }
         const cu_kv kv = layer_kv(s, l);
         CERA_TRY(decode_norm(s, &r, L->attn_norm, err));
         const cu_lora_segs qkv = lora_qkv(s, 0);
@@ -197,23 +243,31 @@ static cera_status decode_rows(cera_cuda_state *s, int n, cera_error *err) {
         const cu_layer *L = &s->layers[l];
         const cu_kv kv = layer_kv(s, l);
         CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
-        cu_mv_seg qkv[3] = {{&L->wq, s->qkv, L->bq},
-                            {&L->wk, s->qkv + s->n_q, L->bk},
-                            {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv}};
-        if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
-            CU_TRY(cu_matvec_rows(s->st, qkv, 3, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+        if (L->conv) {
+            const cu_mv_seg in = {&L->wcin, s->bcx, NULL}, o = {&L->wcout, s->x, NULL};
+            CU_TRY(cu_matvec_rows(s->st, &in, 1, &s->a_embd, n, 3 * (int64_t)s->n_embd, CU_MV_STORE, 1.0f,
+                                  NULL));
+            CERA_TRY(conv_step(s, l, n, err));
+            CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_conv, n, s->embd_pad, CU_MV_ADD, 1.0f, NULL));
         } else {
-            for (int i = 0; i < 3; i++)
-                CU_TRY(cu_matvec_rows(s->st, &qkv[i], 1, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+            cu_mv_seg qkv[3] = {{&L->wq, s->qkv, L->bq},
+                                {&L->wk, s->qkv + s->n_q, L->bk},
+                                {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv}};
+            if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+                CU_TRY(cu_matvec_rows(s->st, qkv, 3, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+            } else {
+                for (int i = 0; i < 3; i++)
+                    CU_TRY(cu_matvec_rows(s->st, &qkv[i], 1, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+            }
+            CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n,
+                                 s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps,
+                                 &s->rope, s->qr, &kv));
+            CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
+                                hp->attn_scale, s->dec_splits, 1, &s->att, &s->a_attn));
+            if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, n));
+            const cu_mv_seg o = {&L->wo, s->x, L->bo};
+            CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_attn, n, s->embd_pad, CU_MV_ADD, rs, NULL));
         }
-        CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n, s->d_pos,
-                             hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps, &s->rope, s->qr,
-                             &kv));
-        CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
-                            s->dec_splits, 1, &s->att, &s->a_attn));
-        if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, n));
-        const cu_mv_seg o = {&L->wo, s->x, L->bo};
-        CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_attn, n, s->embd_pad, CU_MV_ADD, rs, NULL));
         CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
         if (L->wgate.type == L->wup.type) {
             const cu_mv_seg gu[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
@@ -446,6 +500,21 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
         const cu_layer *L = &s->layers[l];
         const cu_kv kv = layer_kv(s, l);
         PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd)));
+        if (L->conv) { /* LFM2: x += out_proj(conv(in_proj(h))) */
+            PROF(0, CERA_TRY(cu_gemm(s, &L->wcin, &s->a_embd, n, s->bcx, 3 * (int64_t)s->n_embd, err)));
+            const cu_lora_segs gi =
+                lora_one(s, CERA_PROJ_CONV_IN, s->bcx, 3 * (int64_t)s->n_embd, 3 * (int64_t)s->n_embd);
+            PROF(2, CERA_TRY(prefill_lora(s, l, &gi, &s->a_embd, n, &L->wcin, err)));
+            PROF(2, CERA_TRY(conv_step(s, l, n, err)));
+            cu_act conv_f = s->a_conv;
+            conv_f.q = NULL;
+            PROF(0, CERA_TRY(cu_gemm(s, &L->wcout, &s->a_conv, n, s->tmp, s->n_embd, err)));
+            const cu_lora_segs go = lora_one(s, CERA_PROJ_CONV_OUT, s->tmp, s->n_embd, s->n_embd);
+            PROF(2, CERA_TRY(prefill_lora(s, l, &go, &conv_f, n, &L->wcout, err)));
+            PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, NULL, n, s->n_embd,
+                                         1.0f)));
+            goto ffn;
+        }
         PROF(0, CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err)));
@@ -464,6 +533,7 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
         PROF(2, CERA_TRY(prefill_lora(s, l, &og, &attn_f, n, &L->wo, err)));
         PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
                                      hp->residual_scale)));
+    ffn:
         PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err)));
         PROF(0, CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err)));
@@ -486,10 +556,33 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
     return CERA_OK;
 }
 
+/* Stages the conv's per-token arrays (conv.cu): each token's sequence slot, its sequence's
+ * first position in the batch and whether it is the last of its sequence. A conv model's
+ * batch keeps each sequence's tokens together in position order (cera_batch_eval does). */
+static cera_status stage_conv(cera_cuda_state *s, const int32_t *pos, int n, const int32_t *tok_tbl,
+                              const int32_t *tok_slot, cera_error *err) {
+    const int B = s->prm.n_batch;
+    int32_t *first = s->h_conv, *slot = first + B, *last = slot + B;
+    for (int i = 0; i < n; i++) {
+        const bool cont = i > 0 && tok_tbl[i] == tok_tbl[i - 1];
+        if (cont && pos[i] != pos[i - 1] + 1)
+            return cera_fail(
+                err, CERA_ERR_INVALID_ARG,
+                "cuda: a conv model's batch must hold each sequence's tokens together, in order");
+        first[i] = cont ? first[i - 1] : pos[i];
+        slot[i] = tok_slot ? tok_slot[i] : 0;
+        last[i] = i == n - 1 || tok_tbl[i + 1] != tok_tbl[i];
+    }
+    CU_TRY(cudaMemcpyAsync(s->d_first, first, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    CU_TRY(cudaMemcpyAsync(s->d_slot, slot, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    CU_TRY(cudaMemcpyAsync(s->d_last, last, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
+    return CERA_OK;
+}
+
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
                        const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
-                       const int32_t *out_rows, int n_out, float *logits, int32_t *argmax,
-                       const cera_lora_batch *lora, cera_error *err) {
+                       const int32_t *tok_slot, const int32_t *out_rows, int n_out, float *logits,
+                       int32_t *argmax, const cera_lora_batch *lora, cera_error *err) {
     const int B = s->prm.n_batch;
     if (n < 1 || n > B)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: %d tokens in one call (1..%d)", n, B);
@@ -513,6 +606,7 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
                            s->st));
     s->kv_base = kv_base;
+    if (s->lc) CERA_TRY(stage_conv(s, pos, n, tok_tbl, tok_slot, err));
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1) {
         CERA_TRY(run_decode(s, pos[0], err));
@@ -563,6 +657,10 @@ cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int3
         rows[n_out++] = n - 1;
     int32_t *tt = rows + s->prm.n_batch;
     for (int i = 0; i < n; i++) tt[i] = 0;
-    return cu_forward(s, tokens, positions, n, tt, ids, n_tables, s->own_kv, rows, n_out, logits, argmax_out,
-                      lora, err);
+    s->conv_state = s->own_state;
+    // a batch from position 0 starts the standalone sequence afresh: its conv state too
+    if (s->own_state && positions[0] == 0)
+        CU_TRY(cudaMemsetAsync(s->own_state, 0, (size_t)s->conv_state_slot * sizeof(float), s->st));
+    return cu_forward(s, tokens, positions, n, tt, ids, n_tables, s->own_kv, NULL, rows, n_out, logits,
+                      argmax_out, lora, err);
 }

@@ -187,13 +187,9 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
 
 static cera_status check_model(const cera_model *m, cera_error *err) {
     const cera_hparams *hp = &m->hp;
-    /* the decode and prefill graphs here are the llama stack's (forward.c): a model with
-     * other ops (a synthetic benchmark model has no op list) runs on the CPU for now */
-    for (int i = 0; m->graph && i < m->graph->n_ops; i++)
-        if (m->graph->ops[i].kind == CERA_OP_SHORTCONV)
-            return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                             "cuda: %s's op '%s' has no CUDA kernels yet (use the CPU)",
-                             cera_arch_name(hp->arch), cera_op_name(m->graph->ops[i].kind));
+    /* the decode and prefill steps here are the llama stack's and LFM2's (forward.c) */
+    if (hp->n_conv_layer && hp->residual_scale != 1.0f)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: conv layers with a residual scale");
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);
@@ -228,14 +224,17 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     s->n_kv = hp->n_head_kv * hp->head_dim;
     s->n_ff = hp->n_ff;
     s->n_vocab = hp->n_vocab;
+    /* a synthetic benchmark model (no op list) has KV in every layer */
+    s->n_kv_layer = hp->n_kv_layer ? hp->n_kv_layer : hp->n_layer;
+    s->lc = hp->n_conv_layer ? hp->conv_l_cache : 0;
 
     // the largest raw tensor sizes the staging buffer, the largest dequantized one the GEMM operand
     size_t staging_bytes = raw_bytes(&m->tok_embd);
     size_t deq_elems = 0;
     const cera_weight *all[CERA_PROJ_COUNT + 1];
     for (int l = 0; l < hp->n_layer; l++) {
-        for (int p = 0; p <= CERA_PROJ_DOWN; p++) all[p] = &m->layers[l].proj[p];
-        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) all[p] = &m->layers[l].proj[p];
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
             staging_bytes = max_sz(staging_bytes, raw_bytes(all[p]));
             deq_elems = max_sz(deq_elems, (size_t)all[p]->n * (size_t)((all[p]->k + 31) / 32 * 32));
         }
@@ -283,10 +282,19 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     for (int l = 0; l < hp->n_layer; l++) {
         const cera_layer *ml = &m->layers[l];
         cu_layer *L = &s->layers[l];
-        cu_weight *dst[CERA_PROJ_DOWN + 1] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-        for (int p = 0; p <= CERA_PROJ_DOWN; p++) {
+        L->conv = hp->n_kv_layer && ml->n_head_kv == 0;
+        L->kv_index = hp->n_kv_layer ? ml->kv_index : l;
+        L->conv_index = L->conv ? ml->conv_index : -1;
+        cu_weight *dst[CERA_PROJ_COUNT] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
+                                           &L->wup, &L->wdown, &L->wcin, &L->wcout};
+        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+            if (!weight_present(s, &ml->proj[p])) continue; /* a projection this layer's kind lacks */
             snprintf(what, sizeof what, "blk.%d.%s.weight", l, cera_proj_name((cera_proj)p));
             UPLOAD(&ml->proj[p], what, dst[p]);
+        }
+        if (L->conv) {
+            snprintf(what, sizeof what, "blk.%d.shortconv.conv.weight", l);
+            UPLOAD_VEC(&ml->conv, what, (int64_t)s->n_embd * s->lc, 0.0f, &L->conv_w);
         }
         if (L->wgate.n != L->wup.n || L->wgate.k != L->wup.k) {
             st = cera_fail(err, CERA_ERR_FORMAT, "cuda: blk.%d: ffn_gate and ffn_up differ in shape", l);
@@ -334,6 +342,25 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     if ((st = make_act(&s->a_embd, B, s->n_embd, true, "activations", err)) != CERA_OK) goto done;
     if ((st = make_act(&s->a_attn, B, s->n_q, true, "activations", err)) != CERA_OK) goto done;
     if ((st = make_act(&s->a_ff, B, s->n_ff, true, "activations", err)) != CERA_OK) goto done;
+    if (s->lc) {
+        if ((st = make_act(&s->a_conv, B, s->n_embd, true, "activations", err)) != CERA_OK ||
+            (st = dev_alloc((void **)&s->bcx, (size_t)B * 3 * s->n_embd * sizeof(float), "conv", err)) !=
+                CERA_OK ||
+            (st = dev_alloc((void **)&s->d_first, (size_t)B * 3 * sizeof(int32_t), "conv", err)) != CERA_OK)
+            goto done;
+        s->d_slot = s->d_first + B;
+        s->d_last = s->d_slot + B;
+        s->conv_state_slot = (int64_t)hp->n_conv_layer * (s->lc - 1) * s->n_embd;
+        if ((st = dev_alloc((void **)&s->own_state, (size_t)s->conv_state_slot * sizeof(float), "conv state",
+                            err)) != CERA_OK)
+            goto done;
+        s->conv_state = s->own_state;
+        if (cudaMallocHost((void **)&s->h_conv, (size_t)B * 3 * sizeof(int32_t)) != cudaSuccess) {
+            s->h_conv = NULL;
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned conv staging");
+            goto done;
+        }
+    }
     {
         const size_t f = sizeof(float);
         const int64_t kmax = s->embd_pad > s->q_pad ? (s->embd_pad > s->ff_pad ? s->embd_pad : s->ff_pad)
@@ -432,7 +459,7 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
 size_t cera_cuda_weight_bytes(const cera_cuda_state *s) { return s->weight_bytes; }
 
 size_t cu_kv_block_bytes(const cera_cuda_state *s) {
-    return (size_t)s->hp.n_layer * 2 * cu_kv_section_bytes(s->prm.kv_type == CERA_KV_Q8_0, s->n_kv);
+    return (size_t)s->n_kv_layer * 2 * cu_kv_section_bytes(s->prm.kv_type == CERA_KV_Q8_0, s->n_kv);
 }
 
 void cera_cuda_free(cera_cuda_state *s) {
@@ -443,10 +470,11 @@ void cera_cuda_free(cera_cuda_state *s) {
     if (s->layers) {
         for (int l = 0; l < s->hp.n_layer; l++) {
             cu_layer *L = &s->layers[l];
-            cu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
+            cu_weight *ws[] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
+                               &L->wup, &L->wdown, &L->wcin, &L->wcout};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) cu_free_weight(ws[i]);
-            float *vs[] = {L->attn_norm, L->ffn_norm, L->bq,    L->bk,     L->bv,    L->bo,
-                           L->bgate,     L->bup,      L->bdown, L->q_norm, L->k_norm};
+            float *vs[] = {L->attn_norm, L->ffn_norm, L->bq,    L->bk,     L->bv,     L->bo,
+                           L->bgate,     L->bup,      L->bdown, L->q_norm, L->k_norm, L->conv_w};
             for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) cudaFree(vs[i]);
         }
         free(s->layers);
@@ -459,6 +487,11 @@ void cera_cuda_free(cera_cuda_state *s) {
     free_act(&s->a_embd);
     free_act(&s->a_attn);
     free_act(&s->a_ff);
+    free_act(&s->a_conv);
+    cudaFree(s->bcx);
+    cudaFree(s->d_first);
+    cudaFree(s->own_state);
+    if (s->h_conv) cudaFreeHost(s->h_conv);
     void *bufs[] = {s->x,         s->qkv,      s->qr,           s->gate,        s->up,
                     s->tmp,       s->logits,   s->half_act,     s->deq,         s->d_tok,
                     s->d_pos,     s->d_argmax, s->att.part_acc, s->att.part_ml, s->att.counters,
