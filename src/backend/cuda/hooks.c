@@ -67,6 +67,9 @@ static cera_status upload_act(mini *m, const float *x, int rows, int64_t k, cu_a
                             sizeof(float) * (size_t)k, (size_t)rows, cudaMemcpyHostToDevice));
     else
         CU_TRY(cu_fill_f32(m->s.st, a->f, rows * a->k_pad, 0.01f));
+    // a pageable copy may still be landing when cudaMemcpy2D returns, and the stream does
+    // not wait for the legacy stream's work: without this, a large x races the quantization
+    CU_TRY(cudaDeviceSynchronize());
     CU_TRY(cu_quantize_act(m->s.st, a, rows));
     return CERA_OK;
 }
@@ -556,6 +559,7 @@ cera_status cera_cuda_test_mma(cera_type type, int64_t k, int64_t n, int n_rows,
     if (st == CERA_OK) {
         cudaError_t e = add ? cudaMemcpy(dy, y0, sizeof(float) * ny, cudaMemcpyHostToDevice)
                             : cudaMemset(dy, 0xff, sizeof(float) * ny); // NaN where nothing is written
+        if (e == cudaSuccess) e = cudaDeviceSynchronize(); // both legacy-stream work, as in upload_act
         if (e == cudaSuccess) e = cu_mma_q8(m.s.st, &cw, &a, n_rows, dy, n, add, scale, work, wb);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(y_mma, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost, m.s.st);

@@ -89,6 +89,12 @@ static __device__ __forceinline__ void quad_transpose(uint32_t v[4], int t) {
         v[1] = r0, v[3] = r1;
 }
 
+/* 4 bytes global -> shared, asynchronously (cp.async.wait_all completes them). */
+static __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a), "l"(gmem) : "memory");
+}
+
 /* Four Q4_0 nibbles (the low ones of each byte of w & 0x0F0F0F0F) as int8 q - 8, per byte:
  * (q | 0x80) - 8 never borrows across bytes, and ^ 0x80 turns 0x78 + q into q - 8. */
 static __device__ __forceinline__ uint32_t q4_s8(uint32_t nib) {
@@ -140,38 +146,46 @@ template <int T, int NT> __global__ void __launch_bounds__(MMA_WARPS * 32) mma_q
                 dv[rr][j] = kb0 + s * BPS + j < kb_end ? __half2float(__ldcs(dp[rr] + s * BPS + j)) : 0.0f;
         }
     };
+    int4 nxt[2 * MMA_MT];
+    float dnxt[2 * MMA_MT][BPS];
+    // the weights are no earlier kernel's output: their first two steps' loads go out before
+    // the wait and the staging of the activations
     load(0, cur, dcur);
-    // the weights are no earlier kernel's output: their first loads go out before the wait
+    if (steps > 1) load(1, nxt, dnxt);
     cu_pdl_enter();
 
-    // the slice of every activation row into shared memory, zero past the rows and past nb:
-    // word w (bytes 4w..4w+3) of block b of row r goes to lane (r % 8) * 4 + w % 4, half w / 4
+    // the slice of every activation row into shared memory (cp.async: every copy in flight at
+    // once), zero past the rows and past nb: word w (bytes 4w..4w+3) of block b of row r goes
+    // to lane (r % 8) * 4 + w % 4, half w / 4
     {
-        const int words = NT * 8 * p.ksb * 8;
         uint32_t *sq32 = reinterpret_cast<uint32_t *>(sq);
-        for (int i = threadIdx.x; i < words; i += blockDim.x) {
-            const int w = i & 7, b = (i >> 3) % p.ksb, r = i / (8 * p.ksb);
-            uint32_t v = 0;
-            if (r < p.n_x && kb0 + b < kb_end)
-                v = __ldg(reinterpret_cast<const uint32_t *>(p.xq + r * p.k_pad + (kb0 + b) * 32) + w);
-            sq32[((b * NT + (r >> 3)) * 32 + (r & 7) * 4 + (w & 3)) * 2 + (w >> 2)] = v;
-        }
-        for (int i = threadIdx.x; i < NT * 8 * p.ksb; i += blockDim.x) {
+        for (int r = 0; r < NT * 8; r++)
+            for (int j = threadIdx.x; j < p.ksb * 8; j += MMA_WARPS * 32) {
+                const int w = j & 7, b = j >> 3;
+                uint32_t *dst = sq32 + ((b * NT + (r >> 3)) * 32 + (r & 7) * 4 + (w & 3)) * 2 + (w >> 2);
+                if (r < p.n_x && kb0 + b < kb_end)
+                    cp_async4(dst, p.xq + r * p.k_pad + (kb0 + b) * 32 + 4 * w);
+                else
+                    *dst = 0;
+            }
+        for (int i = threadIdx.x; i < NT * 8 * p.ksb; i += MMA_WARPS * 32) {
             const int b = i % p.ksb, r = i / p.ksb;
-            sd[(b * NT + (r >> 3)) * 8 + (r & 7)] =
-                r < p.n_x && kb0 + b < kb_end ? __ldg(p.xd + r * p.nb + kb0 + b) : 0.0f;
+            float *dst = sd + (b * NT + (r >> 3)) * 8 + (r & 7);
+            if (r < p.n_x && kb0 + b < kb_end)
+                cp_async4(dst, p.xd + r * p.nb + kb0 + b);
+            else
+                *dst = 0.0f;
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
     }
     __syncthreads();
 
-    for (int s = 0; s < steps; s++) {
-        int4 nxt[2 * MMA_MT];
-        float dnxt[2 * MMA_MT][BPS];
-        if (s + 1 < steps) load(s + 1, nxt, dnxt);
+    // step s of the slice from the registers wq / dq (no copies: the two buffers alternate)
+    auto compute = [&](int s, const int4 *wq, const float(*dq)[BPS]) {
         uint32_t wv[2 * MMA_MT][4];
 #pragma unroll
         for (int rr = 0; rr < 2 * MMA_MT; rr++) {
-            wv[rr][0] = cur[rr].x, wv[rr][1] = cur[rr].y, wv[rr][2] = cur[rr].z, wv[rr][3] = cur[rr].w;
+            wv[rr][0] = wq[rr].x, wv[rr][1] = wq[rr].y, wv[rr][2] = wq[rr].z, wv[rr][3] = wq[rr].w;
             quad_transpose(wv[rr], t); // wv[rr][j] = word t of lane j's 16 bytes
         }
 #pragma unroll
@@ -202,7 +216,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MMA_WARPS * 32) mma_q
                     int c[4];
                     mma_s8(c, a[m], bx);
                     // c: (row g, x 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
-                    const float d0 = dcur[2 * m][j], d1 = dcur[2 * m + 1][j];
+                    const float d0 = dq[2 * m][j], d1 = dq[2 * m + 1][j];
                     acc[m][nt][0] = fmaf((float)c[0] * d0, xd.x, acc[m][nt][0]);
                     acc[m][nt][1] = fmaf((float)c[1] * d0, xd.y, acc[m][nt][1]);
                     acc[m][nt][2] = fmaf((float)c[2] * d1, xd.x, acc[m][nt][2]);
@@ -210,14 +224,12 @@ template <int T, int NT> __global__ void __launch_bounds__(MMA_WARPS * 32) mma_q
                 }
             }
         }
-        if (s + 1 < steps) {
-#pragma unroll
-            for (int rr = 0; rr < 2 * MMA_MT; rr++) {
-                cur[rr] = nxt[rr];
-#pragma unroll
-                for (int j = 0; j < BPS; j++) dcur[rr][j] = dnxt[rr][j];
-            }
-        }
+    };
+    for (int s = 0; s < steps; s += 2) {
+        compute(s, cur, dcur);
+        if (s + 2 < steps) load(s + 2, cur, dcur);
+        if (s + 1 < steps) compute(s + 1, nxt, dnxt);
+        if (s + 3 < steps) load(s + 3, nxt, dnxt);
     }
 
     // out: the epilogue (one slice) or this slice's partial sums
@@ -254,9 +266,41 @@ __global__ void mma_reduce_kernel(const mma_params p) {
     }
 }
 
-/* The split-K plan of a weight: slices of ksb blocks (a multiple of 4, at most MMA_KSB_MAX) and
- * as many of them as fill about two blocks per multiprocessor. */
-static void mma_plan(const cu_weight *w, int *ksb, int *splits) {
+/* n8 tiles for n_x activation rows. */
+static int mma_nt(int n_x) { return n_x <= 8 ? 1 : n_x <= 16 ? 2 : n_x <= 32 ? 4 : 8; }
+
+/* Blocks of mma_q8_kernel<T, NT> resident per multiprocessor (at the largest slice); raises the
+ * kernel's shared-memory limit on the first call. */
+template <int T, int NT> static int mma_occupancy() {
+    static int occ = 0;
+    if (occ == 0) {
+        const int smem = MMA_SMEM(NT, MMA_KSB_MAX);
+        if (cudaFuncSetAttribute(mma_q8_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, mma_q8_kernel<T, NT>, MMA_WARPS * 32, smem) !=
+                cudaSuccess ||
+            occ < 1)
+            occ = 1;
+    }
+    return occ;
+}
+
+static int mma_occupancy_of(cera_type t, int nt) {
+    if (t == CERA_TYPE_Q4_0)
+        return nt == 1   ? mma_occupancy<CERA_TYPE_Q4_0, 1>()
+               : nt == 2 ? mma_occupancy<CERA_TYPE_Q4_0, 2>()
+               : nt == 4 ? mma_occupancy<CERA_TYPE_Q4_0, 4>()
+                         : mma_occupancy<CERA_TYPE_Q4_0, 8>();
+    return nt == 1   ? mma_occupancy<CERA_TYPE_Q8_0, 1>()
+           : nt == 2 ? mma_occupancy<CERA_TYPE_Q8_0, 2>()
+           : nt == 4 ? mma_occupancy<CERA_TYPE_Q8_0, 4>()
+                     : mma_occupancy<CERA_TYPE_Q8_0, 8>();
+}
+
+/* The split-K plan of a weight for n_x (<= 64) activation rows: slices of ksb blocks (a
+ * multiple of 4, at most MMA_KSB_MAX), as many as fit one wave of resident blocks (the
+ * fewer blocks of k per warp, the shorter the chain of dependent loads each one waits for). */
+static void mma_plan(const cu_weight *w, int n_x, int *ksb, int *splits) {
     static int sms = 0;
     if (sms == 0) {
         int dev = 0;
@@ -265,7 +309,8 @@ static void mma_plan(const cu_weight *w, int *ksb, int *splits) {
             sms = 132;
     }
     const int64_t nb = w->k_pad / 32, row_blocks = (w->n + MMA_BROWS - 1) / MMA_BROWS;
-    int64_t s = (2 * sms + row_blocks - 1) / row_blocks;
+    const int64_t target = (int64_t)mma_occupancy_of(w->type, mma_nt(n_x)) * sms;
+    int64_t s = target / row_blocks; // whole waves: a partial second one would cost a full one
     if (s < 1) s = 1;
     if (s > (nb + 3) / 4) s = (nb + 3) / 4;
     int64_t kb = ((nb + s - 1) / s + 3) / 4 * 4;
@@ -277,30 +322,31 @@ static void mma_plan(const cu_weight *w, int *ksb, int *splits) {
 extern "C" bool cu_mma_supported(cera_type t) { return t == CERA_TYPE_Q4_0 || t == CERA_TYPE_Q8_0; }
 
 extern "C" int64_t cu_mma_work_bytes(const cu_weight *w, int n_rows) {
-    int ksb, splits;
-    mma_plan(w, &ksb, &splits);
-    if (splits <= 1) return 0;
-    const int64_t rows = n_rows < MMA_XROWS ? n_rows : MMA_XROWS;
-    return (int64_t)splits * rows * w->n * (int64_t)sizeof(float);
+    if (!cu_mma_supported(w->type)) return 0;
+    int64_t most = 0;
+    for (int r0 = 0; r0 < n_rows; r0 += MMA_XROWS) { // each launch of up to 64 rows has its plan
+        const int n_x = n_rows - r0 < MMA_XROWS ? n_rows - r0 : MMA_XROWS;
+        int ksb, splits;
+        mma_plan(w, n_x, &ksb, &splits);
+        const int64_t b = splits > 1 ? (int64_t)splits * n_x * w->n * (int64_t)sizeof(float) : 0;
+        if (b > most) most = b;
+    }
+    return most;
 }
 
 template <int T, int NT> static cudaError_t mma_launch(cudaStream_t st, const mma_params &p) {
-    static bool attr = false;
-    if (!attr) {
-        const cudaError_t e = cudaFuncSetAttribute(
-            mma_q8_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, MMA_SMEM(NT, MMA_KSB_MAX));
-        if (e != cudaSuccess) return e;
-        attr = true;
-    }
+    mma_occupancy<T, NT>(); // the shared-memory limit
     const dim3 grid((unsigned)((p.n + MMA_BROWS - 1) / MMA_BROWS), (unsigned)p.splits);
     return cu_launch(mma_q8_kernel<T, NT>, grid, dim3(MMA_WARPS * 32), MMA_SMEM(NT, p.ksb), st, p);
 }
 
 template <int T> static cudaError_t mma_launch_nt(cudaStream_t st, const mma_params &p) {
-    if (p.n_x <= 8) return mma_launch<T, 1>(st, p);
-    if (p.n_x <= 16) return mma_launch<T, 2>(st, p);
-    if (p.n_x <= 32) return mma_launch<T, 4>(st, p);
-    return mma_launch<T, 8>(st, p);
+    switch (mma_nt(p.n_x)) {
+    case 1: return mma_launch<T, 1>(st, p);
+    case 2: return mma_launch<T, 2>(st, p);
+    case 4: return mma_launch<T, 4>(st, p);
+    default: return mma_launch<T, 8>(st, p);
+    }
 }
 
 extern "C" cudaError_t cu_mma_q8(cudaStream_t st, const cu_weight *w, const cu_act *x, int n_rows, float *y,
@@ -320,9 +366,9 @@ extern "C" cudaError_t cu_mma_q8(cudaStream_t st, const cu_weight *w, const cu_a
     p.scale = scale;
     p.add = add;
     p.part = work;
-    mma_plan(w, &p.ksb, &p.splits);
     for (int r0 = 0; r0 < n_rows; r0 += MMA_XROWS) {
         p.n_x = n_rows - r0 < MMA_XROWS ? n_rows - r0 : MMA_XROWS;
+        mma_plan(w, p.n_x, &p.ksb, &p.splits);
         p.xq = x->q + r0 * x->k_pad;
         p.xd = x->d + r0 * (x->k_pad / 32);
         p.y = y + r0 * y_stride;
