@@ -14,9 +14,11 @@
  *   x: rows of k_pad int8 quants [n_rows][k_pad], F16-rounded scales d [n_rows][nb] (cu_act).
  *   y: row r of the output at y + r * y_stride, n floats (STORE: = scale·dot, ADD: += scale·dot).
  *   A block of 128 threads (4 warps) takes 128 weight rows (each warp two m16 tiles) times one
- *   slice of ksb quant blocks of k (split-K: grid.y slices, so that a 4096-row weight still
- *   fills the GPU), for up to 64 activation rows (NT n8 tiles) whose quants and scales for the
- *   slice sit in shared memory, laid out in mma B-fragment order (one 8-byte load per lane).
+ *   slice of ksb quant blocks of k (split-K: grid.y slices, as many as fit one wave of resident
+ *   blocks, so that a 4096-row weight still fills the GPU and each warp waits on few dependent
+ *   loads), for up to 64 activation rows (NT n8 tiles) whose quants and scales for the slice are
+ *   copied (cp.async) into shared memory in mma B-fragment order (one 8-byte load per lane),
+ *   while the warps' first two steps of weights are already in flight.
  *   A lane loads 16 bytes of weight per weight row per step (4 Q4_0 blocks or 2 Q8_0 blocks
  *   across the 4 lanes of a quad, 512 contiguous bytes per row pair per warp instruction,
  *   streamed with __ldcs) and a 4x4 word transpose inside the quad (4 shuffles) turns them into
