@@ -19,9 +19,12 @@
  * llama2-7b projections for n_rows 1, 2, 4, 8, 16: µs per launch, the weight GB/s that makes, and
  * the speed-up over n_rows one-row launches (n_rows times the one-row launch's time). The last
  * shape is gate+up with the SwiGLU epilogue (two 4096 -> 11008 weights per launch).
+ * --mma: the tensor-core batched matmul (cu_mma_q8, mma.cu), Q4_0 and Q8_0, on 4096x4096,
+ * 11008x4096 (gate/up) and 4096x11008 (down) for 1 (the one-row matvec), 8, 16, 32 and 64 rows:
+ * µs per launch, weight GB/s, µs per row relative to the one-row kernel, and the speed-up.
  *
  * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|q8_0]
- *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mv-types LIST] [--md-header]
+ *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header]
  *                   [--no-pdl]
  */
 #include <math.h>
@@ -113,7 +116,7 @@ int main(int argc, char **argv) {
     const char *synth = NULL, *model = NULL;
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
-    bool matvec = false, matvec_rows = false, header = false, no_pdl = false, kv_q8 = false;
+    bool matvec = false, matvec_rows = false, mma = false, header = false, no_pdl = false, kv_q8 = false;
     const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -136,6 +139,8 @@ int main(int argc, char **argv) {
             matvec = true;
         else if (!strcmp(a, "--matvec-rows"))
             matvec_rows = true;
+        else if (!strcmp(a, "--mma"))
+            mma = true;
         else if (!strcmp(a, "--mv-types") && more)
             mv_types = argv[++i];
         else if (!strcmp(a, "--md-header"))
@@ -145,10 +150,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kv") && more && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "q8_0")))
             kv_q8 = !strcmp(argv[++i], "q8_0");
         else {
-            fprintf(
-                stderr,
-                "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                "[--kv f16|q8_0] [--matvec] [--matvec-rows] [--mv-types LIST] [--md-header] [--no-pdl]\n");
+            fprintf(stderr,
+                    "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
+                    "[--kv f16|q8_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header] "
+                    "[--no-pdl]\n");
             return 2;
         }
     }
@@ -205,6 +210,30 @@ int main(int argc, char **argv) {
                     printf("| %s | %lldx%lld%s | %d | %.2f | %.0f | %.1f %% | %.2fx |\n",
                            cera_type_get(mt[i])->name, (long long)nn, (long long)k, sw ? " x2 swiglu" : "",
                            nr[q], us, g, 100 * g / read_gbps, nr[q] * us1 / us);
+                    fflush(stdout);
+                }
+            }
+    }
+    if (mma) {
+        // the tensor-core batched matmul (cu_mma_q8); rows 1 is the one-row decode matvec
+        const cera_type mt[] = {CERA_TYPE_Q4_0, CERA_TYPE_Q8_0};
+        const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}}; // {k, n}
+        const int nr[] = {1, 8, 16, 32, 64};
+        printf("| type | weight (n x k) | rows | µs/launch | weight GB/s | µs/row vs 1 row | speed-up vs "
+               "rows x 1-row |\n");
+        printf("|---|---|---:|---:|---:|---:|---:|\n");
+        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
+            for (size_t j = 0; j < 3; j++) {
+                if (mv_types && !name_in_list(cera_type_get(mt[i])->name, mv_types)) continue;
+                const int64_t k = shapes[j][0], nn = shapes[j][1];
+                double us1 = 0;
+                for (size_t q = 0; q < sizeof nr / sizeof nr[0]; q++) {
+                    double us = 0, g = 0;
+                    if (cera_cuda_bench_mma(mt[i], k, nn, nr[q], 200, &us, &g, &err)) die("mma", &err);
+                    if (q == 0) us1 = us;
+                    printf("| %s | %lldx%lld | %d | %.2f | %.0f | %.3f | %.2fx |\n",
+                           cera_type_get(mt[i])->name, (long long)nn, (long long)k, nr[q], us, g,
+                           us / nr[q] / us1, nr[q] * us1 / us);
                     fflush(stdout);
                 }
             }

@@ -8,8 +8,10 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows parallel (default: tests
-#   sanitize matvec bench lora); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel (default: tests
+#   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); mma checks and
+#   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
+#   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
 #   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token; lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
@@ -219,3 +221,17 @@ if has mvrows; then
     done
 fi
 log "done"
+if has mma; then
+    log "tensor-core batched matmul: test_cuda_mma"
+    timeout 240 "$C/bin/test_cuda_mma" 2>&1 | tee "$OUT/test_cuda_mma.log" | tail -50
+    log "test_cuda_ops"
+    timeout 90 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/test_cuda_ops.log" | tail -3
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    log "compute-sanitizer memcheck, racecheck: test_cuda_mma short"
+    timeout 90 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_mma" short 2>&1 |
+        tee "$OUT/mma-sanitize.log" | tail -2
+    timeout 90 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_mma" short 2>&1 |
+        tee -a "$OUT/mma-sanitize.log" | tail -2
+    log "cuda_bench --mma"
+    timeout 200 "$C/bin/cuda_bench" --mma --bw-gib 2 2>&1 | tee "$OUT/mma-bench.log"
+fi

@@ -122,6 +122,18 @@ cera_status cera_cuda_test_matvec_rows(const cera_cuda_mvrows_case *c, float *y[
 cera_status cera_cuda_bench_matvec_rows(cera_type type, int64_t k, int64_t n, int n_rows, bool swiglu,
                                         int reps, double *us, double *gbps, cera_error *err);
 
+/* Runs cu_mma_q8 (the tensor-core matmul, Q4_0 / Q8_0) on host data: y_mma [n_rows][n] =
+ * scale * W · x_r (add: y0 + scale * W · x_r, y0 [n_rows][n]), x [n_rows][k] quantized as the
+ * kernels see it; and y_mv [n_rows][n] = W · x_r from cu_matvec, one launch per row. */
+cera_status cera_cuda_test_mma(cera_type type, int64_t k, int64_t n, int n_rows, const void *w,
+                               const float *x, bool add, float scale, const float *y0, float *y_mma,
+                               float *y_mv, cera_error *err);
+
+/* Times cu_mma_q8 alone (n_rows 1: cu_matvec) as cera_cuda_bench_matvec_rows times its kernel:
+ * *us per launch, *gbps the weight bytes read per second (once per 64 rows). */
+cera_status cera_cuda_bench_mma(cera_type type, int64_t k, int64_t n, int n_rows, int reps, double *us,
+                                double *gbps, cera_error *err);
+
 /* Runs the prefill path: Y[m, n] = X[m, k] · W[n, k]^T through dequantize + cuBLAS. */
 cera_status cera_cuda_test_gemm(cera_type type, int64_t k, int64_t n, int64_t m, const void *w,
                                 const float *x, float *y, cera_error *err);

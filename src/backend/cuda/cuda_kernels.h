@@ -166,6 +166,23 @@ typedef struct cu_conv_args {
 /* out (f32 rows) = C ⊙ conv(B ⊙ X) for every token, then each sequence's state moves on to
  * the rows before its next position (conv.cu says more). The caller quantizes out. */
 cudaError_t cu_shortconv(cudaStream_t st, const cu_conv_args *a, const cu_act *out);
+/* ---- Batched decode matmul on the tensor cores (mma.cu) ------------------------------ */
+
+/* True for the weight types cu_mma_q8 takes (Q4_0, Q8_0, split). */
+bool cu_mma_supported(cera_type t);
+/* Bytes of the workspace cu_mma_q8 needs for w and n_rows (0: none; the split-K partial sums,
+ * [slices][min(n_rows, 64)][w->n] floats). */
+int64_t cu_mma_work_bytes(const cu_weight *w, int n_rows);
+/* y_r = W · x_r for the n_rows (1..any; 64 per launch, the weight read once per 64) activation
+ * rows x_r of x (consecutive, k_pad apart, quantized by cu_quantize_act), on the tensor cores
+ * (int8 mma per 32-element block, F32 scaling as cu_matvec's terms; only their summation order
+ * differs). Output row r at y + r * y_stride (n floats): y = scale * dot, or with add
+ * y += scale * dot. work: cu_mma_work_bytes(w, n_rows) bytes of device memory (NULL when 0),
+ * used in stream order. Q4_0 / Q8_0 only (cu_mma_supported); mma.cu says how. As cu_matvec's,
+ * the kernel launched just before must not write the weights (under programmatic dependent
+ * launch the first weight loads go out before the wait). */
+cudaError_t cu_mma_q8(cudaStream_t st, const cu_weight *w, const cu_act *x, int n_rows, float *y,
+                      int64_t y_stride, bool add, float scale, float *work, int64_t work_bytes);
 
 /* ---- Attention (attention.cu) ----------------------------------------------------------- */
 

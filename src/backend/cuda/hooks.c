@@ -67,6 +67,9 @@ static cera_status upload_act(mini *m, const float *x, int rows, int64_t k, cu_a
                             sizeof(float) * (size_t)k, (size_t)rows, cudaMemcpyHostToDevice));
     else
         CU_TRY(cu_fill_f32(m->s.st, a->f, rows * a->k_pad, 0.01f));
+    // a pageable copy may still be landing when cudaMemcpy2D returns, and the stream does
+    // not wait for the legacy stream's work: without this, a large x races the quantization
+    CU_TRY(cudaDeviceSynchronize());
     CU_TRY(cu_quantize_act(m->s.st, a, rows));
     return CERA_OK;
 }
@@ -528,6 +531,137 @@ cera_status cera_cuda_bench_matvec_rows(cera_type type, int64_t k, int64_t n, in
     cudaFree(dy);
     free_act(&a);
     free_act(&h);
+    for (int i = 0; i < copies && ws; i++) cu_free_weight(&ws[i]);
+    free(ws);
+    mini_close(&m);
+    return st;
+}
+
+cera_status cera_cuda_test_mma(cera_type type, int64_t k, int64_t n, int n_rows, const void *w,
+                               const float *x, bool add, float scale, const float *y0, float *y_mma,
+                               float *y_mv, cera_error *err) {
+    if (n_rows < 1 || !cu_mma_supported(type))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: mma case (%d rows, type %d)", n_rows, (int)type);
+    mini m;
+    cu_weight cw;
+    cu_act a;
+    float *dy = NULL, *work = NULL;
+    memset(&cw, 0, sizeof cw);
+    memset(&a, 0, sizeof a);
+    const size_t ny = (size_t)n_rows * (size_t)n;
+    cera_status st = mini_open(&m, err);
+    if (st == CERA_OK) st = upload_host(&m, type, k, n, w, &cw, err);
+    if (st == CERA_OK) st = upload_act(&m, x, n_rows, k, &a, err);
+    const int64_t wb = st == CERA_OK ? cu_mma_work_bytes(&cw, n_rows) : 0;
+    if (st == CERA_OK && (cudaMalloc((void **)&dy, sizeof(float) * ny) != cudaSuccess ||
+                          (wb > 0 && cudaMalloc((void **)&work, (size_t)wb) != cudaSuccess)))
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: mma output");
+    if (st == CERA_OK) {
+        cudaError_t e = add ? cudaMemcpy(dy, y0, sizeof(float) * ny, cudaMemcpyHostToDevice)
+                            : cudaMemset(dy, 0xff, sizeof(float) * ny); // NaN where nothing is written
+        if (e == cudaSuccess) e = cudaDeviceSynchronize(); // both legacy-stream work, as in upload_act
+        if (e == cudaSuccess) e = cu_mma_q8(m.s.st, &cw, &a, n_rows, dy, n, add, scale, work, wb);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(y_mma, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost, m.s.st);
+        // the one-row kernel per activation row: plain dot products
+        for (int r = 0; r < n_rows && e == cudaSuccess; r++) {
+            const cu_act ar = act_row(&a, r);
+            cu_mv_seg seg = {&cw, dy + (size_t)r * (size_t)n, NULL};
+            e = cu_matvec(m.s.st, &seg, 1, &ar, CU_MV_STORE, 1.0f, NULL);
+        }
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(y_mv, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost, m.s.st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        if (e != cudaSuccess) st = cera_fail(err, CERA_ERR_DEVICE, "cuda: mma: %s", cudaGetErrorString(e));
+    }
+    cudaFree(dy);
+    cudaFree(work);
+    free_act(&a);
+    cu_free_weight(&cw);
+    mini_close(&m);
+    return st;
+}
+
+cera_status cera_cuda_bench_mma(cera_type type, int64_t k, int64_t n, int n_rows, int reps, double *us,
+                                double *gbps, cera_error *err) {
+    if (n_rows == 1) return cera_cuda_bench_matvec_rows(type, k, n, 1, false, reps, us, gbps, err);
+    mini m;
+    cera_status st = mini_open(&m, err);
+    if (st != CERA_OK) {
+        mini_close(&m);
+        return st;
+    }
+    // enough copies of the weight that the rotation never hits in the 60 MB L2
+    int64_t data_bytes, scale_bytes, k_pad, row_bytes;
+    cu_weight_bytes(type, k, n, &data_bytes, &scale_bytes, &k_pad, &row_bytes);
+    const int64_t wbytes = data_bytes + scale_bytes;
+    int copies = (int)((1ll << 30) / wbytes) + 1;
+    if (copies > 64) copies = 64;
+    cu_weight *ws = calloc((size_t)copies, sizeof(cu_weight));
+    cu_act a;
+    float *dy = NULL, *work = NULL;
+    int64_t wb = 0;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    memset(&a, 0, sizeof a);
+    m.s.prm.synthetic_weights = true;
+    for (int i = 0; i < copies && st == CERA_OK; i++) {
+        cera_weight mw;
+        memset(&mw, 0, sizeof mw);
+        mw.type = type;
+        mw.k = k;
+        mw.n = n;
+        m.s.prm.synthetic_seed = 7 + (uint64_t)i;
+        st = cu_upload_weight(&m.s, &mw, "bench weight", &ws[i], NULL, err);
+    }
+    if (st == CERA_OK) st = upload_act(&m, NULL, n_rows, k, &a, err);
+    if (st == CERA_OK) wb = cu_mma_work_bytes(&ws[0], n_rows);
+    if (st == CERA_OK &&
+        (cudaMalloc((void **)&dy, sizeof(float) * (size_t)n * (size_t)n_rows) != cudaSuccess ||
+         (wb > 0 && cudaMalloc((void **)&work, (size_t)wb) != cudaSuccess)))
+        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: output");
+    if (st == CERA_OK) {
+        cudaError_t e = cudaStreamSynchronize(m.s.st);
+        // one launch outside the graph (sets the kernels' shared-memory limits)
+        if (e == cudaSuccess) e = cu_mma_q8(m.s.st, &ws[0], &a, n_rows, dy, n, false, 1.0f, work, wb);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(m.s.st);
+        int dev = 0, cc = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
+        if (e == cudaSuccess) e = cudaStreamBeginCapture(m.s.st, cudaStreamCaptureModeThreadLocal);
+        cu_set_pdl(cc >= 9); // back to back as in a decode step
+        for (int i = 0; i < reps && e == cudaSuccess; i++)
+            e = cu_mma_q8(m.s.st, &ws[i % copies], &a, n_rows, dy, n, false, 1.0f, work, wb);
+        cu_set_pdl(false);
+        cudaError_t e2 = cudaStreamEndCapture(m.s.st, &g);
+        if (e == cudaSuccess) e = e2;
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
+        if (e == cudaSuccess) e = cudaEventCreate(&e0);
+        if (e == cudaSuccess) e = cudaEventCreate(&e1);
+        float t[5];
+        for (int i = -1; i < 5 && e == cudaSuccess; i++) {
+            e = cudaEventRecord(e0, m.s.st);
+            if (e == cudaSuccess) e = cudaGraphLaunch(ge, m.s.st);
+            if (e == cudaSuccess) e = cudaEventRecord(e1, m.s.st);
+            if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+            if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&t[i], e0, e1);
+        }
+        if (e != cudaSuccess)
+            st = cera_fail(err, CERA_ERR_DEVICE, "cuda: mma bench: %s", cudaGetErrorString(e));
+        else {
+            qsort(t, 5, sizeof(float), cmp_f);
+            *us = t[2] * 1e3 / reps;
+            *gbps = (double)wbytes * (double)((n_rows + 63) / 64) / (*us * 1e-6) / 1e9;
+        }
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(dy);
+    cudaFree(work);
+    free_act(&a);
     for (int i = 0; i < copies && ws; i++) cu_free_weight(&ws[i]);
     free(ws);
     mini_close(&m);
