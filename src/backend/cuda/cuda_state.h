@@ -91,6 +91,8 @@ struct cera_cuda_state {
     float *conv_state;                  /* the sequences' conv states: slot s at s * conv_state_slot floats */
     int64_t conv_state_slot;            /* floats per slot: n_conv_layer * (lc - 1) * n_embd */
     float *own_state;                   /* the standalone API's one slot */
+    float *mma_work; /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
+    int64_t mma_work_bytes;
     int64_t embd_pad, q_pad, ff_pad;
 
     float *x;                          /* residual stream [n_batch, embd_pad] */

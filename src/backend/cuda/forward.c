@@ -232,72 +232,86 @@ static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
     return CERA_OK;
 }
 
+/* Decode steps of at least this many sequences run their Q4_0/Q8_0 projections without a
+ * bias on the tensor cores (cu_mma_q8), fewer through cu_matvec_rows: measured on the H200
+ * (bench/RESULTS.md), mma at 8 rows about matches the several-row matvec and from 16 rows on
+ * beats it 2-4x. */
+#define MMA_MIN_ROWS 8
+
+/* y (rows y_stride apart) = (or +=, add) scale · (W x + bias) for n activation rows. */
+static cera_status rows_linear(cera_cuda_state *s, const cu_weight *w, const float *bias, const cu_act *x,
+                               int n, float *y, int64_t y_stride, bool add, float scale, cera_error *err) {
+    if (n >= MMA_MIN_ROWS && !bias && cu_mma_supported(w->type)) {
+        CU_TRY(cu_mma_q8(s->st, w, x, n, y, y_stride, add, scale, s->mma_work, s->mma_work_bytes));
+        return CERA_OK;
+    }
+    const cu_mv_seg seg = {w, y, bias};
+    CU_TRY(cu_matvec_rows(s->st, &seg, 1, x, n, y_stride, add ? CU_MV_ADD : CU_MV_STORE, scale, NULL));
+    return CERA_OK;
+}
+
 /* A decode step of n tokens, each of its own sequence, without adapters (see the top of
  * the file): logits of every row into s->logits [n, n_vocab]. */
 static cera_status decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     const cera_hparams *hp = &s->hp;
     const float eps = hp->rms_eps, rs = hp->residual_scale;
     const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
+    const bool mma = n >= MMA_MIN_ROWS;
     CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
     for (int l = 0; l < hp->n_layer; l++) {
         const cu_layer *L = &s->layers[l];
         const cu_kv kv = layer_kv(s, l);
         CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
         if (L->conv) {
-            const cu_mv_seg in = {&L->wcin, s->bcx, NULL}, o = {&L->wcout, s->x, NULL};
-            CU_TRY(cu_matvec_rows(s->st, &in, 1, &s->a_embd, n, 3 * (int64_t)s->n_embd, CU_MV_STORE, 1.0f,
-                                  NULL));
+            CERA_TRY(rows_linear(s, &L->wcin, NULL, &s->a_embd, n, s->bcx, 3 * (int64_t)s->n_embd, false,
+                                 1.0f, err));
             CERA_TRY(conv_step(s, l, n, err));
-            CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_conv, n, s->embd_pad, CU_MV_ADD, 1.0f, NULL));
+            CERA_TRY(rows_linear(s, &L->wcout, NULL, &s->a_conv, n, s->x, s->embd_pad, true, 1.0f, err));
         } else {
-            cu_mv_seg qkv[3] = {{&L->wq, s->qkv, L->bq},
-                                {&L->wk, s->qkv + s->n_q, L->bk},
-                                {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv}};
-            if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+            float *q = s->qkv, *k = s->qkv + s->n_q, *v = s->qkv + s->n_q + s->n_kv;
+            const cu_mv_seg qkv[3] = {{&L->wq, q, L->bq}, {&L->wk, k, L->bk}, {&L->wv, v, L->bv}};
+            if (!mma && L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
                 CU_TRY(cu_matvec_rows(s->st, qkv, 3, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
             } else {
                 for (int i = 0; i < 3; i++)
-                    CU_TRY(cu_matvec_rows(s->st, &qkv[i], 1, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
+                    CERA_TRY(rows_linear(s, qkv[i].w, qkv[i].bias, &s->a_embd, n, qkv[i].y, qkv_ld, false,
+                                         1.0f, err));
             }
-            CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n,
-                                 s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps,
-                                 &s->rope, s->qr, &kv));
+            CU_TRY(cu_rope_store(s->st, q, k, v, qkv_ld, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd,
+                                 L->q_norm, L->k_norm, eps, &s->rope, s->qr, &kv));
             CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
                                 hp->attn_scale, s->dec_splits, 1, &s->att, &s->a_attn));
             if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, n));
-            const cu_mv_seg o = {&L->wo, s->x, L->bo};
-            CU_TRY(cu_matvec_rows(s->st, &o, 1, &s->a_attn, n, s->embd_pad, CU_MV_ADD, rs, NULL));
+            CERA_TRY(rows_linear(s, &L->wo, L->bo, &s->a_attn, n, s->x, s->embd_pad, true, rs, err));
         }
         CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
-        if (L->wgate.type == L->wup.type) {
+        if (!mma && L->wgate.type == L->wup.type) {
             const cu_mv_seg gu[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
             CU_TRY(cu_matvec_rows(s->st, gu, 2, &s->a_embd, n, 0, CU_MV_SWIGLU, 1.0f, &s->a_ff));
         } else {
-            const cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
-            CU_TRY(cu_matvec_rows(s->st, &g, 1, &s->a_embd, n, s->n_ff, CU_MV_STORE, 1.0f, NULL));
-            CU_TRY(cu_matvec_rows(s->st, &u, 1, &s->a_embd, n, s->n_ff, CU_MV_STORE, 1.0f, NULL));
+            CERA_TRY(rows_linear(s, &L->wgate, NULL, &s->a_embd, n, s->gate, s->n_ff, false, 1.0f, err));
+            CERA_TRY(rows_linear(s, &L->wup, NULL, &s->a_embd, n, s->up, s->n_ff, false, 1.0f, err));
             CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff));
             CU_TRY(cu_quantize_act(s->st, &s->a_ff, n));
         }
-        const cu_mv_seg d = {&L->wdown, s->x, L->bdown};
-        CU_TRY(cu_matvec_rows(s->st, &d, 1, &s->a_ff, n, s->embd_pad, CU_MV_ADD, rs, NULL));
+        CERA_TRY(rows_linear(s, &L->wdown, L->bdown, &s->a_ff, n, s->x, s->embd_pad, true, rs, err));
     }
     CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, s->output_norm, eps, &s->a_embd));
-    const cu_mv_seg out = {&s->output, s->logits, s->output_b};
-    CU_TRY(
-        cu_matvec_rows(s->st, &out, 1, &s->a_embd, n, s->n_vocab, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
-    return CERA_OK;
+    return rows_linear(s, &s->output, s->output_b, &s->a_embd, n, s->logits, s->n_vocab, false,
+                       1.0f / hp->logit_scale, err);
 }
 
 /* Whether a batch takes decode_rows: n tokens of n sequences, no adapter, and few enough
- * rows that the multi-row kernels beat dequantizing every weight for cuBLAS. Measured on
- * the H200 (bench/RESULTS.md, the batched table): Q4_0 decode of 8 sequences 2.1x faster
- * this way, of 32 and 64 1.6x and 2.9x slower; F16 weights no faster from 8 rows on. */
+ * rows that the several-row kernels beat dequantizing every weight for cuBLAS (Q4_0/Q8_0,
+ * which the tensor-core matmul takes from MMA_MIN_ROWS on: up to DEC_ROWS_MAX). Measured
+ * on the H200 (bench/RESULTS.md, the batched table): through cu_matvec_rows Q4_0 decode of 8
+ * sequences 2.1x faster than cuBLAS, of 32 and 64 1.6x and 2.9x slower; F16 weights no
+ * faster from 8 rows on. */
 static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl) {
-    const cera_type t = s->layers[0].wq.type;
+    const cera_type t = s->layers[0].wdown.type; /* every layer kind has an FFN */
     const bool float_w = t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32;
-    if (n < 2 || n > (float_w ? 7 : 12) || n > DEC_ROWS_MAX || s->lora_mask || s->prm.force_gemm)
-        return false;
+    const int most = cu_mma_supported(t) ? DEC_ROWS_MAX : float_w ? 7 : 12;
+    if (n < 2 || n > most || s->lora_mask || s->prm.force_gemm) return false;
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
             if (tok_tbl[i] == tok_tbl[j]) return false; /* two tokens of one sequence: a prompt chunk */

@@ -342,6 +342,22 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     if ((st = make_act(&s->a_embd, B, s->n_embd, true, "activations", err)) != CERA_OK) goto done;
     if ((st = make_act(&s->a_attn, B, s->n_q, true, "activations", err)) != CERA_OK) goto done;
     if ((st = make_act(&s->a_ff, B, s->n_ff, true, "activations", err)) != CERA_OK) goto done;
+    {
+        // the tensor-core matmul's workspace: the largest any weight needs for DEC_ROWS_MAX rows
+        int64_t wb = cu_mma_supported(s->output.type) ? cu_mma_work_bytes(&s->output, DEC_ROWS_MAX) : 0;
+        for (int l = 0; l < hp->n_layer; l++) {
+            const cu_layer *L = &s->layers[l];
+            const cu_weight *ws[] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
+                                     &L->wup, &L->wdown, &L->wcin, &L->wcout};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]->data && cu_mma_supported(ws[i]->type)) {
+                    const int64_t b = cu_mma_work_bytes(ws[i], DEC_ROWS_MAX);
+                    if (b > wb) wb = b;
+                }
+        }
+        s->mma_work_bytes = wb;
+        if ((st = dev_alloc((void **)&s->mma_work, (size_t)wb, "mma workspace", err)) != CERA_OK) goto done;
+    }
     if (s->lc) {
         if ((st = make_act(&s->a_conv, B, s->n_embd, true, "activations", err)) != CERA_OK ||
             (st = dev_alloc((void **)&s->bcx, (size_t)B * 3 * s->n_embd * sizeof(float), "conv", err)) !=
@@ -491,6 +507,7 @@ void cera_cuda_free(cera_cuda_state *s) {
     cudaFree(s->bcx);
     cudaFree(s->d_first);
     cudaFree(s->own_state);
+    cudaFree(s->mma_work);
     if (s->h_conv) cudaFreeHost(s->h_conv);
     void *bufs[] = {s->x,         s->qkv,      s->qr,           s->gate,        s->up,
                     s->tmp,       s->logits,   s->half_act,     s->deq,         s->d_tok,
