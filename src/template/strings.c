@@ -1,0 +1,273 @@
+/*
+ * strings.c — Python's str operations on UTF-8 text, shared by the str methods
+ * (methods.c) and the filters (filters.c): case mapping (utf8proc), strip with Python's
+ * whitespace or a set of characters, split / rsplit with maxsplit, replace with a count.
+ */
+#include <string.h>
+
+#include <utf8proc.h>
+
+#include "template/strings.h"
+
+/* str.isspace() code points */
+bool tstr_is_space(int32_t c) {
+    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+           c == 0x3000;
+}
+
+/* The code point at s[i] (a bad byte reads as itself); its byte length in *len. */
+int32_t tstr_decode(const char *s, size_t n, size_t i, size_t *len) {
+    int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+    if (k <= 0) {
+        *len = 1;
+        return (unsigned char)s[i];
+    }
+    *len = (size_t)k;
+    return cp;
+}
+
+bool tstr_make(trender *r, const char *p, size_t n, tval *out) {
+    char *o = tarena_strndup(&r->arena, p, n);
+    if (!o) return tfail_oom(r);
+    *out = tv_str(o, n);
+    return true;
+}
+
+bool tstr_case(trender *r, const tval *s, tcase mode, tval *out) {
+    char *o = tarena_alloc(&r->arena, s->s.n * 3 + 4);
+    if (!o) return tfail_oom(r);
+    size_t k = 0;
+    bool word_start = true, first = true;
+    for (size_t i = 0; i < s->s.n;) {
+        size_t len;
+        int32_t c = tstr_decode(s->s.p, s->s.n, i, &len), m = c;
+        utf8proc_category_t cat = utf8proc_category(c);
+        bool cased =
+            cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+        switch (mode) {
+        case TCASE_UPPER: m = utf8proc_toupper(c); break;
+        case TCASE_LOWER: m = utf8proc_tolower(c); break;
+        case TCASE_TITLE: /* Python: a cased letter after an uncased one starts a word */
+            m = word_start ? utf8proc_totitle(c) : utf8proc_tolower(c);
+            word_start = !(cased || cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_LO);
+            break;
+        case TCASE_CAPITALIZE: m = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
+        }
+        first = false;
+        if (m < 0x80 && c >= 0x80) m = c; /* keep odd bytes as they were */
+        if (len == 1 && c >= 0x80)
+            o[k++] = s->s.p[i];
+        else
+            k += (size_t)utf8proc_encode_char(m, (utf8proc_uint8_t *)o + k);
+        i += len;
+    }
+    *out = tv_str(o, k);
+    return true;
+}
+
+static bool in_chars(const tval *chars, int32_t c) {
+    for (size_t i = 0; i < chars->s.n;) {
+        size_t len;
+        if (tstr_decode(chars->s.p, chars->s.n, i, &len) == c) return true;
+        i += len;
+    }
+    return false;
+}
+
+bool tstr_strip(trender *r, const tval *s, const tval *chars, int which, tval *out) {
+    (void)r;
+    if (chars && chars->k == TV_NONE) chars = NULL;
+    size_t b = 0, e = s->s.n;
+    if (which & 1) {
+        while (b < e) {
+            size_t len;
+            int32_t c = tstr_decode(s->s.p, e, b, &len);
+            if (!(chars ? in_chars(chars, c) : tstr_is_space(c))) break;
+            b += len;
+        }
+    }
+    if (which & 2) {
+        while (e > b) {
+            size_t st = e - 1, len;
+            while (st > b && ((unsigned char)s->s.p[st] & 0xC0) == 0x80) st--;
+            int32_t c = tstr_decode(s->s.p, e, st, &len);
+            if (!(chars ? in_chars(chars, c) : tstr_is_space(c))) break;
+            e = st;
+        }
+    }
+    *out = tv_str(s->s.p + b, e - b);
+    return true;
+}
+
+static const char *find(const char *h, size_t hn, const char *nd, size_t nn) {
+    if (nn == 0) return h;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == nd[0] && !memcmp(h + i, nd, nn)) return h + i;
+    return NULL;
+}
+
+static const char *rfind(const char *h, size_t hn, const char *nd, size_t nn) {
+    if (nn > hn) return NULL;
+    for (size_t i = hn - nn + 1; i-- > 0;)
+        if (!memcmp(h + i, nd, nn)) return h + i;
+    return NULL;
+}
+
+int64_t tstr_find(const tval *s, const tval *sub, bool from_right) {
+    const char *p =
+        from_right ? rfind(s->s.p, s->s.n, sub->s.p, sub->s.n) : find(s->s.p, s->s.n, sub->s.p, sub->s.n);
+    return p ? (int64_t)utf8_len(s->s.p, (size_t)(p - s->s.p)) : -1;
+}
+
+int64_t tstr_count(const tval *s, const tval *sub) {
+    if (sub->s.n == 0) return (int64_t)utf8_len(s->s.p, s->s.n) + 1;
+    int64_t k = 0;
+    for (const char *p = s->s.p, *e = s->s.p + s->s.n; (p = find(p, (size_t)(e - p), sub->s.p, sub->s.n));
+         p += sub->s.n)
+        k++;
+    return k;
+}
+
+bool tstr_replace(trender *r, const tval *s, const tval *old, const tval *rep, int64_t count, tval *out) {
+    tbuf b = {.limit = r->max_output};
+    const char *p = s->s.p, *e = s->s.p + s->s.n;
+    if (old->s.n == 0) { /* Python inserts rep between every character and at both ends */
+        int64_t done = 0;
+        while (p <= e && (count < 0 || done < count)) {
+            tbuf_put(&b, rep->s.p, rep->s.n);
+            done++;
+            if (p == e) break;
+            size_t len;
+            tstr_decode(p, (size_t)(e - p), 0, &len);
+            tbuf_put(&b, p, len);
+            p += len;
+        }
+        tbuf_put(&b, p, (size_t)(e - p));
+    } else {
+        int64_t done = 0;
+        const char *q;
+        while ((count < 0 || done < count) && (q = find(p, (size_t)(e - p), old->s.p, old->s.n))) {
+            tbuf_put(&b, p, (size_t)(q - p));
+            tbuf_put(&b, rep->s.p, rep->s.n);
+            p = q + old->s.n;
+            done++;
+        }
+        tbuf_put(&b, p, (size_t)(e - p));
+    }
+    bool ok = !b.failed && tstr_make(r, b.p ? b.p : "", b.n, out);
+    if (b.failed) tfail(r, "template render: a replaced string is over the output limit");
+    tbuf_free(&b);
+    return ok;
+}
+
+/* str.split / str.rsplit: sep NULL (or None) splits on whitespace runs. */
+bool tstr_split(trender *r, const tval *s, const tval *sep, int64_t maxsplit, bool from_right, tval *out) {
+    tlist *l = tlist_new(&r->arena, 0);
+    if (!l) return tfail_oom(r);
+    if (sep && sep->k == TV_NONE) sep = NULL;
+    if (sep && sep->s.n == 0) return tfail(r, "ValueError: empty separator");
+    const char *p = s->s.p;
+    size_t n = s->s.n;
+    if (!from_right) {
+        size_t i = 0;
+        int64_t splits = 0;
+        if (!sep) {
+            for (;;) {
+                size_t len;
+                while (i < n && tstr_is_space(tstr_decode(p, n, i, &len))) i += len;
+                if (i >= n) break;
+                size_t st = i;
+                if (maxsplit >= 0 && splits >= maxsplit) {
+                    /* the rest, with its trailing whitespace stripped */
+                    size_t e = n;
+                    tval rest = tv_str(p + st, e - st), t;
+                    tstr_strip(r, &rest, NULL, 2, &t);
+                    if (!tlist_push(&r->arena, l, t)) return tfail_oom(r);
+                    break;
+                }
+                while (i < n && !tstr_is_space(tstr_decode(p, n, i, &len))) i += len;
+                if (!tlist_push(&r->arena, l, tv_str(p + st, i - st))) return tfail_oom(r);
+                splits++;
+            }
+        } else {
+            for (;;) {
+                const char *q =
+                    maxsplit >= 0 && splits >= maxsplit ? NULL : find(p + i, n - i, sep->s.p, sep->s.n);
+                if (!q) {
+                    if (!tlist_push(&r->arena, l, tv_str(p + i, n - i))) return tfail_oom(r);
+                    break;
+                }
+                if (!tlist_push(&r->arena, l, tv_str(p + i, (size_t)(q - (p + i))))) return tfail_oom(r);
+                i = (size_t)(q - p) + sep->s.n;
+                splits++;
+            }
+        }
+    } else {
+        /* collect from the right, then reverse */
+        size_t e = n;
+        int64_t splits = 0;
+        if (!sep) {
+            for (;;) {
+                while (e > 0 && tstr_is_space((unsigned char)p[e - 1])) e--;
+                if (e == 0) break;
+                if (maxsplit >= 0 && splits >= maxsplit) {
+                    size_t st = 0;
+                    while (st < e && tstr_is_space((unsigned char)p[st])) st++;
+                    if (!tlist_push(&r->arena, l, tv_str(p + st, e - st))) return tfail_oom(r);
+                    break;
+                }
+                size_t st = e;
+                while (st > 0 && !tstr_is_space((unsigned char)p[st - 1])) st--;
+                if (!tlist_push(&r->arena, l, tv_str(p + st, e - st))) return tfail_oom(r);
+                e = st;
+                splits++;
+            }
+        } else {
+            for (;;) {
+                const char *q = maxsplit >= 0 && splits >= maxsplit ? NULL : rfind(p, e, sep->s.p, sep->s.n);
+                if (!q) {
+                    if (!tlist_push(&r->arena, l, tv_str(p, e))) return tfail_oom(r);
+                    break;
+                }
+                size_t st = (size_t)(q - p) + sep->s.n;
+                if (!tlist_push(&r->arena, l, tv_str(p + st, e - st))) return tfail_oom(r);
+                e = (size_t)(q - p);
+                splits++;
+            }
+        }
+        for (size_t i = 0; i < l->n / 2; i++) {
+            tval t = l->v[i];
+            l->v[i] = l->v[l->n - 1 - i];
+            l->v[l->n - 1 - i] = t;
+        }
+    }
+    *out = (tval){.k = TV_LIST, .l = l};
+    return true;
+}
+
+/* str.splitlines() (no keepends) */
+bool tstr_splitlines(trender *r, const tval *s, tlist **out) {
+    tlist *l = tlist_new(&r->arena, 0);
+    if (!l) return tfail_oom(r);
+    const char *p = s->s.p;
+    size_t n = s->s.n, st = 0, i = 0;
+    while (i < n) {
+        size_t len;
+        int32_t c = tstr_decode(p, n, i, &len);
+        bool br = c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e) || c == 0x85 ||
+                  c == 0x2028 || c == 0x2029;
+        if (!br) {
+            i += len;
+            continue;
+        }
+        if (!tlist_push(&r->arena, l, tv_str(p + st, i - st))) return tfail_oom(r);
+        i += len;
+        if (c == '\r' && i < n && p[i] == '\n') i++;
+        st = i;
+    }
+    if (st < n && !tlist_push(&r->arena, l, tv_str(p + st, n - st))) return tfail_oom(r);
+    *out = l;
+    return true;
+}
