@@ -38,6 +38,11 @@ bool tstep(trender *r) {
     return true;
 }
 
+bool tcharge(trender *r, uint64_t n) {
+    r->steps += n / 8;
+    return tstep(r);
+}
+
 tval tundef(trender *r, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
@@ -254,9 +259,15 @@ static bool slice(trender *r, const tval *obj, const tval *bounds[3], tval *out)
     size_t k = 0;
     if (step == 1 && len == (int64_t)n) { /* ASCII: bytes are code points */
         if (stop > start) memcpy(o, s + start, (size_t)(stop - start)), k = (size_t)(stop - start);
-    } else {
+    } else { /* the byte offset of every code point, so the slice stays linear */
+        size_t *at = tarena_alloc(&r->arena, ((size_t)len + 1) * sizeof(size_t));
+        if (!at) return tfail_oom(r);
+        for (size_t i = 0, off = 0; i <= (size_t)len; i++) {
+            at[i] = off;
+            if (off < n) off += utf8_offset(s + off, n - off, 1);
+        }
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            size_t bo = utf8_offset(s, n, (size_t)i), eo = utf8_offset(s, n, (size_t)i + 1);
+            size_t bo = at[i], eo = at[i + 1];
             memcpy(o + k, s + bo, eo - bo);
             k += eo - bo;
         }
@@ -402,19 +413,13 @@ static bool contains(trender *r, const tval *item, const tval *seq, bool *out) {
         if (item->k != TV_STR)
             return tfail(r, "TypeError: 'in <string>' requires string as left operand, not %s",
                          tv_type_name(item));
-        if (item->s.n == 0)
-            *out = true;
-        else {
-            *out = false;
-            for (size_t i = 0; i + item->s.n <= seq->s.n && !*out; i++)
-                if (!memcmp(seq->s.p + i, item->s.p, item->s.n)) *out = true;
-        }
+        *out = item->s.n == 0 || memmem(seq->s.p, seq->s.n, item->s.p, item->s.n) != NULL;
         return true;
     case TV_LIST:
         *out = false;
         for (size_t i = 0; i < seq->l->n && !*out; i++) *out = tv_equal(item, &seq->l->v[i]);
-        return true;
-    case TV_DICT: *out = tdict_get(seq->d, *item) != NULL; return true;
+        return tcharge(r, seq->l->n);
+    case TV_DICT: *out = tdict_get(seq->d, *item) != NULL; return tcharge(r, seq->d->n);
     default: return tfail(r, "TypeError: argument of type '%s' is not iterable", tv_type_name(seq));
     }
 }
@@ -474,9 +479,20 @@ static bool eval_list(trender *r, tframe *f, const tnode *n, tval *out) {
     return true;
 }
 
+static bool eval_node(trender *r, tframe *f, const tnode *n, tval *out);
+
+/* Long filter, attribute or operator chains make deep trees; their depth is bounded so
+ * evaluating them cannot overflow the stack. */
 bool teval(trender *r, tframe *f, const tnode *n, tval *out) {
-    tval a, b;
     if (r->failed) return false;
+    if (++r->eval_depth > 2000) return tfail(r, "template render: an expression nested too deeply");
+    bool ok = eval_node(r, f, n, out);
+    r->eval_depth--;
+    return ok;
+}
+
+static bool eval_node(trender *r, tframe *f, const tnode *n, tval *out) {
+    tval a, b;
     switch (n->kind) {
     case N_CONST: *out = n->val; return true;
     case N_NAME:
@@ -622,14 +638,14 @@ bool tv_iterate(trender *r, const tval *v, tlist **out) {
     case TV_UNDEF: l = tlist_new(&r->arena, 0); break;
     case TV_LIST:
         l = tlist_new(&r->arena, v->l->n);
-        if (l) {
+        if (l && v->l->n) {
             memcpy(l->v, v->l->v, v->l->n * sizeof(tval));
             l->n = v->l->n;
         }
         break;
     case TV_DICT:
         l = tlist_new(&r->arena, v->d->n);
-        if (l) {
+        if (l && v->d->n) {
             memcpy(l->v, v->d->keys, v->d->n * sizeof(tval));
             l->n = v->d->n;
         }

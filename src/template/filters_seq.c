@@ -43,7 +43,7 @@ static bool select_common(trender *r, const tval *v, const targs *a, tval *out, 
         name[test->s.n] = 0;
         if (!ttest_exists(name)) return tfail(r, "TemplateRuntimeError: No test named '%s'.", name);
     }
-    targs targs_ = {a->pos + at, a->npos - at, a->kw, a->kwnames, a->nkw};
+    targs targs_ = {a->npos > at ? a->pos + at : NULL, a->npos - at, a->kw, a->kwnames, a->nkw};
     for (size_t i = 0; i < in->n; i++) {
         tval x = in->v[i];
         bool ok;
@@ -187,6 +187,7 @@ static bool f_unique(trender *r, const tval *v, const targs *a, tval *out) {
         tval key;
         if (!tstep(r) || !sort_key(r, &in->v[i], attr, cs && tv_truthy(cs), &key)) return false;
         bool dup = false;
+        if (!tcharge(r, seen->n)) return false;
         for (size_t j = 0; j < seen->n && !dup; j++) dup = tv_equal(&seen->v[j], &key);
         if (dup) continue;
         seen->v[seen->n++] = key;

@@ -258,6 +258,7 @@ struct trender {
     cera_error *err;
     bool failed;
     int depth, max_depth;
+    int eval_depth; /* nested teval calls */
     uint64_t steps, max_steps;
     size_t max_output;
     time_t now;
@@ -272,6 +273,8 @@ tval tundef(trender *r, const char *fmt, ...) CERA_PRINTF(2, 3);
 bool tfail_undef(trender *r, const tval *u);
 bool tfail_oom(trender *r);
 bool tstep(trender *r);
+/* Counts n units of work (comparisons in `in`, unique...) against the step limit. */
+bool tcharge(trender *r, uint64_t n);
 
 bool teval(trender *r, tframe *f, const tnode *n, tval *out);
 bool trender_body(trender *r, tframe *f, tnode *const *body, size_t n);

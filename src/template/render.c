@@ -114,6 +114,7 @@ static bool run_loop(trender *r, tframe *f, const tnode *n, const tval *iter, in
 
 /* loop(items) in a recursive loop: the loop body again over items, one level deeper. */
 static bool call_loop(trender *r, const tloop *L, const targs *a, tval *out) {
+    if (!L->for_node->flag) return tfail(r, "TypeError: Tried to call non recursive loop.");
     if (a->npos != 1) return tfail(r, "TypeError: loop() takes exactly one argument");
     if (++r->depth > r->max_depth)
         return tfail(r, "template render: over the recursion limit of %d", r->max_depth);

@@ -3,6 +3,7 @@
  * (methods.c) and the filters (filters.c): case mapping (utf8proc), strip with Python's
  * whitespace or a set of characters, split / rsplit with maxsplit, replace with a count.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <utf8proc.h>
@@ -101,18 +102,28 @@ bool tstr_strip(trender *r, const tval *s, const tval *chars, int which, tval *o
     return true;
 }
 
+/* Substring search in linear time (glibc's two-way memmem), so hostile inputs cannot
+ * make it quadratic. */
 static const char *find(const char *h, size_t hn, const char *nd, size_t nn) {
     if (nn == 0) return h;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == nd[0] && !memcmp(h + i, nd, nn)) return h + i;
-    return NULL;
+    return memmem(h, hn, nd, nn);
 }
 
+/* The last occurrence: a forward search of the reversed bytes. */
 static const char *rfind(const char *h, size_t hn, const char *nd, size_t nn) {
     if (nn > hn) return NULL;
-    for (size_t i = hn - nn + 1; i-- > 0;)
-        if (!memcmp(h + i, nd, nn)) return h + i;
-    return NULL;
+    if (nn == 0) return h + hn;
+    char *rh = malloc(hn), *rn = malloc(nn);
+    const char *res = NULL;
+    if (rh && rn) {
+        for (size_t i = 0; i < hn; i++) rh[i] = h[hn - 1 - i];
+        for (size_t i = 0; i < nn; i++) rn[i] = nd[nn - 1 - i];
+        const char *q = memmem(rh, hn, rn, nn);
+        if (q) res = h + (hn - (size_t)(q - rh) - nn);
+    }
+    free(rh);
+    free(rn);
+    return res;
 }
 
 int64_t tstr_find(const tval *s, const tval *sub, bool from_right) {

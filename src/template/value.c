@@ -210,7 +210,16 @@ static double num_f(const tval *v) {
 }
 static int64_t num_i(const tval *v) { return v->k == TV_INT ? v->i : (int64_t)v->b; }
 
-bool tv_equal(const tval *a, const tval *b) {
+static bool equal_at(const tval *a, const tval *b, int depth);
+
+/* Values can nest deeply (a namespace attribute wrapped in a list again and again); past
+ * this depth comparisons give up (unequal, unordered) and printing writes "...". */
+#define MAX_VALUE_DEPTH 200
+
+bool tv_equal(const tval *a, const tval *b) { return equal_at(a, b, 0); }
+
+static bool equal_at(const tval *a, const tval *b, int depth) {
+    if (depth > MAX_VALUE_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a->k != TV_FLOAT && b->k != TV_FLOAT) return num_i(a) == num_i(b);
         return num_f(a) == num_f(b);
@@ -223,14 +232,14 @@ bool tv_equal(const tval *a, const tval *b) {
     case TV_LIST:
         if (a->l->n != b->l->n || a->l->is_tuple != b->l->is_tuple) return false;
         for (size_t i = 0; i < a->l->n; i++)
-            if (!tv_equal(&a->l->v[i], &b->l->v[i])) return false;
+            if (!equal_at(&a->l->v[i], &b->l->v[i], depth + 1)) return false;
         return true;
     case TV_DICT:
         if (a->d->n != b->d->n) return false;
         if (a->d->is_ns || b->d->is_ns) return a->d == b->d;
         for (size_t i = 0; i < a->d->n; i++) {
             const tval *o = tdict_get(b->d, a->d->keys[i]);
-            if (!o || !tv_equal(&a->d->vals[i], o)) return false;
+            if (!o || !equal_at(&a->d->vals[i], o, depth + 1)) return false;
         }
         return true;
     case TV_FUNC: return a->fn == b->fn;
@@ -239,8 +248,13 @@ bool tv_equal(const tval *a, const tval *b) {
     }
 }
 
-int tv_compare(const tval *a, const tval *b, bool *ok) {
-    *ok = true;
+static int compare_at(const tval *a, const tval *b, bool *ok, int depth);
+
+int tv_compare(const tval *a, const tval *b, bool *ok) { return compare_at(a, b, ok, 0); }
+
+static int compare_at(const tval *a, const tval *b, bool *ok, int depth) {
+    *ok = depth <= MAX_VALUE_DEPTH;
+    if (!*ok) return 0;
     if (is_num(a) && is_num(b)) {
         if (a->k != TV_FLOAT && b->k != TV_FLOAT) return (num_i(a) > num_i(b)) - (num_i(a) < num_i(b));
         double x = num_f(a), y = num_f(b);
@@ -254,8 +268,8 @@ int tv_compare(const tval *a, const tval *b, bool *ok) {
     }
     if (a->k == TV_LIST && b->k == TV_LIST) {
         for (size_t i = 0; i < a->l->n && i < b->l->n; i++) {
-            if (tv_equal(&a->l->v[i], &b->l->v[i])) continue;
-            return tv_compare(&a->l->v[i], &b->l->v[i], ok);
+            if (equal_at(&a->l->v[i], &b->l->v[i], depth + 1)) continue;
+            return compare_at(&a->l->v[i], &b->l->v[i], ok, depth + 1);
         }
         return (a->l->n > b->l->n) - (a->l->n < b->l->n);
     }
@@ -363,8 +377,9 @@ static bool write_str_repr(tbuf *b, const char *s, size_t n) {
     return tbuf_putc(b, q);
 }
 
-static bool write_value(tbuf *b, const tval *v, bool repr) {
+static bool write_value(tbuf *b, const tval *v, bool repr, int depth) {
     char num[48];
+    if (depth > MAX_VALUE_DEPTH) return tbuf_put(b, "...", 3);
     switch (v->k) {
     case TV_UNDEF: return true;
     case TV_NONE: return tbuf_put(b, "None", 4);
@@ -378,7 +393,7 @@ static bool write_value(tbuf *b, const tval *v, bool repr) {
         tbuf_putc(b, tup ? '(' : '[');
         for (size_t i = 0; i < v->l->n; i++) {
             if (i) tbuf_put(b, ", ", 2);
-            write_value(b, &v->l->v[i], true);
+            write_value(b, &v->l->v[i], true, depth + 1);
         }
         if (tup && v->l->n == 1) tbuf_putc(b, ',');
         return tbuf_putc(b, tup ? ')' : ']');
@@ -388,9 +403,9 @@ static bool write_value(tbuf *b, const tval *v, bool repr) {
         tbuf_putc(b, '{');
         for (size_t i = 0; i < v->d->n; i++) {
             if (i) tbuf_put(b, ", ", 2);
-            write_value(b, &v->d->keys[i], true);
+            write_value(b, &v->d->keys[i], true, depth + 1);
             tbuf_put(b, ": ", 2);
-            write_value(b, &v->d->vals[i], true);
+            write_value(b, &v->d->vals[i], true, depth + 1);
         }
         tbuf_putc(b, '}');
         return v->d->is_ns ? tbuf_putc(b, '>') : !b->failed;
@@ -400,8 +415,8 @@ static bool write_value(tbuf *b, const tval *v, bool repr) {
     return false;
 }
 
-bool tv_write_str(tbuf *b, const tval *v) { return write_value(b, v, false); }
-bool tv_write_repr(tbuf *b, const tval *v) { return write_value(b, v, true); }
+bool tv_write_str(tbuf *b, const tval *v) { return write_value(b, v, false, 0); }
+bool tv_write_repr(tbuf *b, const tval *v) { return write_value(b, v, true, 0); }
 
 /* ---- UTF-8 ----------------------------------------------------------------------- */
 
