@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "template/internal.h"
+#include "template/strings.h"
 
 bool tfail(trender *r, const char *fmt, ...) {
     if (!r->failed) {
@@ -394,6 +395,10 @@ static bool binop(trender *r, int op, const tval *a, const tval *b, tval *out) {
         l->is_tuple = a->l->is_tuple;
         *out = (tval){.k = TV_LIST, .l = l};
         return true;
+    }
+    if (op == OP_MOD && a->k == TV_STR) { /* 'fmt' % args */
+        bool tuple = b->k == TV_LIST && b->l->is_tuple;
+        return tstr_percent(r, a, tuple ? b->l->v : b, tuple ? b->l->n : 1, out);
     }
     if (op == OP_MUL && (a->k == TV_STR || a->k == TV_LIST) && is_intlike(b))
         return repeat(r, a, as_int(b), out);

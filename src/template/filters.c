@@ -40,6 +40,7 @@ static bool text_of(trender *r, const tval *v, tval *out) { return tv_to_str(r, 
 static bool f_tojson(trender *r, const tval *v, const targs *a, tval *out) {
     int64_t indent;
     const tval *ind = targ(a, 0, "indent"), *sk = targ(a, 99, "sort_keys"), *seps = targ(a, 99, "separators");
+    const tval *ascii = targ(a, 99, "ensure_ascii");
     if (!tf_int_arg(r, ind, -1, &indent)) return false;
     const char *item_sep = NULL, *key_sep = NULL;
     if (seps && seps->k == TV_LIST && seps->l->n == 2 && seps->l->v[0].k == TV_STR &&
@@ -50,7 +51,8 @@ static bool f_tojson(trender *r, const tval *v, const targs *a, tval *out) {
     if (indent > 64) indent = 64;
     tbuf b = {.limit = r->max_output};
     const char *bad = NULL;
-    if (!tv_write_json(&b, v, (int)indent, sk && tv_truthy(sk), item_sep, key_sep, &bad)) {
+    if (!tv_write_json(&b, v, (int)indent, sk && tv_truthy(sk), ascii && tv_truthy(ascii), item_sep, key_sep,
+                       &bad)) {
         tbuf_free(&b);
         if (bad) return tfail(r, "TypeError: Object of type %s is not JSON serializable", bad);
         return tfail(r, "template render: tojson output over the limit");
@@ -77,9 +79,32 @@ static bool f_lower(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
     return f_case(r, v, out, TCASE_LOWER);
 }
+/* Jinja2's title: words begin after -, whitespace, (, {, [ or < (unlike str.title, so
+ * "they're" stays "They're") */
 static bool f_title(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
-    return f_case(r, v, out, TCASE_TITLE);
+    tval s;
+    if (!text_of(r, v, &s)) return false;
+    tbuf b = {.limit = r->max_output};
+    bool start = true;
+    for (size_t i = 0; i < s.s.n;) {
+        size_t len;
+        int32_t c = tstr_decode(s.s.p, s.s.n, i, &len);
+        tval ch = tv_str(s.s.p + i, len), m;
+        i += len;
+        if (c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || tstr_is_space(c)) {
+            tbuf_put(&b, ch.s.p, ch.s.n);
+            start = true;
+            continue;
+        }
+        if (!tstr_case(r, &ch, start ? TCASE_UPPER : TCASE_LOWER, &m)) {
+            tbuf_free(&b);
+            return false;
+        }
+        tbuf_put(&b, m.s.p, m.s.n);
+        start = false;
+    }
+    return str_result(r, &b, out);
 }
 static bool f_capitalize(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
@@ -102,6 +127,8 @@ static bool f_length(trender *r, const tval *v, const targs *a, tval *out) {
 
 static bool f_first_last(trender *r, const tval *v, tval *out, bool last) {
     tlist *l;
+    if (last && v->k == TV_LIST && v->l->is_gen)
+        return tfail(r, "TypeError: 'generator' object is not reversible");
     if (!tv_iterate(r, v, &l)) return false;
     *out = l->n ? l->v[last ? l->n - 1 : 0]
                 : tundef(r, "No %s item, sequence was empty.", last ? "last" : "first");
@@ -193,7 +220,9 @@ static bool f_items(trender *r, const tval *v, const targs *a, tval *out) {
     if (v->k != TV_DICT) return tfail(r, "TypeError: can only get item pairs from a mapping");
     tval m;
     targs none = {0};
-    return tmethod_lookup(r, v, "items", 5, &m) && tcall(r, &m, &none, out);
+    if (!tmethod_lookup(r, v, "items", 5, &m) || !tcall(r, &m, &none, out)) return false;
+    out->l->is_gen = true; /* Jinja2's items filter is a generator */
+    return true;
 }
 
 static bool f_list(trender *r, const tval *v, const targs *a, tval *out) {
@@ -258,6 +287,7 @@ static bool f_float(trender *r, const tval *v, const targs *a, tval *out) {
         buf[n] = 0;
         char *end;
         double x = strtod(buf, &end);
+        while (*end == ' ' || *end == '\t' || *end == '\n') end++;
         *out = end != buf && *end == 0 ? tv_float(x) : tv_float(dflt);
     } else
         *out = tv_float(dflt);
@@ -375,9 +405,19 @@ static bool f_indent(trender *r, const tval *v, const targs *a, tval *out) {
 
 static bool f_wordcount(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
-    tval s, parts;
-    if (!text_of(r, v, &s) || !tstr_split(r, &s, NULL, -1, false, &parts)) return false;
-    *out = tv_int((int64_t)parts.l->n);
+    tval s;
+    if (!text_of(r, v, &s)) return false;
+    int64_t words = 0; /* runs of \w (letters, digits, underscore), as Jinja2's regex */
+    bool in_word = false;
+    for (size_t i = 0; i < s.s.n;) {
+        size_t len;
+        int32_t c = tstr_decode(s.s.p, s.s.n, i, &len);
+        i += len;
+        bool w = c == '_' || tstr_is_word(c);
+        if (w && !in_word) words++;
+        in_word = w;
+    }
+    *out = tv_int(words);
     return true;
 }
 
@@ -424,32 +464,18 @@ static bool f_truncate(trender *r, const tval *v, const targs *a, tval *out) {
     return str_result(r, &b, out);
 }
 
+/* "%s and %s"|format(a, b): Python's printf-style formatting */
 static bool f_format(trender *r, const tval *v, const targs *a, tval *out) {
-    /* printf-style "%s" formatting: %s, %d, %r and %% */
-    tval s;
-    if (!tcheck_str(r, v, "format") || !text_of(r, v, &s)) return false;
-    tbuf b = {.limit = r->max_output};
-    size_t k = 0;
-    for (size_t i = 0; i < s.s.n; i++) {
-        if (s.s.p[i] != '%' || i + 1 >= s.s.n) {
-            tbuf_putc(&b, s.s.p[i]);
-            continue;
-        }
-        char c = s.s.p[++i];
-        if (c == '%') {
-            tbuf_putc(&b, '%');
-            continue;
-        }
-        if (k >= a->npos) {
-            tbuf_free(&b);
-            return tfail(r, "TypeError: not enough arguments for format string");
-        }
-        if (c == 'r')
-            tv_write_repr(&b, &a->pos[k++]);
-        else
-            tv_write_str(&b, &a->pos[k++]);
+    if (!tcheck_str(r, v, "format")) return false;
+    if (a->nkw) {
+        tdict *d = tdict_new(&r->arena, a->nkw);
+        if (!d) return tfail_oom(r);
+        for (size_t i = 0; i < a->nkw; i++)
+            if (!tdict_set(&r->arena, d, tv_cstr(a->kwnames[i]), a->kw[i])) return tfail_oom(r);
+        tval dv = {.k = TV_DICT, .d = d};
+        return tstr_percent(r, v, &dv, 1, out);
     }
-    return str_result(r, &b, out);
+    return tstr_percent(r, v, a->pos, a->npos, out);
 }
 
 static bool f_reverse(trender *r, const tval *v, const targs *a, tval *out) {
@@ -475,8 +501,22 @@ static bool f_reverse(trender *r, const tval *v, const targs *a, tval *out) {
         l->v[l->n - 1 - i] = t;
     }
     l->is_tuple = false;
+    l->is_gen = true; /* reversed(seq): an iterator */
     *out = (tval){.k = TV_LIST, .l = l};
     return true;
+}
+
+/* attr(name): the sandboxed attribute lookup, without the item fallback of x.name */
+static bool f_attr(trender *r, const tval *v, const targs *a, tval *out) {
+    const tval *name = targ(a, 0, "name");
+    if (!name || !tcheck_str(r, name, "attr")) return name ? false : tfail(r, "TypeError: attr needs a name");
+    if (v->k == TV_DICT && !v->d->is_ns && !tmethod_is_mutating(v, name->s.p, name->s.n) &&
+        !(name->s.n && name->s.p[0] == '_')) {
+        if (tmethod_lookup(r, v, name->s.p, name->s.n, out)) return true;
+        *out = tundef(r, "'dict object' has no attribute '%.*s'", (int)name->s.n, name->s.p);
+        return !r->failed;
+    }
+    return tget_attr(r, v, name->s.p, name->s.n, out);
 }
 
 static const tfilter_entry filters[] = {
@@ -490,7 +530,7 @@ static const tfilter_entry filters[] = {
     {"safe", f_safe},          {"escape", f_escape},     {"e", f_escape},
     {"forceescape", f_escape}, {"indent", f_indent},     {"wordcount", f_wordcount},
     {"center", f_center},      {"truncate", f_truncate}, {"format", f_format},
-    {"reverse", f_reverse},
+    {"reverse", f_reverse},    {"attr", f_attr},
 };
 
 static const tfilter_entry *find_filter(const char *name) {

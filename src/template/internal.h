@@ -166,10 +166,10 @@ const char *tv_type_name(const tval *v);
 bool tv_write_str(tbuf *b, const tval *v);
 bool tv_write_repr(tbuf *b, const tval *v);
 void tv_format_float(char *out, size_t cap, double f);
-/* json.dumps(v, ensure_ascii=False, indent=indent (<0: none), sort_keys); false (with
+/* json.dumps(v, ensure_ascii, indent=indent (<0: none), sort_keys); false (with
  * *bad set to the offending value's type) for values JSON cannot hold. */
-bool tv_write_json(tbuf *b, const tval *v, int indent, bool sort_keys, const char *item_sep,
-                   const char *key_sep, const char **bad);
+bool tv_write_json(tbuf *b, const tval *v, int indent, bool sort_keys, bool ensure_ascii,
+                   const char *item_sep, const char *key_sep, const char **bad);
 bool tv_from_cjson(tarena *a, const cJSON *j, tval *out);
 
 /* UTF-8 helpers: number of code points; byte offset of code point k. */
@@ -212,6 +212,7 @@ typedef enum tnode_kind {
     N_FILTERBLOCK,
     N_BREAK,
     N_CONTINUE,
+    N_WITH,
 } tnode_kind;
 
 typedef enum tbinop { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW } tbinop;

@@ -15,7 +15,24 @@
 
 #include "template/internal.h"
 
-static void write_json_str(tbuf *b, const char *s, size_t n) {
+/* One code point of a UTF-8 string (a bad byte reads as itself); its length in *len. */
+static uint32_t next_cp(const unsigned char *s, size_t n, size_t *len) {
+    unsigned c = s[0];
+    size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (k > n) k = 1;
+    uint32_t cp = k == 1 ? c : c & (0x3Fu >> (k - 1));
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *len = 1;
+            return c;
+        }
+        cp = cp << 6 | (s[i] & 0x3Fu);
+    }
+    *len = k;
+    return cp;
+}
+
+static void write_json_str(tbuf *b, const char *s, size_t n, bool ensure_ascii) {
     tbuf_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -28,10 +45,20 @@ static void write_json_str(tbuf *b, const char *s, size_t n) {
         case '\b': tbuf_put(b, "\\b", 2); break;
         case '\f': tbuf_put(b, "\\f", 2); break;
         default:
-            if (c < 0x20)
+            if (c >= 0x80 && ensure_ascii) { /* \uXXXX, with a surrogate pair past the BMP */
+                size_t len;
+                uint32_t cp = next_cp((const unsigned char *)s + i, n - i, &len);
+                if (cp >= 0x10000)
+                    tbuf_printf(b, "\\u%04x\\u%04x", (unsigned)(0xD800 + ((cp - 0x10000) >> 10)),
+                                (unsigned)(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+                else
+                    tbuf_printf(b, "\\u%04x", (unsigned)cp);
+                i += len - 1;
+            } else if (c < 0x20) {
                 tbuf_printf(b, "\\u%04x", c);
-            else
+            } else {
                 tbuf_putc(b, (char)c);
+            }
         }
     }
     tbuf_putc(b, '"');
@@ -44,7 +71,7 @@ static void newline_indent(tbuf *b, int indent, int level) {
 
 typedef struct json_opts {
     int indent;
-    bool sort_keys;
+    bool sort_keys, ensure_ascii;
     const char *item_sep, *key_sep;
     const char **bad;
 } json_opts;
@@ -53,7 +80,7 @@ typedef struct json_opts {
 static bool write_json_key(tbuf *b, const tval *k, const json_opts *o) {
     char num[48];
     switch (k->k) {
-    case TV_STR: write_json_str(b, k->s.p, k->s.n); return true;
+    case TV_STR: write_json_str(b, k->s.p, k->s.n, o->ensure_ascii); return true;
     case TV_INT: tbuf_printf(b, "\"%lld\"", (long long)k->i); return true;
     case TV_FLOAT:
         tv_format_float(num, sizeof num, k->f);
@@ -85,7 +112,7 @@ static bool write_json(tbuf *b, const tval *v, const json_opts *o, int level) {
             tbuf_put(b, num, strlen(num));
         }
         return true;
-    case TV_STR: write_json_str(b, v->s.p, v->s.n); return true;
+    case TV_STR: write_json_str(b, v->s.p, v->s.n, o->ensure_ascii); return true;
     case TV_LIST:
         if (v->l->is_gen) break;
         if (v->l->n == 0) {
@@ -145,9 +172,9 @@ static bool write_json(tbuf *b, const tval *v, const json_opts *o, int level) {
     return false;
 }
 
-bool tv_write_json(tbuf *b, const tval *v, int indent, bool sort_keys, const char *item_sep,
-                   const char *key_sep, const char **bad) {
-    json_opts o = {indent, sort_keys, item_sep, key_sep, bad};
+bool tv_write_json(tbuf *b, const tval *v, int indent, bool sort_keys, bool ensure_ascii,
+                   const char *item_sep, const char *key_sep, const char **bad) {
+    json_opts o = {indent, sort_keys, ensure_ascii, item_sep, key_sep, bad};
     if (!o.item_sep) o.item_sep = indent >= 0 ? "," : ", ";
     if (!o.key_sep) o.key_sep = ": ";
     *bad = NULL;

@@ -17,6 +17,7 @@
  *   c (filter) list list2 (else) flag (recursive) · N_SET a (target) b (value)
  *   N_SETBLOCK a (target) b (filter chain) list · N_MACRO str names+list2 (defaults) list
  *   N_CALLBLOCK a (call) names+list2 (caller's params) list · N_FILTERBLOCK a list
+ *   N_WITH names+list2 (the assignments) list
  * A filter chain for blocks is N_FILTER nodes whose innermost a is NULL.
  */
 #include <stdio.h>

@@ -257,6 +257,27 @@ static bool parse_call(parser *P, const ttok *at, nvec *body) {
     return ok;
 }
 
+/* {% with a = 1, b = x %}...{% endwith %}: a scope with its own variables */
+static bool parse_with(parser *P, const ttok *at, nvec *body) {
+    tnode *n = node(P, N_WITH, at);
+    nvec vals = {0};
+    if (!n) return false;
+    while (cur(P)->k != T_BLOCK_END) {
+        if (vals.n && !expect_op(P, ",")) return false;
+        const ttok *t = cur(P);
+        if (t->k != T_NAME) return fail_at(P, t, "expected a name to assign to", NULL);
+        const char *name = tok_str(P, t);
+        advance(P);
+        tnode *v;
+        if (!expect_op(P, "=") || !(v = tp_expr(P)) || !nvec_push(P, &vals, v, name)) return false;
+    }
+    advance(P);
+    n->list2 = vals.v;
+    n->names = vals.names;
+    n->n2 = vals.n;
+    return body_node(P, n, body, "endwith");
+}
+
 static bool parse_statement(parser *P, nvec *body) {
     const ttok *t = cur(P);
     if (t->k != T_NAME) return fail_at(P, t, "expected a tag name", NULL);
@@ -266,6 +287,7 @@ static bool parse_statement(parser *P, nvec *body) {
     if (is_name(t, "set")) return parse_set(P, t, body);
     if (is_name(t, "macro")) return parse_macro(P, t, body);
     if (is_name(t, "call")) return parse_call(P, t, body);
+    if (is_name(t, "with")) return parse_with(P, t, body);
     if (is_name(t, "filter")) {
         tnode *n = node(P, N_FILTERBLOCK, t);
         if (!n || !(n->a = parse_filter_chain(P)) || !expect_block_end(P)) return false;
@@ -324,7 +346,8 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out) {
             if (name->k == T_NAME &&
                 (is_name(name, "endif") || is_name(name, "endfor") || is_name(name, "elif") ||
                  is_name(name, "else") || is_name(name, "endset") || is_name(name, "endmacro") ||
-                 is_name(name, "endcall") || is_name(name, "endfilter") || is_name(name, "endgeneration")))
+                 is_name(name, "endcall") || is_name(name, "endfilter") || is_name(name, "endwith") ||
+                 is_name(name, "endgeneration")))
                 return fail_at(P, name, "unexpected '%s'", tok_str(P, name));
             if (!parse_statement(P, out)) return false;
         } else {

@@ -257,6 +257,14 @@ static bool render_node(trender *r, tframe *f, const tnode *n) {
         return tframe_set(r, f, n->str, n->slen, (tval){.k = TV_FUNC, .fn = fn});
     }
     case N_CALLBLOCK: return call_block(r, f, n);
+    case N_WITH: {
+        tframe *wf = frame_new(r, f);
+        if (!wf) return false;
+        for (size_t i = 0; i < n->n2; i++) /* values see the enclosing scope */
+            if (!teval(r, f, n->list2[i], &v) || !tframe_set(r, wf, n->names[i], strlen(n->names[i]), v))
+                return false;
+        return trender_body(r, wf, n->list, n->n);
+    }
     case N_BREAK: r->loop_ctl = 1; return true;
     case N_CONTINUE: r->loop_ctl = 2; return true;
     default: return tfail(r, "internal: an expression node as a statement");

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include <utf8proc.h>
 
 #include "template/strings.h"
@@ -15,6 +17,12 @@ bool tstr_is_space(int32_t c) {
     return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
            c == 0x3000;
+}
+
+bool tstr_is_word(int32_t c) {
+    utf8proc_category_t cat = utf8proc_category(c);
+    return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+           (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO) || (c >= '0' && c <= '9');
 }
 
 /* The code point at s[i] (a bad byte reads as itself); its byte length in *len. */
@@ -52,7 +60,7 @@ bool tstr_case(trender *r, const tval *s, tcase mode, tval *out) {
         case TCASE_LOWER: m = utf8proc_tolower(c); break;
         case TCASE_TITLE: /* Python: a cased letter after an uncased one starts a word */
             m = word_start ? utf8proc_totitle(c) : utf8proc_tolower(c);
-            word_start = !(cased || cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_LO);
+            word_start = !cased;
             break;
         case TCASE_CAPITALIZE: m = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
         }
@@ -281,4 +289,128 @@ bool tstr_splitlines(trender *r, const tval *s, tlist **out) {
     if (st < n && !tlist_push(&r->arena, l, tv_str(p + st, n - st))) return tfail_oom(r);
     *out = l;
     return true;
+}
+
+/* Pads (width, '-' flag) a piece of text as printf does, counting code points. */
+static void put_padded(tbuf *b, const char *s, size_t n, int width, bool left) {
+    size_t len = utf8_len(s, n);
+    if (!left)
+        for (size_t i = len; (int)i < width; i++) tbuf_putc(b, ' ');
+    tbuf_put(b, s, n);
+    if (left)
+        for (size_t i = len; (int)i < width; i++) tbuf_putc(b, ' ');
+}
+
+/* Python's printf-style `fmt % args`: %s %r %d %i %f %e %g %x %o %c %% with flags, width,
+ * precision and %(name)s keys (when the one argument is a dict). */
+bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, tval *out) {
+    tbuf b = {.limit = r->max_output};
+    const char *s = fmt->s.p;
+    size_t n = fmt->s.n, k = 0;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok;) {
+        if (s[i] != '%') {
+            tbuf_putc(&b, s[i++]);
+            continue;
+        }
+        i++;
+        const tval *arg = NULL;
+        if (i < n && s[i] == '(') {
+            const char *close = memchr(s + i, ')', n - i);
+            if (!close || nargs != 1 || args[0].k != TV_DICT) {
+                ok = tfail(r, "TypeError: format requires a mapping");
+                break;
+            }
+            arg = tdict_gets(args[0].d, s + i + 1, (size_t)(close - s - i - 1));
+            if (!arg) {
+                ok = tfail(r, "KeyError: a %%(key) of the format string is missing");
+                break;
+            }
+            i = (size_t)(close - s) + 1;
+        }
+        char flags[8];
+        size_t nf = 0;
+        while (i < n && strchr("-+ #0", s[i]) && nf < sizeof flags - 1) flags[nf++] = s[i++];
+        flags[nf] = 0;
+        int width = 0, prec = -1;
+        while (i < n && s[i] >= '0' && s[i] <= '9' && width < 10000) width = width * 10 + (s[i++] - '0');
+        if (i < n && s[i] == '.') {
+            prec = 0;
+            i++;
+            while (i < n && s[i] >= '0' && s[i] <= '9' && prec < 10000) prec = prec * 10 + (s[i++] - '0');
+        }
+        if (i >= n) {
+            ok = tfail(r, "ValueError: incomplete format");
+            break;
+        }
+        char conv = s[i++];
+        if (conv == '%') {
+            tbuf_putc(&b, '%');
+            continue;
+        }
+        if (!arg) {
+            if (k >= nargs) {
+                ok = tfail(r, "TypeError: not enough arguments for format string");
+                break;
+            }
+            arg = &args[k++];
+        }
+        bool left = strchr(flags, '-') != NULL;
+        if (conv == 's' || conv == 'r' || conv == 'a') {
+            tbuf t = {.limit = r->max_output};
+            if (conv == 's')
+                tv_write_str(&t, arg);
+            else
+                tv_write_repr(&t, arg);
+            size_t len = t.n;
+            if (prec >= 0) len = utf8_offset(t.p ? t.p : "", t.n, (size_t)prec);
+            put_padded(&b, t.p ? t.p : "", len, width, left);
+            tbuf_free(&t);
+            continue;
+        }
+        bool is_int = arg->k == TV_INT || arg->k == TV_BOOL;
+        if (!is_int && arg->k != TV_FLOAT) {
+            ok = tfail(r, "TypeError: %%%c format: a real number is required, not %s", conv,
+                       tv_type_name(arg));
+            break;
+        }
+        int64_t iv = arg->k == TV_INT ? arg->i : arg->k == TV_BOOL ? arg->b : (int64_t)arg->f;
+        double fv = arg->k == TV_FLOAT ? arg->f : (double)iv;
+        char spec[32], num[128];
+        if (conv == 'd' || conv == 'i' || conv == 'u' || conv == 'x' || conv == 'X' || conv == 'o') {
+            if (arg->k == TV_FLOAT && (conv == 'x' || conv == 'X' || conv == 'o')) {
+                ok = tfail(r, "TypeError: %%%c format: an integer is required, not float", conv);
+                break;
+            }
+            char c = conv == 'i' || conv == 'u' ? 'd' : conv;
+            if (prec >= 0)
+                snprintf(spec, sizeof spec, "%%%s%d.%dll%c", flags, width > 100 ? 100 : width,
+                         prec > 100 ? 100 : prec, c);
+            else
+                snprintf(spec, sizeof spec, "%%%s%dll%c", flags, width > 100 ? 100 : width, c);
+            snprintf(num, sizeof num, spec, (long long)iv);
+        } else if (strchr("fFeEgG", conv)) {
+            snprintf(spec, sizeof spec, "%%%s%d.%d%c", flags, width > 100 ? 100 : width,
+                     prec < 0    ? 6
+                     : prec > 60 ? 60
+                                 : prec,
+                     conv);
+            snprintf(num, sizeof num, spec, fv);
+        } else if (conv == 'c' && is_int && iv >= 0 && iv <= 0x10FFFF) {
+            size_t len = (size_t)utf8proc_encode_char((utf8proc_int32_t)iv, (utf8proc_uint8_t *)num);
+            put_padded(&b, num, len, width, left);
+            continue;
+        } else {
+            ok = tfail(r, "ValueError: unsupported format character '%c'", conv);
+            break;
+        }
+        tbuf_put(&b, num, strlen(num));
+    }
+    if (ok && k < nargs && !(nargs == 1 && args[0].k == TV_DICT))
+        ok = tfail(r, "TypeError: not all arguments converted during string formatting");
+    if (ok)
+        ok = !b.failed ? tstr_make(r, b.p ? b.p : "", b.n, out)
+                       : tfail(r, "template render: a formatted string is over the output limit");
+    tbuf_free(&b);
+    return ok;
 }
