@@ -260,6 +260,7 @@ struct trender {
     bool failed;
     int depth, max_depth;
     int eval_depth; /* nested teval calls */
+    int body_depth; /* nested trender_body calls */
     uint64_t steps, max_steps;
     size_t max_output;
     time_t now;

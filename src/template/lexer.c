@@ -22,6 +22,8 @@ typedef struct lexer {
     size_t n, pos;
     ttokens *out;
     cera_error *err;
+    size_t at_off; /* tokens come in source order: line/col are counted on from here */
+    int at_line, at_col;
 } lexer;
 
 static bool is_ws(char c) {
@@ -61,7 +63,15 @@ static bool emit(lexer *L, ttok_kind k, const char *p, size_t n, size_t off) {
         t->v = v;
         t->cap = cap;
     }
-    t->v[t->n++] = (ttok){.k = k, .p = p, .n = n, .off = off};
+    for (; L->at_off < off && L->at_off < L->n; L->at_off++) {
+        if (L->s[L->at_off] == '\n') {
+            L->at_line++;
+            L->at_col = 1;
+        } else if (((unsigned char)L->s[L->at_off] & 0xC0) != 0x80) {
+            L->at_col++;
+        }
+    }
+    t->v[t->n++] = (ttok){.k = k, .p = p, .n = n, .off = off, .line = L->at_line, .col = L->at_col};
     return true;
 }
 
@@ -362,7 +372,7 @@ cera_status tlex(tarena *a, const char *text, size_t len, ttokens *out, cera_err
     *out = (ttokens){0};
     out->src = normalize(a, text, len, &out->src_len);
     if (!out->src) return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
-    lexer L = {a, out->src, out->src_len, 0, out, err};
+    lexer L = {a, out->src, out->src_len, 0, out, err, 0, 1, 1};
     bool line_starting = true;
     while (L.pos < L.n) {
         /* the next tag */

@@ -24,7 +24,8 @@ typedef struct ttok {
     ttok_kind k;
     const char *p;
     size_t n;
-    size_t off; /* byte offset in the normalized source, for line/column */
+    size_t off;    /* byte offset in the normalized source */
+    int line, col; /* 1-based, for error messages and nodes */
     int64_t i;
     double f;
 } ttok;

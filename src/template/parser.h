@@ -33,8 +33,7 @@ static inline void advance(parser *P) {
 
 static inline bool fail_at(parser *P, const ttok *t, const char *fmt, const char *arg) {
     if (P->failed) return false;
-    int line, col;
-    tlex_position(P->t, t->off, &line, &col);
+    int line = t->line, col = t->col;
     char msg[300];
     snprintf(msg, sizeof msg, fmt, arg ? arg : "");
     cera_fail(P->err, CERA_ERR_FORMAT, "line %d, column %d: %s", line, col, msg);
@@ -66,10 +65,8 @@ static inline tnode *node(parser *P, tnode_kind k, const ttok *at) {
         return NULL;
     }
     n->kind = k;
-    int line, col;
-    tlex_position(P->t, at->off, &line, &col);
-    n->line = line;
-    n->col = col;
+    n->line = at->line;
+    n->col = at->col;
     return n;
 }
 

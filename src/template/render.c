@@ -271,10 +271,18 @@ static bool render_node(trender *r, tframe *f, const tnode *n) {
     }
 }
 
+/* Nested blocks times nested macro calls bound the C recursion; this caps their product
+ * so no combination can exhaust the stack. */
+#define MAX_BODY_DEPTH 1500
+
 bool trender_body(trender *r, tframe *f, tnode *const *body, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        if (!render_node(r, f, body[i])) return false;
-        if (r->loop_ctl) return true; /* break / continue: unwind to the loop */
+    if (++r->body_depth > MAX_BODY_DEPTH)
+        return tfail(r, "template render: blocks and calls nested too deeply");
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        ok = render_node(r, f, body[i]);
+        if (r->loop_ctl) break; /* break / continue: unwind to the loop */
     }
-    return !r->failed;
+    r->body_depth--;
+    return ok && !r->failed;
 }

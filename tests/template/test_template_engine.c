@@ -320,6 +320,25 @@ static void test_limits(void) {
     strcpy(deep + 4 + 2 * n, " }}");
     tcase c = {deep, NULL, NULL, "nested too deeply"};
     run_case(&c, NULL);
+    /* long left-deep chains (filters, operators) are bounded at render time */
+    strcpy(deep, "{{ 'x'");
+    for (size_t i = 0; i < 5000; i++) strcat(deep + 6 + 5 * i, "|trim");
+    strcat(deep, " }}");
+    tcase c3 = {deep, NULL, NULL, "nested too deeply"};
+    run_case(&c3, NULL);
+    strcpy(deep, "{{ 1");
+    for (size_t i = 0; i < 5000; i++) strcat(deep + 4 + 2 * i, "+1");
+    strcat(deep, " }}");
+    tcase c4 = {deep, NULL, NULL, "nested too deeply"};
+    run_case(&c4, NULL);
+    /* a recursive macro inside nested blocks: the depth limits stop it */
+    strcpy(deep, "{% macro f() %}");
+    for (size_t i = 0; i < 90; i++) strcat(deep, "{% if 1 %}");
+    strcat(deep, "{{ f() }}");
+    for (size_t i = 0; i < 90; i++) strcat(deep, "{% endif %}");
+    strcat(deep, "{% endmacro %}{{ f() }}");
+    tcase c5 = {deep, NULL, NULL, "too deeply"};
+    run_case(&c5, NULL);
     strcpy(deep, "");
     for (size_t i = 0; i < 2000; i++) strcat(deep, "{% if 1 %}");
     tcase c2 = {deep, NULL, NULL, "nested too deeply"};
