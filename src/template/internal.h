@@ -251,6 +251,7 @@ cera_status tparse(cera_template *t, const char *text, size_t len, cera_error *e
 struct tframe {
     tframe *parent;
     tdict *vars;
+    bool captured; /* a macro or caller closes over it: it cannot be reused */
 };
 
 struct trender {

@@ -1,13 +1,13 @@
 /*
  * methods.c — the Python methods templates call on values: str (strip, split, replace,
- * startswith with a tuple, format, is*...), list (index, count, pop) and dict (get, items,
+ * startswith with a tuple, format, is*...), list (index, count) and dict (get, items,
  * keys, values), plus loop.cycle. Each is looked up by name into a bound callable.
  *
  * ImmutableSandboxedEnvironment refuses the methods that modify a list or dict in place
  * (append, extend, insert, remove, reverse, sort; clear, pop, popitem, setdefault,
- * update on dicts): tmethod_is_mutating names them, and tget_attr turns them into an
- * unsafe undefined that fails with a SecurityError when called. list.pop is not in
- * Jinja2's list and works, as it does there.
+ * update on dicts; clear and pop on lists too, as since Jinja2 3.1.5): tmethod_is_mutating
+ * names them, and tget_attr turns them into an unsafe undefined that fails with a
+ * SecurityError when called.
  */
 #include <stdio.h>
 #include <string.h>
@@ -308,20 +308,6 @@ static bool m_lcount(trender *r, const tval *self, const targs *a, tval *out) {
     return true;
 }
 
-static bool m_pop(trender *r, const tval *self, const targs *a, tval *out) {
-    tlist *l = self->l;
-    int64_t i;
-    if (l->is_tuple) return tfail(r, "AttributeError: 'tuple' object has no attribute 'pop'");
-    if (!get_int(r, targ(a, 0, NULL), -1, &i)) return false;
-    if (l->n == 0) return tfail(r, "IndexError: pop from empty list");
-    if (i < 0) i += (int64_t)l->n;
-    if (i < 0 || (uint64_t)i >= l->n) return tfail(r, "IndexError: pop index out of range");
-    *out = l->v[i];
-    memmove(l->v + i, l->v + i + 1, (l->n - (size_t)i - 1) * sizeof(tval));
-    l->n--;
-    return true;
-}
-
 /* ---- dict -------------------------------------------------------------------------- */
 
 static bool m_get(trender *r, const tval *self, const targs *a, tval *out) {
@@ -413,7 +399,7 @@ static const method methods[] = {
     {TV_STR, "isdecimal", m_isdigit},
     {TV_LIST, "index", m_lindex},
     {TV_LIST, "count", m_lcount},
-    {TV_LIST, "pop", m_pop},
+
     {TV_DICT, "get", m_get},
     {TV_DICT, "keys", m_keys},
     {TV_DICT, "values", m_values},
@@ -436,7 +422,8 @@ bool tmethod_lookup(trender *r, const tval *obj, const char *name, size_t n, tva
 }
 
 bool tmethod_is_mutating(const tval *obj, const char *name, size_t n) {
-    static const char *const list_m[] = {"append", "extend", "insert", "remove", "reverse", "sort", NULL};
+    static const char *const list_m[] = {"append", "clear",   "extend", "insert", "pop",
+                                         "remove", "reverse", "sort",   NULL};
     static const char *const dict_m[] = {"clear", "pop", "popitem", "setdefault", "update", NULL};
     const char *const *set = obj->k == TV_LIST && !obj->l->is_tuple ? list_m
                              : obj->k == TV_DICT && !obj->d->is_ns  ? dict_m

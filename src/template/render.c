@@ -3,11 +3,11 @@
  * loop(...), break/continue), set (names, tuples, namespace attributes, blocks), macros
  * and call blocks, filter blocks; and calling any callable value.
  *
- * Scopes follow Jinja2: a for loop and a macro call get their own frame, so a `set`
- * inside them is not seen outside (namespace() objects are how templates carry state out
- * of a loop); if blocks share the enclosing frame. Each loop iteration and call counts as
- * a step against the render's limit; macro calls and recursive loops count against the
- * depth limit, so hostile templates end with an error, not a hang or a stack overflow.
+ * Scopes follow Jinja2: each for-loop iteration and each macro call get their own frame,
+ * so a `set` inside them is not seen outside (nor by the next iteration) (namespace() objects are how
+ * templates carry state out of a loop); if blocks share the enclosing frame. Each loop iteration and call
+ * counts as a step against the render's limit; macro calls and recursive loops count against the depth limit,
+ * so hostile templates end with an error, not a hang or a stack overflow.
  */
 #include <string.h>
 
@@ -41,7 +41,12 @@ static bool capture(trender *r, tframe *f, tnode *const *body, size_t n, tval *o
 static bool assign(trender *r, tframe *f, const tnode *target, const tval *v) {
     if (target->kind == N_NAME) return tframe_set(r, f, target->str, target->slen, *v);
     if (target->kind == N_TUPLE) {
-        if (v->k != TV_LIST) return tfail(r, "TypeError: cannot unpack a non-sequence (%s)", tv_type_name(v));
+        tlist *items;
+        if (v->k != TV_LIST && v->k != TV_STR && v->k != TV_DICT)
+            return tfail(r, "TypeError: cannot unpack a non-iterable %s object", tv_type_name(v));
+        if (!tv_iterate(r, v, &items)) return false;
+        tval seq = {.k = TV_LIST, .l = items};
+        v = &seq;
         if (v->l->n != target->n)
             return tfail(r, "ValueError: %s values to unpack (expected %zu, got %zu)",
                          v->l->n > target->n ? "too many" : "not enough", target->n, v->l->n);
@@ -98,7 +103,14 @@ static bool run_loop(trender *r, tframe *f, const tnode *n, const tval *iter, in
     *L = (tloop){.items = items, .depth0 = depth0, .for_node = n, .frame = f};
     tval loopv = {.k = TV_LOOP, .loop = L};
     for (size_t i = 0; i < items->n; i++) {
+        /* as in Jinja2, each iteration starts from the enclosing scope again: a `set` in
+         * the body lasts until the iteration ends */
         if (!tstep(r)) return false;
+        if (lf->captured) {
+            if (!(lf = frame_new(r, f))) return false;
+        } else {
+            lf->vars->n = 0;
+        }
         L->index0 = i;
         if (!assign(r, lf, n->a, &items->v[i]) || !tframe_set(r, lf, "loop", 4, loopv)) return false;
         if (!trender_body(r, lf, n->list, n->n)) return false;
@@ -108,7 +120,7 @@ static bool run_loop(trender *r, tframe *f, const tnode *n, const tval *iter, in
         }
         r->loop_ctl = 0;
     }
-    if (items->n == 0 && n->n2) return trender_body(r, lf, n->list2, n->n2);
+    if (items->n == 0 && n->n2) return (lf = frame_new(r, f)) && trender_body(r, lf, n->list2, n->n2);
     return true;
 }
 
@@ -144,6 +156,7 @@ static bool call_macro(trender *r, const tfunc *fn, const targs *a, tval *out) {
     tlist *varargs = tlist_new(&r->arena, 0);
     tdict *kwargs = tdict_new(&r->arena, 0);
     if (!varargs || !kwargs) return tfail_oom(r);
+    varargs->is_tuple = true;
     for (size_t i = 0; i < a->npos; i++) {
         if (i < np) {
             if (!tframe_set(r, mf, def->names[i], strlen(def->names[i]), a->pos[i])) return false;
@@ -209,6 +222,7 @@ static bool call_block(trender *r, tframe *f, const tnode *n) {
     tfunc *caller = tarena_alloc(&r->arena, sizeof *caller);
     if (!caller) return tfail_oom(r);
     *caller = (tfunc){.kind = TF_CALLER, .name = "caller", .def = n, .closure = f};
+    f->captured = true;
     tval callerv = {.k = TV_FUNC, .fn = caller};
     if (callee.k == TV_FUNC && callee.fn->kind == TF_MACRO) {
         tfunc *m = tarena_alloc(&r->arena, sizeof *m);
@@ -254,6 +268,7 @@ static bool render_node(trender *r, tframe *f, const tnode *n) {
         tfunc *fn = tarena_alloc(&r->arena, sizeof *fn);
         if (!fn) return tfail_oom(r);
         *fn = (tfunc){.kind = TF_MACRO, .name = n->str, .def = n, .closure = f};
+        f->captured = true;
         return tframe_set(r, f, n->str, n->slen, (tval){.k = TV_FUNC, .fn = fn});
     }
     case N_CALLBLOCK: return call_block(r, f, n);

@@ -128,6 +128,9 @@ static const tcase loops[] = {
     {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
      "{\"d\": {\"a\": 1, \"b\": 2}}", "a=1;b=2;ab", NULL},
     {"{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", NULL, "21", NULL},
+    {"{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = x + 1 %}{{ x }}{% endfor %}{{ x }}", NULL,
+     "12121", NULL},
+    {"{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, k=2) }}", NULL, "(1,){'k': 2}", NULL},
     {"{% set ns = namespace(c=0, s='') %}{% for i in [1,2] %}{% set ns.c = ns.c + i %}{% endfor %}{{ ns.c }}",
      NULL, "3", NULL},
     {"{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}", NULL, "37", NULL},
@@ -274,7 +277,8 @@ static const tcase methods[] = {
     {"{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.get('z') }}", "{\"d\": {\"a\": 1}}",
      "['a'] [1] [('a', 1)] None", NULL},
     {"{{ [1, 2, 1].index(2) }}{{ [1, 2, 1].count(1) }}", NULL, "12", NULL},
-    {"{% set l = [1, 2, 3] %}{{ l.pop() }}{{ l.pop(0) }}{{ l }}", NULL, "31[2]", NULL},
+    {"{% set l = [1, 2, 3] %}{{ l.pop() }}", NULL, NULL, "SecurityError"},
+    {"{% set a, b = 'xy' %}{{ b }}{{ a }}", NULL, "yx", NULL},
 };
 
 static const tcase undefined_and_sandbox[] = {
