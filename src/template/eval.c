@@ -140,7 +140,8 @@ static bool loop_attr(trender *r, const tval *obj, const char *name, size_t n, t
 }
 
 bool tget_attr(trender *r, const tval *obj, const char *name, size_t n, tval *out) {
-    if (obj->k == TV_UNDEF) return tfail_undef(r, obj);
+    /* Jinja2's Undefined answers dunder lookups itself (the sandbox then hides them) */
+    if (obj->k == TV_UNDEF && !(n > 1 && name[0] == '_' && name[1] == '_')) return tfail_undef(r, obj);
     if (obj->k == TV_LOOP) return loop_attr(r, obj, name, n, out);
     if (n && name[0] == '_') {
         *out = tundef(r, "access to attribute '%.*s' of '%s' object is unsafe.", (int)n, name,

@@ -215,6 +215,10 @@ typedef enum tnode_kind {
     N_WITH,
 } tnode_kind;
 
+/* N_MACRO / N_CALLBLOCK op bits: the body reads varargs / kwargs */
+#define TMACRO_VARARGS 1
+#define TMACRO_KWARGS  2
+
 typedef enum tbinop { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW } tbinop;
 typedef enum tcmpop { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_IN, CMP_NOTIN } tcmpop;
 
@@ -232,7 +236,7 @@ struct tnode {
     const char *str;    /* names, attributes, filter and test names, text */
     size_t slen;
     tval val;  /* N_CONST */
-    int op;    /* N_BINOP: tbinop */
+    int op;    /* N_BINOP: tbinop; N_MACRO, N_CALLBLOCK: TMACRO_* bits */
     bool flag; /* N_TEST: negated; N_FOR: recursive; N_TUPLE/N_LIST target */
 };
 

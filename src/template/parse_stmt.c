@@ -98,6 +98,28 @@ static tnode *parse_target(parser *P, bool allow_attr) {
     return t;
 }
 
+/* Whether the tree under n reads the name `name` (Jinja2 macros take extra arguments only
+ * when their body uses varargs / kwargs). */
+static bool uses_name(const tnode *n, const char *name) {
+    if (!n) return false;
+    if (n->kind == N_NAME && !strcmp(n->str, name)) return true;
+    if (uses_name(n->a, name) || uses_name(n->b, name) || uses_name(n->c, name) || uses_name(n->d, name))
+        return true;
+    for (size_t i = 0; i < n->n; i++)
+        if (uses_name(n->list[i], name)) return true;
+    for (size_t i = 0; i < n->n2; i++)
+        if (uses_name(n->list2[i], name)) return true;
+    return false;
+}
+
+/* Sets the macro or call block's op: TMACRO_VARARGS / TMACRO_KWARGS when its body uses them. */
+static void mark_extra_args(tnode *n) {
+    for (size_t i = 0; i < n->n; i++) {
+        if (uses_name(n->list[i], "varargs")) n->op |= TMACRO_VARARGS;
+        if (uses_name(n->list[i], "kwargs")) n->op |= TMACRO_KWARGS;
+    }
+}
+
 /* `name(a, b=default, ...)` parameter lists of macro and call blocks. */
 static bool parse_params(parser *P, tnode *n) {
     nvec names = {0}, defs = {0};
@@ -239,6 +261,7 @@ static bool parse_macro(parser *P, const ttok *at, nvec *body) {
     P->loops = 0;
     bool ok = body_node(P, n, body, "endmacro");
     P->loops = loops;
+    if (ok) mark_extra_args(n);
     return ok;
 }
 
@@ -254,6 +277,7 @@ static bool parse_call(parser *P, const ttok *at, nvec *body) {
     P->loops = 0;
     bool ok = body_node(P, n, body, "endcall");
     P->loops = loops;
+    if (ok) mark_extra_args(n);
     return ok;
 }
 

@@ -160,8 +160,11 @@ static bool call_macro(trender *r, const tfunc *fn, const targs *a, tval *out) {
     for (size_t i = 0; i < a->npos; i++) {
         if (i < np) {
             if (!tframe_set(r, mf, def->names[i], strlen(def->names[i]), a->pos[i])) return false;
-        } else if (!tlist_push(&r->arena, varargs, a->pos[i]))
+        } else if (!(def->op & TMACRO_VARARGS)) {
+            return tfail(r, "TypeError: macro '%s' takes not more than %zu argument(s)", fn->name, np);
+        } else if (!tlist_push(&r->arena, varargs, a->pos[i])) {
             return tfail_oom(r);
+        }
     }
     for (size_t k = 0; k < a->nkw; k++) {
         size_t i = 0;
@@ -171,8 +174,11 @@ static bool call_macro(trender *r, const tfunc *fn, const targs *a, tval *out) {
                 return tfail(r, "TypeError: macro '%s' got multiple values for argument '%s'", fn->name,
                              def->names[i]);
             if (!tframe_set(r, mf, def->names[i], strlen(def->names[i]), a->kw[k])) return false;
-        } else if (!tdict_set(&r->arena, kwargs, tv_cstr(a->kwnames[k]), a->kw[k]))
+        } else if (!(def->op & TMACRO_KWARGS)) {
+            return tfail(r, "TypeError: macro '%s' takes no keyword argument '%s'", fn->name, a->kwnames[k]);
+        } else if (!tdict_set(&r->arena, kwargs, tv_cstr(a->kwnames[k]), a->kw[k])) {
             return tfail_oom(r);
+        }
     }
     for (size_t i = a->npos; i < np; i++) {
         tval v;
