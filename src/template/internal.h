@@ -64,7 +64,7 @@ typedef struct tval {
         tfunc *fn;
         tloop *loop;
     };
-    int flags; /* TV_UNDEF: TVF_UNSAFE (a refused attribute); TV_STR: TVF_SAFE (|safe) */
+    int flags; /* TV_UNDEF: TVF_UNSAFE (a refused attribute: using it is a SecurityError) */
 } tval;
 
 #define TVF_UNSAFE 1
@@ -115,13 +115,6 @@ struct tloop {
     tframe *frame;
 };
 
-/* An undefined value; s.p/s.n hold the error message to give when it is used. */
-static inline tval tv_undef(const char *msg) {
-    tval v = {.k = TV_UNDEF};
-    v.s.p = msg;
-    v.s.n = msg ? __builtin_strlen(msg) : 0;
-    return v;
-}
 static inline tval tv_none(void) { return (tval){.k = TV_NONE}; }
 static inline tval tv_bool(bool b) { return (tval){.k = TV_BOOL, .b = b}; }
 static inline tval tv_int(int64_t i) { return (tval){.k = TV_INT, .i = i}; }

@@ -16,10 +16,6 @@
 
 #include "template/strings.h"
 
-#define SELF_STR (self->s)
-
-static bool want_str(trender *r, const tval *v, const char *what) { return v && tcheck_str(r, v, what); }
-
 static bool get_int(trender *r, const tval *v, int64_t dflt, int64_t *out) {
     *out = dflt;
     if (!v || v->k == TV_NONE)
@@ -131,8 +127,8 @@ static bool m_replace(trender *r, const tval *self, const targs *a, tval *out) {
 
 static bool m_find_any(trender *r, const tval *self, const targs *a, tval *out, bool right, bool must) {
     const tval *sub = targ(a, 0, NULL);
-    if (!want_str(r, sub, "find"))
-        return sub ? false : tfail(r, "TypeError: find() takes at least 1 argument");
+    if (!sub) return tfail(r, "TypeError: find() takes at least 1 argument");
+    if (!tcheck_str(r, sub, "find")) return false;
     int64_t i = tstr_find(self, sub, right);
     if (must && i < 0) return tfail(r, "ValueError: substring not found");
     *out = tv_int(i);
@@ -150,8 +146,8 @@ static bool m_sindex(trender *r, const tval *self, const targs *a, tval *out) {
 
 static bool m_scount(trender *r, const tval *self, const targs *a, tval *out) {
     const tval *sub = targ(a, 0, NULL);
-    if (!want_str(r, sub, "count"))
-        return sub ? false : tfail(r, "TypeError: count() takes at least 1 argument");
+    if (!sub) return tfail(r, "TypeError: count() takes at least 1 argument");
+    if (!tcheck_str(r, sub, "count")) return false;
     *out = tv_int(tstr_count(self, sub));
     return true;
 }
