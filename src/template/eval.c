@@ -160,6 +160,16 @@ bool tget_attr(trender *r, const tval *obj, const char *name, size_t n, tval *ou
         out->flags = TVF_UNSAFE;
         return true;
     }
+    if (obj->k == TV_LIST && obj->l->is_group && obj->l->n == 2) {
+        if (n == 7 && !memcmp(name, "grouper", 7)) {
+            *out = obj->l->v[0];
+            return true;
+        }
+        if (n == 4 && !memcmp(name, "list", 4)) {
+            *out = obj->l->v[1];
+            return true;
+        }
+    }
     if (tmethod_lookup(r, obj, name, n, out)) return true;
     if (r->failed) return false;
     if (obj->k == TV_DICT) {
@@ -310,7 +320,7 @@ static bool repeat(trender *r, const tval *seq, int64_t times, tval *out) {
     return true;
 }
 
-static bool binop(trender *r, int op, const tval *a, const tval *b, tval *out) {
+bool tarith(trender *r, int op, const tval *a, const tval *b, tval *out) {
     if (a->k == TV_UNDEF) return tfail_undef(r, a);
     if (b->k == TV_UNDEF) return tfail_undef(r, b);
     if (is_intlike(a) && is_intlike(b)) {
@@ -574,7 +584,7 @@ static bool eval_node(trender *r, tframe *f, const tnode *n, tval *out) {
             return true;
         }
         return teval(r, f, n->b, out);
-    case N_BINOP: return teval(r, f, n->a, &a) && teval(r, f, n->b, &b) && binop(r, n->op, &a, &b, out);
+    case N_BINOP: return teval(r, f, n->a, &a) && teval(r, f, n->b, &b) && tarith(r, n->op, &a, &b, out);
     case N_COMPARE: {
         if (!teval(r, f, n->a, &a)) return false;
         for (size_t i = 0; i < n->n; i++) {

@@ -322,8 +322,16 @@ static bool f_round(trender *r, const tval *v, const targs *a, tval *out) {
         x = ceil(x * m) / m;
     else if (method && method->k == TV_STR && method->s.n == 5 && !memcmp(method->s.p, "floor", 5))
         x = floor(x * m) / m;
-    else if (v->k != TV_FLOAT && prec >= 0) { /* round(int, n) stays an int in Python */
-        *out = tv_int(v->k == TV_INT ? v->i : v->b);
+    else if (v->k != TV_FLOAT) { /* round(int, n) stays an int in Python, ties to even */
+        int64_t i = v->k == TV_INT ? v->i : v->b, m10 = 1;
+        for (int64_t k = prec; k < 0 && m10 <= INT64_MAX / 10; k++) m10 *= 10;
+        if (prec < 0 && m10 > 1) {
+            int64_t q = i / m10, rem = i % m10;
+            if (rem < 0) q--, rem += m10;
+            if (rem * 2 > m10 || (rem * 2 == m10 && (q & 1))) q++;
+            if (__builtin_mul_overflow(q, m10, &i)) return tfail(r, "OverflowError: round out of range");
+        }
+        *out = tv_int(i);
         return true;
     } else if (prec >= 0 && prec <= 300) { /* Python's round: correctly rounded, ties to even */
         char buf[400];

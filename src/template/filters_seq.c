@@ -178,6 +178,47 @@ static bool f_dictsort(trender *r, const tval *v, const targs *a, tval *out) {
     return make_list(r, pairs, out);
 }
 
+/* groupby(attribute, default=None, case_sensitive=False): sorted by the attribute, then
+ * (grouper, items) tuples of the runs of equal keys; the grouper is the first item's value */
+static bool f_groupby(trender *r, const tval *v, const targs *a, tval *out) {
+    const tval *attr = targ(a, 0, "attribute"), *dflt = targ(a, 1, "default"),
+               *cs = targ(a, 2, "case_sensitive");
+    bool sensitive = cs && tv_truthy(cs);
+    tlist *in, *res;
+    sort_item *s;
+    if (!attr) return tfail(r, "TypeError: groupby needs an attribute");
+    if (!tv_iterate(r, v, &in) || !(res = tlist_new(&r->arena, 0))) return r->failed ? false : tfail_oom(r);
+    sort_item *keyed = tarena_alloc(&r->arena, (in->n + 1) * sizeof *keyed);
+    sort_item *tmp = tarena_alloc(&r->arena, (in->n + 1) * sizeof *tmp);
+    if (!keyed || !tmp) return tfail_oom(r);
+    for (size_t i = 0; i < in->n; i++) {
+        tval key;
+        if (!tf_attr(r, &in->v[i], attr, &key)) return false;
+        if (key.k == TV_UNDEF && dflt) key = *dflt;
+        if (!sensitive && key.k == TV_STR && !tstr_case(r, &key, TCASE_LOWER, &key)) return false;
+        keyed[i] = (sort_item){key, in->v[i]};
+    }
+    if (!merge_sort(r, keyed, tmp, in->n, false)) return false;
+    s = keyed;
+    for (size_t i = 0; i < in->n;) {
+        size_t j = i + 1;
+        while (j < in->n && tv_equal(&s[j].key, &s[i].key)) j++;
+        tlist *items = tlist_new(&r->arena, j - i), *group = tlist_new(&r->arena, 2);
+        if (!items || !group) return tfail_oom(r);
+        for (size_t k = i; k < j; k++) items->v[items->n++] = s[k].val;
+        tval grouper;
+        if (!tf_attr(r, &s[i].val, attr, &grouper)) return false;
+        if (grouper.k == TV_UNDEF && dflt) grouper = *dflt;
+        group->is_tuple = group->is_group = true;
+        group->v[0] = grouper;
+        group->v[1] = (tval){.k = TV_LIST, .l = items};
+        group->n = 2;
+        if (!tlist_push(&r->arena, res, (tval){.k = TV_LIST, .l = group})) return tfail_oom(r);
+        i = j;
+    }
+    return make_list(r, res, out);
+}
+
 static bool f_unique(trender *r, const tval *v, const targs *a, tval *out) {
     const tval *cs = targ(a, 0, "case_sensitive"), *attr = targ(a, 1, "attribute");
     tlist *in, *res, *seen;
@@ -238,20 +279,8 @@ static bool f_sum(trender *r, const tval *v, const targs *a, tval *out) {
     for (size_t i = 0; i < in->n; i++) {
         tval x = in->v[i];
         if (attr && !tf_attr(r, &in->v[i], attr, &x)) return false;
-        bool acc_int = acc.k == TV_INT || acc.k == TV_BOOL, x_int = x.k == TV_INT || x.k == TV_BOOL;
-        if (acc_int && x_int) {
-            int64_t s;
-            if (__builtin_add_overflow(acc.k == TV_INT ? acc.i : acc.b, x.k == TV_INT ? x.i : x.b, &s))
-                return tfail(r, "OverflowError: sum out of the 64-bit range");
-            acc = tv_int(s);
-        } else if ((acc_int || acc.k == TV_FLOAT) && (x_int || x.k == TV_FLOAT)) {
-            double p = acc.k == TV_FLOAT ? acc.f : (double)(acc.k == TV_INT ? acc.i : acc.b);
-            double q = x.k == TV_FLOAT ? x.f : (double)(x.k == TV_INT ? x.i : x.b);
-            acc = tv_float(p + q);
-        } else {
-            return tfail(r, "TypeError: unsupported operand type(s) for +: '%s' and '%s'", tv_type_name(&acc),
-                         tv_type_name(&x));
-        }
+        if (acc.k == TV_STR) return tfail(r, "TypeError: sum() can't sum strings [use ''.join(seq) instead]");
+        if (!tstep(r) || !tarith(r, OP_ADD, &acc, &x, &acc)) return false;
     }
     *out = acc;
     return true;
@@ -291,6 +320,7 @@ static const tfilter_entry seq_filters[] = {
     {"max", f_max},
     {"sum", f_sum},
     {"batch", f_batch},
+    {"groupby", f_groupby},
 };
 
 const tfilter_entry *tfilter_find_seq(const char *name) {

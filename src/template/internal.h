@@ -73,7 +73,8 @@ struct tlist {
     size_t n, cap;
     tval *v;
     bool is_tuple;
-    bool is_gen; /* the generator map/select/... give: iterable, but no len, index or JSON */
+    bool is_gen;   /* the generator map/select/... give: iterable, but no len, index or JSON */
+    bool is_group; /* groupby's (grouper, list) tuples, which have those two attributes */
 };
 struct tdict {
     size_t n, cap;
@@ -277,6 +278,8 @@ bool tstep(trender *r);
 bool tcharge(trender *r, uint64_t n);
 
 bool teval(trender *r, tframe *f, const tnode *n, tval *out);
+/* a OP b with Python's rules (op: tbinop) */
+bool tarith(trender *r, int op, const tval *a, const tval *b, tval *out);
 bool trender_body(trender *r, tframe *f, tnode *const *body, size_t n);
 /* Calls any callable value (macro, builtin, bound method, loop). */
 bool tcall(trender *r, const tval *callee, const targs *a, tval *out);

@@ -73,9 +73,27 @@ static bool affix_match(const tval *s, const tval *x, bool end) {
     return !memcmp(s->s.p + (end ? s->s.n - x->s.n : 0), x->s.p, x->s.n);
 }
 
-static bool m_affix(trender *r, const tval *self, const targs *a, tval *out, bool end) {
+/* str.startswith / endswith (prefix or a tuple of them, optional start and end) */
+static bool m_affix(trender *r, const tval *self_in, const targs *a, tval *out, bool end) {
     const tval *x = targ(a, 0, NULL);
     if (!x) return tfail(r, "TypeError: %s() takes at least 1 argument", end ? "endswith" : "startswith");
+    tval sliced = *self_in;
+    const tval *self = &sliced;
+    if (a->npos > 1) { /* s[start:end] by code points, negative counting from the end */
+        int64_t len = (int64_t)utf8_len(self_in->s.p, self_in->s.n), b = 0, e = len;
+        if (!get_int(r, &a->pos[1], 0, &b) || (a->npos > 2 && !get_int(r, &a->pos[2], len, &e))) return false;
+        if (b < 0) b = b + len < 0 ? 0 : b + len;
+        if (e < 0) e = e + len < 0 ? 0 : e + len;
+        if (b > len) b = len;
+        if (e > len) e = len;
+        if (e < b) {
+            *out = tv_bool(false);
+            return true;
+        }
+        size_t bo = utf8_offset(self_in->s.p, self_in->s.n, (size_t)b);
+        size_t eo = utf8_offset(self_in->s.p, self_in->s.n, (size_t)e);
+        sliced = tv_str(self_in->s.p + bo, eo - bo);
+    }
     if (x->k == TV_LIST && x->l->is_tuple) {
         bool any = false;
         for (size_t i = 0; i < x->l->n; i++) {

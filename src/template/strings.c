@@ -198,12 +198,8 @@ bool tstr_split(trender *r, const tval *s, const tval *sep, int64_t maxsplit, bo
                 while (i < n && tstr_is_space(tstr_decode(p, n, i, &len))) i += len;
                 if (i >= n) break;
                 size_t st = i;
-                if (maxsplit >= 0 && splits >= maxsplit) {
-                    /* the rest, with its trailing whitespace stripped */
-                    size_t e = n;
-                    tval rest = tv_str(p + st, e - st), t;
-                    tstr_strip(r, &rest, NULL, 2, &t);
-                    if (!tlist_push(&r->arena, l, t)) return tfail_oom(r);
+                if (maxsplit >= 0 && splits >= maxsplit) { /* the rest, as it is */
+                    if (!tlist_push(&r->arena, l, tv_str(p + st, n - st))) return tfail_oom(r);
                     break;
                 }
                 while (i < n && !tstr_is_space(tstr_decode(p, n, i, &len))) i += len;
@@ -231,10 +227,8 @@ bool tstr_split(trender *r, const tval *s, const tval *sep, int64_t maxsplit, bo
             for (;;) {
                 while (e > 0 && tstr_is_space((unsigned char)p[e - 1])) e--;
                 if (e == 0) break;
-                if (maxsplit >= 0 && splits >= maxsplit) {
-                    size_t st = 0;
-                    while (st < e && tstr_is_space((unsigned char)p[st])) st++;
-                    if (!tlist_push(&r->arena, l, tv_str(p + st, e - st))) return tfail_oom(r);
+                if (maxsplit >= 0 && splits >= maxsplit) { /* the rest, leading space kept */
+                    if (!tlist_push(&r->arena, l, tv_str(p, e))) return tfail_oom(r);
                     break;
                 }
                 size_t st = e;

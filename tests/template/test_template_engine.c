@@ -220,6 +220,13 @@ static const tcase filters[] = {
     {"{{ 'hello world foo bar'|truncate(9, leeway=0) }} {{ 'abcdefghij'|truncate(5, true, '', 0) }}", NULL,
      "hello... abcde", NULL},
     {"{{ [1]|map('tojson')|tojson }}", NULL, NULL, "not JSON serializable"},
+    {"{% for g in ms|groupby('r') %}{{ g.grouper }}{{ g.list|length }}{% endfor %}"
+     "{% for k, v in ms|groupby('r') %}{{ k }}{% endfor %}",
+     "{\"ms\": [{\"r\": \"u\"}, {\"r\": \"a\"}, {\"r\": \"U\"}]}", "a1u2au", NULL},
+    {"{{ [[1], [2, 3]]|sum(start=[]) }} {{ 12345|round(-2) }} {{ 250|round(-2) }} {{ ['a']|sum(start='') }}",
+     NULL, NULL, "can't sum strings"},
+    {"{{ [[1], [2, 3]]|sum(start=[]) }} {{ 12345|round(-2) }} {{ 250|round(-2) }}", NULL,
+     "[1, 2, 3] 12300 200", NULL},
     {"{{ '%s=%d, %.2f %5s|%-3s|%03d %x %r %%'|format('a', 3.9, 2.345, 'r', 'l', 7, 255, 'q') }}", NULL,
      "a=3, 2.35     r|l  |007 ff 'q' %", NULL},
     {"{{ '%s and %s' % ('x', 1) }} {{ '%d%%' % 50 }} {{ '%(a)s-%(b)s' % {'a': 1, 'b': 2} }}", NULL,
@@ -267,6 +274,9 @@ static const tcase methods[] = {
     {"{{ 'a,b,c'.split(',') }} {{ 'a,b,c'.split(',', 1) }} {{ ' a  b '.split() }} {{ 'a,b,c'.rsplit(',', 1) "
      "}}",
      NULL, "['a', 'b', 'c'] ['a', 'b,c'] ['a', 'b'] ['a,b', 'c']", NULL},
+    {"{{ 'abc'.startswith('bc', 1) }}{{ 'abc'.endswith('b', 0, -1) }} {{ ' a b  '.split(None, 1) }}"
+     "{{ '  a b '.rsplit(None, 1) }}",
+     NULL, "TrueTrue ['a', 'b  ']['  a', 'b']", NULL},
     {"{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}{{ 'abc'.startswith(('x',)) }}", NULL,
      "TrueTrueFalse", NULL},
     {"{{ 'abca'.find('c') }}{{ 'abc'.find('z') }}{{ 'abca'.count('a') }}{{ 'x'.upper() }}{{ "
