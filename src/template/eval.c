@@ -17,16 +17,27 @@
 #include "template/internal.h"
 #include "template/strings.h"
 
+/* The first error wins; it names the template line being rendered. */
 bool tfail(trender *r, const char *fmt, ...) {
     if (!r->failed) {
         r->failed = true;
         if (r->err) {
             r->err->status = CERA_ERR_FORMAT;
+            int k = r->line > 0 ? snprintf(r->err->message, sizeof r->err->message, "line %d: ", r->line) : 0;
+            if (k < 0 || (size_t)k >= sizeof r->err->message) k = 0;
             va_list ap;
             va_start(ap, fmt);
-            vsnprintf(r->err->message, sizeof r->err->message, fmt, ap);
+            vsnprintf(r->err->message + k, sizeof r->err->message - (size_t)k, fmt, ap);
             va_end(ap);
         }
+    }
+    return false;
+}
+
+bool tfail_exact(trender *r, const char *msg) {
+    if (!r->failed) {
+        r->failed = true;
+        cera_fail(r->err, CERA_ERR_FORMAT, "%s", msg);
     }
     return false;
 }
@@ -502,8 +513,11 @@ static bool eval_node(trender *r, tframe *f, const tnode *n, tval *out);
 bool teval(trender *r, tframe *f, const tnode *n, tval *out) {
     if (r->failed) return false;
     if (++r->eval_depth > 2000) return tfail(r, "template render: an expression nested too deeply");
+    int line = r->line;
+    r->line = n->line;
     bool ok = eval_node(r, f, n, out);
     r->eval_depth--;
+    if (ok) r->line = line; /* a failure keeps the line where it happened */
     return ok;
 }
 

@@ -265,9 +265,13 @@ struct trender {
     time_t now;
     tframe *globals;
     int loop_ctl; /* 1 break, 2 continue pending */
+    int line;     /* the template line being rendered, for error messages */
 };
 
+/* Fails the render: "line L: <message>" (L: the template line being rendered). */
 bool tfail(trender *r, const char *fmt, ...) CERA_PRINTF(2, 3);
+/* Fails with exactly msg (raise_exception's message). */
+bool tfail_exact(trender *r, const char *msg);
 /* An undefined value whose message is formatted now (Jinja2's hint for later errors). */
 tval tundef(trender *r, const char *fmt, ...) CERA_PRINTF(2, 3);
 /* Fails with an undefined value's message (UndefinedError, or SecurityError when unsafe). */

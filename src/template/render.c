@@ -246,6 +246,7 @@ static bool call_block(trender *r, tframe *f, const tnode *n) {
 
 static bool render_node(trender *r, tframe *f, const tnode *n) {
     tval v, w;
+    r->line = n->line;
     switch (n->kind) {
     case N_TEXT:
         if (!tbuf_put(r->out, n->str, n->slen))

@@ -39,7 +39,7 @@ static bool g_raise_exception(trender *r, const tval *self, const targs *a, tval
     const tval *msg = targ(a, 0, "message");
     tbuf b = {0};
     if (msg) tv_write_str(&b, msg);
-    tfail(r, "%s", b.p ? b.p : "");
+    tfail_exact(r, b.p ? b.p : "");
     tbuf_free(&b);
     return false;
 }

@@ -103,6 +103,7 @@ static const tcase expressions[] = {
     {"{{ m.content }} {{ m['role'] }} {{ m.get('x', 'dflt') }} {{ xs.0 }}",
      "{\"m\": {\"role\": \"u\", \"content\": \"c\"}, \"xs\": [7]}", "c u dflt 7", NULL},
     {"{{ 1 + 'a' }}", NULL, NULL, "TypeError"},
+    {"{% if true %}\n\n{{ 1 + 'a' }}{% endif %}", NULL, NULL, "line 3: TypeError"},
     {"{{ 1 // 0 }}", NULL, NULL, "ZeroDivisionError"},
     {"{{ 9223372036854775807 + 1 }}", NULL, NULL, "OverflowError"},
     {"{{ 1 < 'a' }}", NULL, NULL, "not supported"},
