@@ -343,11 +343,10 @@ static bool f_round(trender *r, const tval *v, const targs *a, tval *out) {
     return true;
 }
 
+/* Markup(value): the text of any value */
 static bool f_safe(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
-    (void)r;
-    *out = *v;
-    return true;
+    return tv_to_str(r, v, out);
 }
 
 static bool f_escape(trender *r, const tval *v, const targs *a, tval *out) {
@@ -377,7 +376,7 @@ static bool f_escape(trender *r, const tval *v, const targs *a, tval *out) {
 static bool f_indent(trender *r, const tval *v, const targs *a, tval *out) {
     const tval *w = targ(a, 0, "width"), *first = targ(a, 1, "first"), *blank = targ(a, 2, "blank");
     tval s, ind;
-    if (!text_of(r, v, &s)) return false;
+    if (!tcheck_str(r, v, "indent") || !text_of(r, v, &s)) return false;
     if (w && w->k == TV_STR)
         ind = *w;
     else {

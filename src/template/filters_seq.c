@@ -23,9 +23,11 @@ static bool make_gen(trender *r, tlist *l, tval *out) {
 }
 
 /* select(test, args...) and friends: attr (NULL for select/reject) picks the tested value. */
-static bool select_common(trender *r, const tval *v, const targs *a, tval *out, bool with_attr,
+static bool select_common(trender *r, const tval *v_in, const targs *a, tval *out, bool with_attr,
                           bool keep_if) {
     tlist *in, *res;
+    tval empty = {.k = TV_UNDEF}; /* as Jinja2: a false value (0, none...) selects nothing */
+    const tval *v = tv_truthy(v_in) ? v_in : &empty;
     if (!tv_iterate(r, v, &in) || !(res = tlist_new(&r->arena, in->n)))
         return r->failed ? false : tfail_oom(r);
     size_t at = 0;
@@ -71,8 +73,10 @@ static bool f_rejectattr(trender *r, const tval *v, const targs *a, tval *out) {
     return select_common(r, v, a, out, true, false);
 }
 
-static bool f_map(trender *r, const tval *v, const targs *a, tval *out) {
+static bool f_map(trender *r, const tval *v_in, const targs *a, tval *out) {
     tlist *in, *res;
+    tval empty = {.k = TV_UNDEF}; /* as Jinja2: a false value maps to nothing */
+    const tval *v = tv_truthy(v_in) ? v_in : &empty;
     if (!tv_iterate(r, v, &in) || !(res = tlist_new(&r->arena, in->n)))
         return r->failed ? false : tfail_oom(r);
     const tval *attr = targ(a, 99, "attribute"), *dflt = targ(a, 99, "default");

@@ -38,43 +38,32 @@ SIMPLE(t_sequence, v->k == TV_UNDEF || v->k == TV_STR || v->k == TV_LIST || (v->
 SIMPLE(t_boolean, v->k == TV_BOOL)
 SIMPLE(t_true, v->k == TV_BOOL && v->b)
 SIMPLE(t_false, v->k == TV_BOOL && !v->b)
-SIMPLE(t_callable, v->k == TV_FUNC || v->k == TV_LOOP)
+SIMPLE(t_callable, v->k == TV_FUNC || v->k == TV_LOOP || v->k == TV_UNDEF) /* Undefined has __call__ */
 
-static bool int_of(trender *r, const tval *v, const char *test, int64_t *out) {
-    if (v->k == TV_INT)
-        *out = v->i;
-    else if (v->k == TV_BOOL)
-        *out = v->b;
-    else if (v->k == TV_UNDEF)
-        return tfail_undef(r, v);
-    else
-        return tfail(r, "TypeError: the test '%s' needs an integer, not %s", test, tv_type_name(v));
+/* odd, even, divisibleby: `value % n == r` with Python's % (so floats work, and a string
+ * is %-formatted, as in Jinja2) */
+static bool mod_test(trender *r, const tval *v, const tval *n, int64_t want, bool *out) {
+    tval m, w = tv_int(want);
+    if (!tarith(r, OP_MOD, v, n, &m)) return false;
+    *out = tv_equal(&m, &w);
     return true;
 }
 
 static bool t_odd(trender *r, const tval *v, const targs *a, bool *out) {
     (void)a;
-    int64_t i = 0;
-    if (!int_of(r, v, "odd", &i)) return false;
-    *out = i % 2 != 0;
-    return true;
+    tval two = tv_int(2);
+    return mod_test(r, v, &two, 1, out);
 }
 
 static bool t_even(trender *r, const tval *v, const targs *a, bool *out) {
     (void)a;
-    int64_t i = 0;
-    if (!int_of(r, v, "even", &i)) return false;
-    *out = i % 2 == 0;
-    return true;
+    tval two = tv_int(2);
+    return mod_test(r, v, &two, 0, out);
 }
 
 static bool t_divisibleby(trender *r, const tval *v, const targs *a, bool *out) {
     const tval *x = need_arg(r, a, "divisibleby");
-    int64_t i = 0, d = 1;
-    if (!x || !int_of(r, v, "divisibleby", &i) || !int_of(r, x, "divisibleby", &d)) return false;
-    if (d == 0) return tfail(r, "ZeroDivisionError: integer division or modulo by zero");
-    *out = d == -1 || i % d == 0;
-    return true;
+    return x && mod_test(r, v, x, 0, out);
 }
 
 /* eq / ne / lt / ... as the comparison operators */
@@ -144,8 +133,11 @@ static bool t_sameas(trender *r, const tval *v, const targs *a, bool *out) {
     return true;
 }
 
-static bool case_test(const tval *v, bool upper) {
-    if (v->k != TV_STR) return false;
+/* str(value).islower() / isupper() */
+static bool case_test(trender *r, const tval *v_in, bool upper) {
+    tval s;
+    if (!tv_to_str(r, v_in, &s)) return false;
+    const tval *v = &s;
     bool cased = false;
     for (size_t i = 0; i < v->s.n;) {
         size_t len;
@@ -161,8 +153,8 @@ static bool case_test(const tval *v, bool upper) {
     }
     return cased;
 }
-SIMPLE(t_lower, case_test(v, false))
-SIMPLE(t_upper, case_test(v, true))
+SIMPLE(t_lower, case_test(r, v, false))
+SIMPLE(t_upper, case_test(r, v, true))
 SIMPLE(t_escaped, false)
 
 typedef struct ttest_entry {

@@ -265,6 +265,11 @@ static const tcase tests_[] = {
     {"{{ 1 is in [1] }}{{ 'a' is in 'bc' }}{{ none is sameas none }}{{ x is sameas x }}{{ range is callable "
      "}}",
      "{\"x\": [1]}", "TrueFalseTrueTrueTrue", NULL},
+    {"{{ 2.5 is even }}{{ 4.0 is even }}{{ 7.5 is divisibleby 2.5 }}{{ {'k': 1} is lower }}{{ [] is upper }}"
+     "{{ ({}|max) is callable }}",
+     NULL, "FalseTrueTrueTrueFalseTrue", NULL},
+    {"{{ none|safe ~ 1|safe }} {{ false|select|list }} {{ 0|map('string')|list }}", NULL, "None1 [] []",
+     NULL},
     {"{{ x is nosuchtest }}", NULL, NULL, "no test named"},
 };
 
