@@ -4,10 +4,11 @@
  * and call blocks, filter blocks; and calling any callable value.
  *
  * Scopes follow Jinja2: each for-loop iteration and each macro call get their own frame,
- * so a `set` inside them is not seen outside (nor by the next iteration) (namespace() objects are how
- * templates carry state out of a loop); if blocks share the enclosing frame. Each loop iteration and call
- * counts as a step against the render's limit; macro calls and recursive loops count against the depth limit,
- * so hostile templates end with an error, not a hang or a stack overflow.
+ * so a `set` inside them is seen neither outside nor by the next iteration (namespace()
+ * objects are how templates carry state out of a loop); if blocks share the enclosing
+ * frame. Each loop iteration and call counts as a step against the render's limit; macro
+ * calls and recursive loops count against the depth limit, so hostile templates end with
+ * an error, not a hang or a stack overflow.
  */
 #include <string.h>
 
