@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "template/internal.h"
 
 /* ---- Arena ---------------------------------------------------------------- */
@@ -371,8 +373,32 @@ static bool write_str_repr(tbuf *b, const char *s, size_t n) {
             tbuf_put(b, "\\t", 2);
         else if (c < 0x20 || c == 0x7f)
             tbuf_printf(b, "\\x%02x", c);
-        else
+        else if (c < 0x80)
             tbuf_putc(b, (char)c);
+        else { /* non-ASCII: kept unless Python counts it unprintable (controls, format
+                * characters, separators other than the space...) */
+            int32_t cp;
+            utf8proc_ssize_t k =
+                utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+            if (k <= 0) {
+                tbuf_putc(b, (char)c);
+                continue;
+            }
+            utf8proc_category_t cat = utf8proc_category(cp);
+            bool printable =
+                !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CS ||
+                  cat == UTF8PROC_CATEGORY_CO || cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZL ||
+                  cat == UTF8PROC_CATEGORY_ZP || cat == UTF8PROC_CATEGORY_ZS);
+            if (printable)
+                tbuf_put(b, s + i, (size_t)k);
+            else if (cp < 0x100)
+                tbuf_printf(b, "\\x%02x", (unsigned)cp);
+            else if (cp < 0x10000)
+                tbuf_printf(b, "\\u%04x", (unsigned)cp);
+            else
+                tbuf_printf(b, "\\U%08x", (unsigned)cp);
+            i += (size_t)k - 1;
+        }
     }
     return tbuf_putc(b, q);
 }

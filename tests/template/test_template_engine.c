@@ -82,6 +82,7 @@ static const tcase expressions[] = {
     {"{{ [1, 'a', none, true, 2.5] }}", NULL, "[1, 'a', None, True, 2.5]", NULL},
     {"{{ {'a': 1, 'b': [False]} }} {{ ('a',) }} {{ () }}", NULL, "{'a': 1, 'b': [False]} ('a',) ()", NULL},
     {"{{ [\"it's\", 'q\"'] }}", NULL, "[\"it's\", 'q\"']", NULL},
+    {"{{ ['\\xa0\\u200b\xc3\xa9\\x01'] }}", NULL, "['\\xa0\\u200b\xc3\xa9\\x01']", NULL},
     {"{{ 'abc'[::-1] }} {{ [1,2,3][-1] }} {{ [1,2,3,4][1:3] }} {{ 'h\xc3\xa9llo'[1] }} {{ [1,2,3,4,5][::2] "
      "}}",
      NULL, "cba 3 [2, 3] \xc3\xa9 [1, 3, 5]", NULL},
