@@ -242,6 +242,50 @@ static bool m_format(trender *r, const tval *self, const targs *a, tval *out) {
     return ok;
 }
 
+/* str.center / ljust / rjust (width, fillchar) and zfill: how = 0, 1, 2, 3 */
+static bool m_pad(trender *r, const tval *self, const targs *a, tval *out, int how) {
+    int64_t width;
+    const tval *fill = how == 3 ? NULL : targ(a, 1, "fillchar");
+    if (!targ(a, 0, "width")) return tfail(r, "TypeError: a width is required");
+    if (!get_int(r, targ(a, 0, "width"), 0, &width)) return false;
+    if (fill && (!tcheck_str(r, fill, "fillchar") || utf8_len(fill->s.p, fill->s.n) != 1))
+        return tfail(r, "TypeError: The fill character must be exactly one character long");
+    tval f = fill ? *fill : tv_cstr(how == 3 ? "0" : " ");
+    int64_t len = (int64_t)utf8_len(self->s.p, self->s.n);
+    if (width > 100000) width = 100000;
+    if (width <= len) {
+        *out = *self;
+        return true;
+    }
+    int64_t pad = width - len, left = how == 0 ? pad / 2 + (pad & width & 1) : how == 1 ? 0 : pad;
+    tbuf b = {.limit = r->max_output};
+    size_t body = 0;
+    if (how == 3 && self->s.n &&
+        (self->s.p[0] == '-' || self->s.p[0] == '+')) { /* zfill keeps the sign first */
+        tbuf_putc(&b, self->s.p[0]);
+        body = 1;
+    }
+    for (int64_t i = 0; i < left; i++) tbuf_put(&b, f.s.p, f.s.n);
+    tbuf_put(&b, self->s.p + body, self->s.n - body);
+    for (int64_t i = 0; i < pad - left; i++) tbuf_put(&b, f.s.p, f.s.n);
+    bool ok = !b.failed ? tstr_make(r, b.p ? b.p : "", b.n, out)
+                        : tfail(r, "template render: a padded string is over the output limit");
+    tbuf_free(&b);
+    return ok;
+}
+static bool m_center(trender *r, const tval *self, const targs *a, tval *out) {
+    return m_pad(r, self, a, out, 0);
+}
+static bool m_ljust(trender *r, const tval *self, const targs *a, tval *out) {
+    return m_pad(r, self, a, out, 1);
+}
+static bool m_rjust(trender *r, const tval *self, const targs *a, tval *out) {
+    return m_pad(r, self, a, out, 2);
+}
+static bool m_zfill(trender *r, const tval *self, const targs *a, tval *out) {
+    return m_pad(r, self, a, out, 3);
+}
+
 /* str.isdigit / isalpha / isalnum / isspace / islower / isupper */
 static bool m_is(trender *r, const tval *self, tval *out, int what) {
     (void)r;
@@ -403,6 +447,10 @@ static const method methods[] = {
     {TV_STR, "count", m_scount},
     {TV_STR, "join", m_join},
     {TV_STR, "format", m_format},
+    {TV_STR, "center", m_center},
+    {TV_STR, "ljust", m_ljust},
+    {TV_STR, "rjust", m_rjust},
+    {TV_STR, "zfill", m_zfill},
     {TV_STR, "isdigit", m_isdigit},
     {TV_STR, "isalpha", m_isalpha},
     {TV_STR, "isalnum", m_isalnum},

@@ -44,6 +44,27 @@ bool tstr_make(trender *r, const char *p, size_t n, tval *out) {
     return true;
 }
 
+static bool is_cased(int32_t c) {
+    utf8proc_category_t cat = utf8proc_category(c);
+    return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+}
+
+/* The few full case mappings Python applies that utf8proc's one-to-one ones lack: the
+ * text for c in upper (title: only the first letter upper), or NULL. */
+static const char *special_upper(int32_t c, bool title) {
+    switch (c) {
+    case 0xDF: return title ? "Ss" : "SS";
+    case 0xFB00: return title ? "Ff" : "FF";
+    case 0xFB01: return title ? "Fi" : "FI";
+    case 0xFB02: return title ? "Fl" : "FL";
+    case 0xFB03: return title ? "Ffi" : "FFI";
+    case 0xFB04: return title ? "Ffl" : "FFL";
+    case 0xFB05:
+    case 0xFB06: return title ? "St" : "ST";
+    default: return NULL;
+    }
+}
+
 bool tstr_case(trender *r, const tval *s, tcase mode, tval *out) {
     char *o = tarena_alloc(&r->arena, s->s.n * 3 + 4);
     if (!o) return tfail_oom(r);
@@ -55,6 +76,9 @@ bool tstr_case(trender *r, const tval *s, tcase mode, tval *out) {
         utf8proc_category_t cat = utf8proc_category(c);
         bool cased =
             cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+        bool up =
+            mode == TCASE_UPPER || (mode == TCASE_TITLE && word_start) || (mode == TCASE_CAPITALIZE && first);
+        const char *special = up ? special_upper(c, mode != TCASE_UPPER) : NULL;
         switch (mode) {
         case TCASE_UPPER: m = utf8proc_toupper(c); break;
         case TCASE_LOWER: m = utf8proc_tolower(c); break;
@@ -65,8 +89,20 @@ bool tstr_case(trender *r, const tval *s, tcase mode, tval *out) {
         case TCASE_CAPITALIZE: m = first ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
         }
         first = false;
-        if (m < 0x80 && c >= 0x80) m = c; /* keep odd bytes as they were */
-        if (len == 1 && c >= 0x80)
+        if (!up && c == 0x130) special = "i\xcc\x87"; /* İ lowers to i + combining dot */
+        if (!up && c == 0x3A3 && i > 0) {
+            /* a final sigma (after a cased letter, not before one) is ς */
+            size_t pl, nl = 0, p = i - 1; /* the previous character's first byte */
+            while (p > 0 && ((unsigned char)s->s.p[p] & 0xC0) == 0x80) p--;
+            bool after_cased = is_cased(tstr_decode(s->s.p, s->s.n, p, &pl));
+            bool before_cased = i + len < s->s.n && is_cased(tstr_decode(s->s.p, s->s.n, i + len, &nl));
+            if (after_cased && !before_cased) m = 0x3C2;
+        }
+        if (special) {
+            size_t sl = strlen(special);
+            memcpy(o + k, special, sl);
+            k += sl;
+        } else if (len == 1 && c >= 0x80)
             o[k++] = s->s.p[i];
         else
             k += (size_t)utf8proc_encode_char(m, (utf8proc_uint8_t *)o + k);
