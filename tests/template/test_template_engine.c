@@ -299,7 +299,8 @@ static const tcase methods[] = {
     {"{{ [1, 2, 1].index(2) }}{{ [1, 2, 1].count(1) }}", NULL, "12", NULL},
     {"{{ 'ab'.center(5, '*') }}|{{ 'abc'.ljust(5, '-') }}|{{ 'abc'.rjust(5) }}|{{ '-42'.zfill(5) }}", NULL,
      "**ab*|abc--|  abc|-0042", NULL},
-    {"{{ 'stra\xc3\x9fe'.upper() }} {{ '\xce\xa3\xce\x91\xce\xa3'.lower() }} {{ '\xef\xac\x81'|upper }}",
+    {"{{ 'stra\xc3\x9f"
+     "e'.upper() }} {{ '\xce\xa3\xce\x91\xce\xa3'.lower() }} {{ '\xef\xac\x81'|upper }}",
      NULL, "STRASSE \xcf\x83\xce\xb1\xcf\x82 FI", NULL},
     {"{% set l = [1, 2, 3] %}{{ l.pop() }}", NULL, NULL, "SecurityError"},
     {"{% set a, b = 'xy' %}{{ b }}{{ a }}", NULL, "yx", NULL},
