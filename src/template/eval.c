@@ -222,6 +222,7 @@ bool tget_item(trender *r, const tval *obj, const tval *key, tval *out) {
                 return true;
             }
         } else {
+            if (!tcharge(r, obj->s.n / 8)) return false;
             size_t len = utf8_len(obj->s.p, obj->s.n);
             if (norm_index(i, len, &at)) {
                 size_t b = utf8_offset(obj->s.p, obj->s.n, at), e = utf8_offset(obj->s.p, obj->s.n, at + 1);
@@ -314,7 +315,8 @@ static const char *op_sym(int op) {
 static bool repeat(trender *r, const tval *seq, int64_t times, tval *out) {
     if (times < 0) times = 0;
     size_t unit = seq->k == TV_STR ? seq->s.n : seq->l->n;
-    if (unit && (uint64_t)times > (r->arena.limit ? r->arena.limit : SIZE_MAX) / (unit * 16 + 1))
+    size_t item = seq->k == TV_STR ? 1 : sizeof(tval);
+    if (unit && (uint64_t)times > (r->arena.limit ? r->arena.limit : SIZE_MAX) / (unit * item))
         return tfail(r, "template render: a repeated sequence is over the memory limit");
     if (seq->k == TV_STR) {
         char *o = tarena_alloc(&r->arena, unit * (size_t)times + 1);
@@ -441,6 +443,7 @@ static bool contains(trender *r, const tval *item, const tval *seq, bool *out) {
             return tfail(r, "TypeError: 'in <string>' requires string as left operand, not %s",
                          tv_type_name(item));
         *out = item->s.n == 0 || memmem(seq->s.p, seq->s.n, item->s.p, item->s.n) != NULL;
+        return tcharge(r, seq->s.n / 8);
         return true;
     case TV_LIST:
         *out = false;
@@ -453,8 +456,14 @@ static bool contains(trender *r, const tval *item, const tval *seq, bool *out) {
 
 static bool compare(trender *r, int op, const tval *a, const tval *b, bool *out) {
     switch (op) {
-    case CMP_EQ: *out = tv_equal(a, b); return true;
-    case CMP_NE: *out = !tv_equal(a, b); return true;
+    case CMP_EQ:
+    case CMP_NE:
+        *out = tv_equal(a, b) == (op == CMP_EQ);
+        /* comparing long lists or strings is work too */
+        return tcharge(r, a->k == TV_LIST   ? a->l->n
+                          : a->k == TV_STR  ? a->s.n / 8
+                          : a->k == TV_DICT ? a->d->n
+                                            : 0);
     case CMP_IN: return contains(r, a, b, out);
     case CMP_NOTIN:
         if (!contains(r, a, b, out)) return false;

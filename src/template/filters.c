@@ -115,7 +115,7 @@ static bool f_length(trender *r, const tval *v, const targs *a, tval *out) {
     (void)a;
     switch (v->k) {
     case TV_UNDEF: *out = tv_int(0); return true;
-    case TV_STR: *out = tv_int((int64_t)utf8_len(v->s.p, v->s.n)); return true;
+    case TV_STR: *out = tv_int((int64_t)utf8_len(v->s.p, v->s.n)); return tcharge(r, v->s.n / 8);
     case TV_LIST:
         if (v->l->is_gen) return tfail(r, "TypeError: object of type 'generator' has no len()");
         *out = tv_int((int64_t)v->l->n);

@@ -278,7 +278,9 @@ tval tundef(trender *r, const char *fmt, ...) CERA_PRINTF(2, 3);
 bool tfail_undef(trender *r, const tval *u);
 bool tfail_oom(trender *r);
 bool tstep(trender *r);
-/* Counts n units of work (comparisons in `in`, unique...) against the step limit. */
+/* Counts n units of work (a list element compared, or 8 bytes scanned) against the step
+ * limit, as n / 8 steps, for operations whose cost grows with their operands (`in`, ==,
+ * unique, find, len...). */
 bool tcharge(trender *r, uint64_t n);
 
 bool teval(trender *r, tframe *f, const tnode *n, tval *out);

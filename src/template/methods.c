@@ -147,6 +147,7 @@ static bool m_find_any(trender *r, const tval *self, const targs *a, tval *out, 
     const tval *sub = targ(a, 0, NULL);
     if (!sub) return tfail(r, "TypeError: find() takes at least 1 argument");
     if (!tcheck_str(r, sub, "find")) return false;
+    if (!tcharge(r, self->s.n / 8)) return false;
     int64_t i = tstr_find(self, sub, right);
     if (must && i < 0) return tfail(r, "ValueError: substring not found");
     *out = tv_int(i);
@@ -166,6 +167,7 @@ static bool m_scount(trender *r, const tval *self, const targs *a, tval *out) {
     const tval *sub = targ(a, 0, NULL);
     if (!sub) return tfail(r, "TypeError: count() takes at least 1 argument");
     if (!tcheck_str(r, sub, "count")) return false;
+    if (!tcharge(r, self->s.n / 8)) return false;
     *out = tv_int(tstr_count(self, sub));
     return true;
 }
@@ -349,6 +351,7 @@ static bool m_isupper(trender *r, const tval *self, const targs *a, tval *out) {
 static bool m_lindex(trender *r, const tval *self, const targs *a, tval *out) {
     const tval *x = targ(a, 0, NULL);
     if (!x) return tfail(r, "TypeError: index() takes at least 1 argument");
+    if (!tcharge(r, self->l->n)) return false;
     for (size_t i = 0; i < self->l->n; i++)
         if (tv_equal(&self->l->v[i], x)) {
             *out = tv_int((int64_t)i);
@@ -360,6 +363,7 @@ static bool m_lindex(trender *r, const tval *self, const targs *a, tval *out) {
 static bool m_lcount(trender *r, const tval *self, const targs *a, tval *out) {
     const tval *x = targ(a, 0, NULL);
     if (!x) return tfail(r, "TypeError: count() takes exactly one argument");
+    if (!tcharge(r, self->l->n)) return false;
     int64_t k = 0;
     for (size_t i = 0; i < self->l->n; i++) k += tv_equal(&self->l->v[i], x);
     *out = tv_int(k);

@@ -331,6 +331,12 @@ static void test_limits(void) {
     static const tcase hostile[] = {
         {"{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL, NULL, "steps"},
         {"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL, NULL, "recursion limit"},
+        {"{% set s = 'x' * 100000 %}{% for i in range(1000) %}{% if 'y' in s or s.count('y') %}{% endif %}{% "
+         "endfor %}",
+         NULL, NULL, "steps"},
+        {"{% set l = range(10000)|list %}{% for i in range(1000) %}{% if l.index(9999) %}{% endif %}{% "
+         "endfor %}",
+         NULL, NULL, "steps"},
         {"{% for i in range(1000) %}xxxxxxxxxx{% endfor %}", NULL, NULL, "output"},
         {"{{ 'a' * 100000000 }}", NULL, NULL, "memory"},
         {"{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}", NULL, NULL, "recursion limit"},
