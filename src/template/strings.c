@@ -360,7 +360,7 @@ bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, t
         }
         char flags[8];
         size_t nf = 0;
-        while (i < n && strchr("-+ #0", s[i]) && nf < sizeof flags - 1) flags[nf++] = s[i++];
+        while (i < n && s[i] && strchr("-+ #0", s[i]) && nf < sizeof flags - 1) flags[nf++] = s[i++];
         flags[nf] = 0;
         int width = 0, prec = -1;
         while (i < n && s[i] >= '0' && s[i] <= '9' && width < 10000) width = width * 10 + (s[i++] - '0');
@@ -419,7 +419,7 @@ bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, t
             else
                 snprintf(spec, sizeof spec, "%%%s%dll%c", flags, width > 100 ? 100 : width, c);
             snprintf(num, sizeof num, spec, (long long)iv);
-        } else if (strchr("fFeEgG", conv)) {
+        } else if (conv && strchr("fFeEgG", conv)) { /* (strchr finds the NUL too) */
             snprintf(spec, sizeof spec, "%%%s%d.%d%c", flags, width > 100 ? 100 : width,
                      prec < 0    ? 6
                      : prec > 60 ? 60
