@@ -10,7 +10,14 @@
  *
  * Templates are untrusted input: rendering is bounded in recursion depth, output size,
  * loop iterations and memory, and fails with a clear error instead of crashing or hanging.
- * A failing raise_exception(msg) gives exactly msg as the error message.
+ * A failing raise_exception(msg) gives exactly msg as the error message; other render
+ * errors read "line L: <Python exception class>: <what>".
+ *
+ * Known differences from Python (none seen in real chat templates): integers are 64-bit
+ * (an overflow is an error, not a bigint); a JSON number written 1.0 arrives as the int 1
+ * (cJSON keeps no text); str.format takes {} / {0} / {name} fields without format specs;
+ * case mapping has Python's special cases only for sharp s, the ligatures, dotted I and
+ * final sigma; dict keys are not checked for hashability; range() gives a list.
  */
 #ifndef CERA_TEMPLATE_H
 #define CERA_TEMPLATE_H
