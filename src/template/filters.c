@@ -21,7 +21,7 @@ bool tf_int_arg(trender *r, const tval *v, int64_t dflt, int64_t *out) {
     else if (v->k == TV_BOOL)
         *out = v->b;
     else if (v->k == TV_FLOAT)
-        *out = (int64_t)v->f;
+        *out = tv_float_to_int(v->f);
     else
         return tfail(r, "TypeError: an integer argument is required, not %s", tv_type_name(v));
     return true;

@@ -116,6 +116,13 @@ struct tloop {
     tframe *frame;
 };
 
+/* int(f) clamped to the 64-bit range (NaN: 0), without the undefined behaviour of a cast */
+static inline int64_t tv_float_to_int(double f) {
+    if (f != f) return 0;
+    if (f >= 9223372036854775807.0) return INT64_MAX;
+    if (f <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)f;
+}
 static inline tval tv_none(void) { return (tval){.k = TV_NONE}; }
 static inline tval tv_bool(bool b) { return (tval){.k = TV_BOOL, .b = b}; }
 static inline tval tv_int(int64_t i) { return (tval){.k = TV_INT, .i = i}; }

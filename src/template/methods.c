@@ -193,7 +193,7 @@ static bool m_join(trender *r, const tval *self, const targs *a, tval *out) {
     return ok;
 }
 
-/* str.format with {} / {0} / {name} fields (no format specs beyond an empty one). */
+/* str.format with {} / {0} / {name} fields, !r / !s and format specs. */
 static bool m_format(trender *r, const tval *self, const targs *a, tval *out) {
     tbuf b = {.limit = r->max_output};
     const char *p = self->s.p, *e = p + self->s.n;
@@ -214,8 +214,14 @@ static bool m_format(trender *r, const tval *self, const targs *a, tval *out) {
             }
             const char *name = p + 1;
             size_t nn = (size_t)(q - name);
-            const char *colon = memchr(name, ':', nn);
+            const char *colon = memchr(name, ':', nn),
+                       *bang = memchr(name, '!', colon ? (size_t)(colon - name) : nn);
             if (colon) nn = (size_t)(colon - name);
+            char conv = 0;
+            if (bang) { /* {!r} / {!s} */
+                conv = bang + 1 < name + nn ? bang[1] : 0;
+                nn = (size_t)(bang - name);
+            }
             const tval *v = NULL;
             if (nn == 0)
                 v = auto_i < a->npos ? &a->pos[auto_i++] : NULL;
@@ -231,7 +237,19 @@ static bool m_format(trender *r, const tval *self, const targs *a, tval *out) {
                 ok = tfail(r, "IndexError: a format field has no argument");
                 break;
             }
-            tv_write_str(&b, v);
+            tval shown = *v;
+            if (conv == 'r') {
+                tbuf rb = {.limit = r->max_output};
+                tv_write_repr(&rb, v);
+                ok = tstr_make(r, rb.p ? rb.p : "", rb.n, &shown);
+                tbuf_free(&rb);
+            } else if (conv == 's') {
+                ok = tv_to_str(r, v, &shown);
+            }
+            if (ok && colon)
+                ok = tstr_format_field(r, &b, &shown, colon + 1, (size_t)(q - colon - 1));
+            else if (ok)
+                tv_write_str(&b, &shown);
             p = q + 1;
         } else {
             tbuf_putc(&b, *p++);

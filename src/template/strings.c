@@ -404,7 +404,7 @@ bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, t
                        tv_type_name(arg));
             break;
         }
-        int64_t iv = arg->k == TV_INT ? arg->i : arg->k == TV_BOOL ? arg->b : (int64_t)arg->f;
+        int64_t iv = arg->k == TV_INT ? arg->i : arg->k == TV_BOOL ? arg->b : tv_float_to_int(arg->f);
         double fv = arg->k == TV_FLOAT ? arg->f : (double)iv;
         char spec[32], num[128];
         if (conv == 'd' || conv == 'i' || conv == 'u' || conv == 'x' || conv == 'X' || conv == 'o') {
@@ -443,4 +443,119 @@ bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, t
                        : tfail(r, "template render: a formatted string is over the output limit");
     tbuf_free(&b);
     return ok;
+}
+
+/* One replacement field's format spec (Python's format mini-language:
+ * [[fill]align][sign][#][0][width][.precision][type]) applied to v, appended to b. */
+bool tstr_format_field(trender *r, tbuf *b, const tval *v, const char *spec, size_t n) {
+    size_t i = 0, fl = 1;
+    const char *fill = " ";
+    char align = 0, sign = 0, type = 0;
+    bool alt = false;
+    int width = 0, prec = -1;
+    if (n) tstr_decode(spec, n, 0, &fl);
+    if (n > fl && strchr("<>^=", spec[fl]) && spec[fl]) {
+        fill = spec, align = spec[fl], i = fl + 1;
+    } else if (n && spec[0] && strchr("<>^=", spec[0])) {
+        align = spec[0], i = 1;
+    } else {
+        fl = 1;
+    }
+    if (i < n && (spec[i] == '+' || spec[i] == '-' || spec[i] == ' ')) sign = spec[i++];
+    if (i < n && spec[i] == '#') alt = true, i++;
+    if (i < n && spec[i] == '0') {
+        if (!align) fill = "0", fl = 1, align = '=';
+        i++;
+    }
+    while (i < n && spec[i] >= '0' && spec[i] <= '9' && width < 100000)
+        width = width * 10 + (spec[i++] - '0');
+    if (i < n && spec[i] == '.') {
+        prec = 0;
+        i++;
+        while (i < n && spec[i] >= '0' && spec[i] <= '9' && prec < 1000) prec = prec * 10 + (spec[i++] - '0');
+    }
+    if (i < n) type = spec[i++];
+    if (i < n || (type && !strchr("sdxXobceEfFgG%n", type)))
+        return tfail(r, "ValueError: unsupported format specifier '%.*s'", (int)n, spec);
+    if (width > 100000) width = 100000;
+    bool is_num = v->k == TV_INT || v->k == TV_FLOAT || (v->k == TV_BOOL && n);
+    char num[512], cspec[48], flags[4] = {0};
+    size_t nf = 0;
+    if (sign == '+' || sign == ' ') flags[nf++] = sign;
+    if (alt) flags[nf++] = '#';
+    tbuf t = {.limit = r->max_output};
+    if (!is_num || type == 's') {
+        if (type && type != 's') {
+            tbuf_free(&t);
+            return tfail(r, "ValueError: Unknown format code '%c' for object of type '%s'", type,
+                         tv_type_name(v));
+        }
+        tv_write_str(&t, v);
+        if (prec >= 0 && t.p) t.n = utf8_offset(t.p, t.n, (size_t)prec);
+        if (!align) align = '<';
+    } else {
+        if (v->k == TV_FLOAT && type && strchr("dxXobc", type)) {
+            tbuf_free(&t);
+            return tfail(r, "ValueError: Unknown format code '%c' for object of type 'float'", type);
+        }
+        bool is_float = v->k == TV_FLOAT || (type && strchr("eEfFgG%", type));
+        int64_t iv = v->k == TV_INT ? v->i : v->k == TV_BOOL ? v->b : 0;
+        double fv = v->k == TV_FLOAT ? v->f : (double)iv;
+        int p = prec < 0 ? 6 : prec > 100 ? 100 : prec;
+        if (!is_float) {
+            if (type == 'c') {
+                num[utf8proc_encode_char((utf8proc_int32_t)(iv & 0x1FFFFF), (utf8proc_uint8_t *)num)] = 0;
+            } else if (type == 'b') {
+                char bits[72];
+                int k = 0;
+                uint64_t u = iv < 0 ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
+                do bits[k++] = (char)('0' + (u & 1));
+                while (u >>= 1);
+                size_t o = 0;
+                if (iv < 0)
+                    num[o++] = '-';
+                else if (sign == '+' || sign == ' ')
+                    num[o++] = sign;
+                if (alt) num[o++] = '0', num[o++] = 'b';
+                while (k) num[o++] = bits[--k];
+                num[o] = 0;
+            } else {
+                char c = type == 'x' || type == 'X' || type == 'o' ? type : 'd';
+                snprintf(cspec, sizeof cspec, "%%%sll%c", flags, c);
+                snprintf(num, sizeof num, cspec, (long long)iv);
+            }
+        } else if (!type && prec < 0) {
+            tv_format_float(num + (sign && fv >= 0), sizeof num - 1, fv);
+            if (sign == '+' || sign == ' ') {
+                if (fv >= 0)
+                    num[0] = sign;
+                else
+                    memmove(num, num + 1, strlen(num + 1) + 1);
+            }
+        } else if (type == '%') {
+            snprintf(cspec, sizeof cspec, "%%%s.%df%%%%", flags, p);
+            snprintf(num, sizeof num, cspec, fv * 100.0);
+        } else {
+            char c = type ? (type == 'n' ? 'g' : type) : 'g';
+            snprintf(cspec, sizeof cspec, "%%%s.%d%c", flags,
+                     prec < 0 && !type ? 12 : (prec == 0 && c == 'g' ? 1 : p), c);
+            snprintf(num, sizeof num, cspec, fv);
+            if (!type && !strpbrk(num, ".einfa")) strcat(num, ".0"); /* Python's '' type keeps a point */
+        }
+        tbuf_put(&t, num, strlen(num));
+        if (!align) align = '>';
+    }
+    size_t len = utf8_len(t.p ? t.p : "", t.n), pad = (size_t)width > len ? (size_t)width - len : 0;
+    size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad;
+    const char *body = t.p ? t.p : "";
+    size_t bn = t.n;
+    if (align == '=' && bn && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) {
+        tbuf_putc(b, body[0]); /* padding goes after the sign */
+        body++, bn--;
+    }
+    for (size_t k = 0; k < left; k++) tbuf_put(b, fill, fl);
+    tbuf_put(b, body, bn);
+    for (size_t k = left; k < pad; k++) tbuf_put(b, fill, fl);
+    tbuf_free(&t);
+    return true;
 }

@@ -21,6 +21,8 @@ bool tstr_replace(trender *r, const tval *s, const tval *old, const tval *rep, i
 bool tstr_split(trender *r, const tval *s, const tval *sep, int64_t maxsplit, bool from_right, tval *out);
 bool tstr_splitlines(trender *r, const tval *s, tlist **out);
 /* Python's `fmt % args` (args: the tuple's items, or the one value) */
+/* One str.format field: v under the spec (the text after ':'), appended to b. */
+bool tstr_format_field(trender *r, tbuf *b, const tval *v, const char *spec, size_t n);
 bool tstr_percent(trender *r, const tval *fmt, const tval *args, size_t nargs, tval *out);
 
 #endif

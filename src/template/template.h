@@ -15,7 +15,8 @@
  *
  * Known differences from Python (none seen in real chat templates): integers are 64-bit
  * (an overflow is an error, not a bigint); a JSON number written 1.0 arrives as the int 1
- * (cJSON keeps no text); str.format takes {} / {0} / {name} fields without format specs;
+ * (cJSON keeps no text); str.format fields are {} / {0} / {name}
+ * (no attribute or index fields, no grouping in specs);
  * case mapping has Python's special cases only for sharp s, the ligatures, dotted I and
  * final sigma; dict keys are not checked for hashability; range() gives a list.
  */

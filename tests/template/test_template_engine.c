@@ -292,6 +292,12 @@ static const tcase methods[] = {
     {"{{ '-'.join(['a', 'b']) }} {{ '{} and {}'.format(1, 'x') }} {{ '{0}{0}'.format('z') }} {{ 'a "
      "b'.title() }}",
      NULL, "a-b 1 and x zz A B", NULL},
+    {"{{ '{:.2f}|{:>5}|{:<4}|{:^7}|{:*^5}|{:05d}|{:+d}|{:#x}|{:b}|{:.1%}|{!r}|{:.3}'.format(3.14159, 'ab', "
+     "3, 'mid', "
+     "'x', 42, 5, 255, 5, 0.256, 'q', 2.0) }}",
+     NULL, "3.14|   ab|3   |  mid  |**x**|00042|+5|0xff|101|25.6%|'q'|2.0", NULL},
+    {"{{ '{:d}'.format(1.5) }}", NULL, NULL, "Unknown format code"},
+    {"{{ '%d'|format(1e300) }}|{{ 1e300|int }}", NULL, "9223372036854775807|0", NULL},
     {"{{ '12'.isdigit() }}{{ 'a1'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ 'ab'.islower() }}",
      NULL, "TrueFalseTrueTrueTrue", NULL},
     {"{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.get('z') }}", "{\"d\": {\"a\": 1}}",
