@@ -1,7 +1,8 @@
 /*
  * strings.c — Python's str operations on UTF-8 text, shared by the str methods
  * (methods.c) and the filters (filters.c): case mapping (utf8proc), strip with Python's
- * whitespace or a set of characters, split / rsplit with maxsplit, replace with a count.
+ * whitespace or a set of characters, split / rsplit with maxsplit, replace with a count,
+ * printf-style `fmt % args` and str.format's format specs.
  */
 #include <stdlib.h>
 #include <string.h>
