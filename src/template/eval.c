@@ -449,7 +449,10 @@ static bool contains(trender *r, const tval *item, const tval *seq, bool *out) {
         *out = false;
         for (size_t i = 0; i < seq->l->n && !*out; i++) *out = tv_equal(item, &seq->l->v[i]);
         return tcharge(r, seq->l->n);
-    case TV_DICT: *out = tdict_get(seq->d, *item) != NULL; return tcharge(r, seq->d->n);
+    case TV_DICT:
+        if (!tv_hashable(item)) return tfail(r, "TypeError: unhashable type: '%s'", tv_type_name(item));
+        *out = tdict_get(seq->d, *item) != NULL;
+        return tcharge(r, seq->d->n);
     default: return tfail(r, "TypeError: argument of type '%s' is not iterable", tv_type_name(seq));
     }
 }
@@ -544,6 +547,7 @@ static bool eval_node(trender *r, tframe *f, const tnode *n, tval *out) {
         if (!d) return tfail_oom(r);
         for (size_t i = 0; i < n->n; i++) {
             if (!teval(r, f, n->list[i], &a) || !teval(r, f, n->list2[i], &b)) return false;
+            if (!tv_hashable(&a)) return tfail(r, "TypeError: unhashable type: '%s'", tv_type_name(&a));
             if (!tdict_set(&r->arena, d, a, b)) return tfail_oom(r);
         }
         *out = (tval){.k = TV_DICT, .d = d};

@@ -231,6 +231,7 @@ static bool f_unique(trender *r, const tval *v, const targs *a, tval *out) {
     for (size_t i = 0; i < in->n; i++) {
         tval key;
         if (!tstep(r) || !sort_key(r, &in->v[i], attr, cs && tv_truthy(cs), &key)) return false;
+        if (!tv_hashable(&key)) return tfail(r, "TypeError: unhashable type: '%s'", tv_type_name(&key));
         bool dup = false;
         if (!tcharge(r, seen->n)) return false;
         for (size_t j = 0; j < seen->n && !dup; j++) dup = tv_equal(&seen->v[j], &key);

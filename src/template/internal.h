@@ -159,6 +159,8 @@ const tval *tdict_get(const tdict *d, tval key);
 const tval *tdict_gets(const tdict *d, const char *key, size_t n);
 
 bool tv_truthy(const tval *v);
+/* Python's hashability: lists and dicts are not (tuples when all their items are). */
+bool tv_hashable(const tval *v);
 bool tv_equal(const tval *a, const tval *b);
 /* Python's <: false with *ok = false where the kinds cannot be ordered. */
 int tv_compare(const tval *a, const tval *b, bool *ok);

@@ -18,7 +18,7 @@
  * (cJSON keeps no text); str.format fields are {} / {0} / {name}
  * (no attribute or index fields, no grouping in specs);
  * case mapping has Python's special cases only for sharp s, the ligatures, dotted I and
- * final sigma; dict keys are not checked for hashability; range() gives a list.
+ * final sigma; range() gives a list.
  */
 #ifndef CERA_TEMPLATE_H
 #define CERA_TEMPLATE_H

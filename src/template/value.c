@@ -206,6 +206,15 @@ bool tv_truthy(const tval *v) {
     }
 }
 
+bool tv_hashable(const tval *v) {
+    if (v->k == TV_DICT) return v->d->is_ns;
+    if (v->k != TV_LIST) return true;
+    if (!v->l->is_tuple || v->l->is_gen) return v->l->is_gen;
+    for (size_t i = 0; i < v->l->n; i++)
+        if (!tv_hashable(&v->l->v[i])) return false;
+    return true;
+}
+
 static bool is_num(const tval *v) { return v->k == TV_BOOL || v->k == TV_INT || v->k == TV_FLOAT; }
 static double num_f(const tval *v) {
     return v->k == TV_FLOAT ? v->f : v->k == TV_INT ? (double)v->i : (double)v->b;

@@ -106,6 +106,10 @@ static const tcase expressions[] = {
     {"{{ 1 + 'a' }}", NULL, NULL, "TypeError"},
     {"{% if true %}\n\n{{ 1 + 'a' }}{% endif %}", NULL, NULL, "line 3: TypeError"},
     {"{{ 1 // 0 }}", NULL, NULL, "ZeroDivisionError"},
+    {"{{ [1] in {'a': 1} }}", NULL, NULL, "unhashable type: 'list'"},
+    {"{{ {[1]: 2} }}", NULL, NULL, "unhashable"},
+    {"{{ [{'a': 1}]|unique|list }}", NULL, NULL, "unhashable type: 'dict'"},
+    {"{{ (1, 'a') in {(1, 'a'): 1} }}", NULL, "True", NULL},
     {"{{ 9223372036854775807 + 1 }}", NULL, NULL, "OverflowError"},
     {"{{ 1 < 'a' }}", NULL, NULL, "not supported"},
 };
