@@ -113,7 +113,10 @@ static bool t_in(trender *r, const tval *v, const targs *a, bool *out) {
         *out = false;
         for (size_t i = 0; i < seq->l->n && !*out; i++) *out = tv_equal(v, &seq->l->v[i]);
         return true;
-    case TV_DICT: *out = tdict_get(seq->d, *v) != NULL; return true;
+    case TV_DICT:
+        if (!tv_hashable(v)) return tfail(r, "TypeError: unhashable type: '%s'", tv_type_name(v));
+        *out = tdict_get(seq->d, *v) != NULL;
+        return true;
     default: return tfail(r, "TypeError: argument of type '%s' is not iterable", tv_type_name(seq));
     }
 }
