@@ -218,11 +218,10 @@ CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, ce
 
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of
  * every new position are kept (for cera_session_logits(session, i)); otherwise only
- * the last position's. Logits that are not finite (NaN or Inf: corrupt weights, or an
+ * the last position's. Logits that are NaN or +Inf (corrupt weights, or an
  * adapter or a scale that overflows the float range) are CERA_ERR_FORMAT naming the
  * position, and the tokens are not appended; CERA_ERR_CONTEXT_FULL when they do not fit
- * in n_ctx. (Where a GPU keeps the last row on the device, it is checked when the host's
- * sampler chain reads it; the device-side sampler does not check it.) */
+ * in n_ctx. (Where a GPU keeps the last row on the device, its sampler checks it.) */
 CERA_API cera_status cera_session_eval(cera_session *session, const cera_token *tokens, size_t n_tokens,
                                        bool all_logits, cera_error *err);
 

@@ -101,10 +101,10 @@ cera_status cera_session_flush_pending(cera_session *s, cera_error *err);
  * (session.c). */
 cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err);
 
-/* The first of rows [n_rows, n_vocab] holding a NaN or an infinity, or -1; and the error for
- * one at a position (session.c). A NaN or Inf reaching the logits (corrupt weights, an
- * adapter or a scale that overflows) would make every token "likely": it is an error, not
- * something to sample from. */
+/* The first of rows [n_rows, n_vocab] holding a NaN or a +Inf, or -1; and the error for one
+ * at a position (session.c). A NaN or +Inf reaching the logits (corrupt weights, an adapter
+ * or a scale that overflows) leaves no distribution to sample from: it is an error. A -Inf
+ * is a token of probability 0, which the sampler handles (and refuses when every token is). */
 long cera_nonfinite_row(const float *l, size_t n_rows, int n_vocab);
 cera_status cera_nonfinite_fail(cera_error *err, long pos);
 

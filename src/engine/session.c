@@ -207,7 +207,8 @@ const float *cera_session_logits(const cera_session *s, int i) {
 long cera_nonfinite_row(const float *l, size_t n_rows, int n_vocab) {
     for (size_t r = 0; r < n_rows; r++)
         for (int i = 0; i < n_vocab; i++)
-            if (!isfinite(l[r * (size_t)n_vocab + (size_t)i])) return (long)r;
+            if (isnan(l[r * (size_t)n_vocab + (size_t)i]) || l[r * (size_t)n_vocab + (size_t)i] == INFINITY)
+                return (long)r;
     return -1;
 }
 

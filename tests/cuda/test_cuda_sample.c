@@ -89,8 +89,19 @@ static void test_kernel(int n_vocab, int steps) {
             case_logits(logits, n_vocab, t % CASE_LOGIT_KINDS, &r);
             const cera_token want = cera_sampler_sample(cpu, logits);
             cera_token got = -1;
+            /* a row with a NaN or +Inf is an error on the device, as at session level (both
+             * samplers still took their draw, so the RNGs stay together) */
+            bool garbage = false;
+            for (int i = 0; i < n_vocab && !garbage; i++) garbage = isnan(logits[i]) || logits[i] == INFINITY;
             st = cera_cuda_test_sample(dev, logits, n_vocab, &got, &err);
-            CHECK(st == CERA_OK, "vocab %d chain %d step %d: %s", n_vocab, c, t, err.message);
+            if (garbage) {
+                CHECK(st == CERA_ERR_FORMAT, "vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
+                      n_vocab, c, t, (int)st);
+                st = st == CERA_ERR_FORMAT ? CERA_OK : st;
+                got = want;
+            } else {
+                CHECK(st == CERA_OK, "vocab %d chain %d step %d: %s", n_vocab, c, t, err.message);
+            }
             if (got == want)
                 same++;
             else if (first_bad < 0)
@@ -133,6 +144,35 @@ static void test_refused(void) {
         CHECK(cera_sampler_draw(a) == cera_sampler_draw(b), "chain %d: a refused chain draws nothing", c);
         cera_sampler_free(a);
         cera_sampler_free(b);
+    }
+}
+
+/* A NaN or a +Inf anywhere in the row is an error (CERA_ERR_FORMAT), greedy or not, never a
+ * token chosen from it; a finite row still samples (the kernel cases above hold -Inf logits). */
+static void test_nonfinite(void) {
+    enum { NV = 32000 };
+    static float logits[NV];
+    for (int i = 0; i < NV; i++) logits[i] = (float)(i % 97) * 0.01f;
+    const float bad[2] = {NAN, INFINITY};
+    for (int g = 0; g < 2; g++) {
+        cera_sampler_params p = cera_sampler_default_params();
+        if (g) p.temp = 0.0f;
+        cera_sampler *smp = NULL;
+        CHECK(cera_sampler_new(&p, NV, &smp, NULL) == CERA_OK, "sampler");
+        if (!smp) return;
+        cera_token t = -1;
+        cera_error err;
+        CHECK(cera_cuda_test_sample(smp, logits, NV, &t, &err) == CERA_OK, "finite row: %s", err.message);
+        for (int k = 0; k < 2; k++) {
+            const int at = 1000 + 7919 * k;
+            logits[at] = bad[k];
+            const cera_status st = cera_cuda_test_sample(smp, logits, NV, &t, &err);
+            CHECK(st == CERA_ERR_FORMAT && strstr(err.message, "non-finite"),
+                  "%s chain, %g at %d: status %d (%s)", g ? "greedy" : "sampled", (double)bad[k], at, (int)st,
+                  err.message);
+            logits[at] = 0.5f;
+        }
+        cera_sampler_free(smp);
     }
 }
 
@@ -318,5 +358,6 @@ int main(void) {
     test_kernel(151936, 200);
     test_session();
     test_expf();
+    test_nonfinite();
     return test_finish();
 }

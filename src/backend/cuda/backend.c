@@ -32,8 +32,8 @@ typedef struct cu_sampler {
     float *scratch;  /* device [n_vocab] */
     int32_t *d_args; /* device [2 * (CERA_DEVICE_BIAS_MAX + n_vocab)] */
     int32_t *h_args; /* pinned, as d_args */
-    int32_t *d_tok;  /* device [1] */
-    int32_t *h_tok;  /* pinned [1] */
+    int32_t *d_tok;  /* device [2]: the token, then the logits' count of non-finite values */
+    int32_t *h_tok;  /* pinned [2], as d_tok */
 } cu_sampler;
 
 typedef struct cuda_backend {
@@ -70,9 +70,9 @@ static cera_status cu_sampler_alloc(cu_sampler *c, int n_vocab, cudaStream_t st,
     const size_t arg_bytes = sizeof(int32_t) * 2 * ((size_t)CERA_DEVICE_BIAS_MAX + (size_t)n_vocab);
     CU_TRY(cudaMalloc((void **)&c->scratch, sizeof(float) * (size_t)n_vocab));
     CU_TRY(cudaMalloc((void **)&c->d_args, arg_bytes));
-    CU_TRY(cudaMalloc((void **)&c->d_tok, sizeof(int32_t)));
+    CU_TRY(cudaMalloc((void **)&c->d_tok, 2 * sizeof(int32_t)));
     CU_TRY(cudaMallocHost((void **)&c->h_args, arg_bytes));
-    CU_TRY(cudaMallocHost((void **)&c->h_tok, sizeof(int32_t)));
+    CU_TRY(cudaMallocHost((void **)&c->h_tok, 2 * sizeof(int32_t)));
     return CERA_OK;
 }
 
@@ -127,8 +127,16 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
     if (n_args)
         CU_TRY(cudaMemcpyAsync(c->d_args, a, n_args * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
     CU_TRY(cu_sample_chain(c->st, logits, c->scratch, c->n_vocab, n_args ? c->d_args : NULL, &cfg, c->d_tok));
-    CU_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+    /* a NaN or Inf in the row would make the chain's choice meaningless: counted beside it */
+    CU_TRY(cu_count_nonfinite(c->st, logits, c->n_vocab, c->d_tok + 1));
+    CU_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
     CU_TRY(cudaStreamSynchronize(c->st));
+    if (c->h_tok[1])
+        return cera_fail(
+            err, CERA_ERR_FORMAT,
+            "non-finite logits (%d NaN or +Inf of %d): the weights are corrupt, or an adapter or its "
+            "scale overflows the float range",
+            c->h_tok[1], c->n_vocab);
     if (*c->h_tok < 0 || *c->h_tok >= c->n_vocab)
         return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the sampler kernel returned token %d", *c->h_tok);
     *out = *c->h_tok;

@@ -285,6 +285,25 @@ extern "C" cudaError_t cu_sample_chain(cudaStream_t st, const float *logits, flo
     return cudaGetLastError();
 }
 
+/* out[0] = the number of elements of x[0..n) that are NaN or +Inf (one block writes it). A
+ * -Inf logit is a token with probability 0, which the chain handles; NaN or +Inf leave no
+ * meaningful distribution (engine/session.c checks host rows the same way). */
+__global__ void __launch_bounds__(1024) k_count_nonfinite(const float *x, int n, int32_t *out) {
+    int bad = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) bad += isnan(x[i]) || x[i] == INFINITY;
+    __shared__ int sum;
+    if (threadIdx.x == 0) sum = 0;
+    __syncthreads();
+    if (bad) atomicAdd(&sum, bad);
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = sum;
+}
+
+extern "C" cudaError_t cu_count_nonfinite(cudaStream_t st, const float *x, int n, int32_t *out) {
+    k_count_nonfinite<<<1, 1024, 0, st>>>(x, n, out);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t cu_sample_expf(cudaStream_t st, const float *x, float *y, int n) {
     if (n <= 0) return cudaSuccess;
     k_expf<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, y, n);

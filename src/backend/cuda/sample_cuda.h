@@ -51,6 +51,9 @@ typedef struct cu_sample_cfg {
 cudaError_t cu_sample_chain(cudaStream_t st, const float *logits, float *scratch, int n_vocab,
                             const int32_t *args, const cu_sample_cfg *cfg, int32_t *out);
 
+/* out[0] (device) = how many of x[0..n) (device) are NaN or +Inf. */
+cudaError_t cu_count_nonfinite(cudaStream_t st, const float *x, int n, int32_t *out);
+
 /* y[i] = glibc's expf(x[i]) on the device, for i < n (device arrays; the test hook). */
 cudaError_t cu_sample_expf(cudaStream_t st, const float *x, float *y, int n);
 

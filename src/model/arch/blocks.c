@@ -45,7 +45,7 @@ static void emit(cera_builder *b, const cera_op *op) {
 }
 
 /* A weight when the file has it, else NULL (optional biases and norms). */
-static const cera_weight *opt(const cera_weight *w) { return w->data ? w : NULL; }
+static const cera_weight *opt(const cera_weight *w) { return w && w->data ? w : NULL; }
 
 static void emit_norm(cera_builder *b, int il, cera_buf src, cera_buf dst, const cera_weight *w,
                       int head_dim) {
