@@ -318,19 +318,20 @@ static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_
     return true;
 }
 
-/* decode_rows of n tokens through its bucket's graph (captured on first use; plain
- * launches with no_graph). */
-static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
-    const int bucket = n - 1;
-    if (s->prm.no_graph) return decode_rows(s, n, err);
-    if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
-        cudaGraphExecDestroy(s->graph[bucket]);
-        s->graph_ready[bucket] = false;
-    }
+/* The launches of a decode step: decode_launches (n = 1, with its LoRA launches) or
+ * decode_rows (n tokens of n sequences). */
+static cera_status step_launches(cera_cuda_state *s, int n, cera_error *err) {
+    return n == 1 ? decode_launches(s, err) : decode_rows(s, n, err);
+}
+
+/* Launches bucket's graph of step_launches(n), capturing it first when it is not ready (the
+ * caller drops a stale one); plain launches with no_graph. */
+static cera_status graph_launch(cera_cuda_state *s, int bucket, int n, cera_error *err) {
+    if (s->prm.no_graph) return step_launches(s, n, err);
     if (!s->graph_ready[bucket]) {
         CU_TRY(cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
-        cu_set_pdl(!s->prm.no_pdl && s->cc_major >= 9);
-        cera_status st = decode_rows(s, n, err);
+        cu_set_pdl(!s->prm.no_pdl && s->cc_major >= 9); // griddepcontrol is Hopper's
+        cera_status st = step_launches(s, n, err);
         cu_set_pdl(false);
         cudaGraph_t g = NULL;
         cudaError_t e = cudaStreamEndCapture(s->st, &g);
@@ -351,6 +352,16 @@ static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     }
     CU_TRY(cudaGraphLaunch(s->graph[bucket], s->st));
     return CERA_OK;
+}
+
+/* decode_rows of n tokens through its bucket's graph. */
+static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
+    const int bucket = n - 1;
+    if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
+        cudaGraphExecDestroy(s->graph[bucket]);
+        s->graph_ready[bucket] = false;
+    }
+    return graph_launch(s, bucket, n, err);
 }
 
 /* Moves the listed rows of s->logits [n, n_vocab] to the front (rows only move down:
@@ -374,7 +385,6 @@ static cera_status compact_logits(cera_cuda_state *s, const int32_t *out_rows, i
 static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
     (void)pos;
     const int bucket = 0;
-    if (s->prm.no_graph) return decode_launches(s, err);
     if (s->graph_ready[bucket] &&
         (s->graph_kv_base[bucket] != s->kv_base || s->graph_lora_mask[bucket] != s->lora_mask ||
          (s->lora_mask &&
@@ -382,31 +392,13 @@ static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
         cudaGraphExecDestroy(s->graph[bucket]);
         s->graph_ready[bucket] = false;
     }
-    if (!s->graph_ready[bucket]) {
-        CU_TRY(cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
-        cu_set_pdl(!s->prm.no_pdl && s->cc_major >= 9); // griddepcontrol is Hopper's
-        cera_status st = decode_launches(s, err);
-        cu_set_pdl(false);
-        cudaGraph_t g = NULL;
-        cudaError_t e = cudaStreamEndCapture(s->st, &g);
-        if (st != CERA_OK) {
-            if (g) cudaGraphDestroy(g);
-            return st;
-        }
-        if (e != cudaSuccess)
-            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph capture: %s", cudaGetErrorString(e));
-        e = cudaGraphInstantiate(&s->graph[bucket], g, 0);
-        cudaGraphDestroy(g);
-        if (e != cudaSuccess)
-            return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph instantiate: %s",
-                             cudaGetErrorString(e));
-        s->graph_ready[bucket] = true;
-        s->graph_kv_base[bucket] = s->kv_base;
+    const bool fresh = !s->graph_ready[bucket];
+    CERA_TRY(graph_launch(s, bucket, 1, err));
+    if (fresh) {
         s->graph_lora_mask[bucket] = s->lora_mask;
         s->graph_lora_t[bucket] = s->lora.t;
         s->graph_lora_nent[bucket] = s->lora_n_ent;
     }
-    CU_TRY(cudaGraphLaunch(s->graph[bucket], s->st));
     return CERA_OK;
 }
 
