@@ -99,7 +99,7 @@ static cera_status reserve_logits(cera_session *s, size_t rows, cera_error *err)
 /* One forward call over the runs in call[0..n_call): their next chunks. */
 static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, cera_error *err) {
     const int n_vocab = e->model.hp.n_vocab;
-    int n = 0, n_want = 0;
+    int n = 0, n_want = 0, first_row = -1;
     bool host = !e->backend->logits_get;
     for (int c = 0; c < n_call; c++) {
         item_run *r = call[c];
@@ -118,11 +118,15 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
             e->b_pos[n] = r->s->seq.n_pos + (int)i;
             e->b_seq[n] = c;
             e->b_want[n] = stream_want(r, r->next + i, &row);
+            if (e->b_want[n] && first_row < 0) first_row = row;
             n_want += e->b_want[n];
         }
         if (r->all) host = true;
     }
-    if (host && (size_t)n_want > e->stage_rows) {
+    /* one session's rows are consecutive rows of its own buffer: written there directly;
+     * several sessions' go through the engine's staging rows */
+    const bool direct = n_call == 1;
+    if (host && !direct && (size_t)n_want > e->stage_rows) {
         float *nl = realloc(e->stage_logits, (size_t)n_want * n_vocab * sizeof(float));
         if (!nl) return cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %d rows", n_want);
         e->stage_logits = nl;
@@ -147,9 +151,12 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
                           .seqs = e->b_seqs,
                           .n_seqs = n_call,
                           .lora = lora};
-    cera_status st = e->backend->forward(e->backend, &b, host ? e->stage_logits : NULL, err);
+    float *out_rows = !host    ? NULL
+                      : direct ? call[0]->s->logits + (size_t)(first_row < 0 ? 0 : first_row) * n_vocab
+                               : e->stage_logits;
+    cera_status st = e->backend->forward(e->backend, &b, out_rows, err);
     if (st) return st;
-    const long bad = host ? cera_nonfinite_row(e->stage_logits, (size_t)n_want, n_vocab) : -1;
+    const long bad = host ? cera_nonfinite_row(out_rows, (size_t)n_want, n_vocab) : -1;
     if (bad >= 0) { /* the position of the bad row: the bad-th wanted token */
         for (int t = 0, k = 0; t < n; t++)
             if (e->b_want[t] && k++ == bad) return cera_nonfinite_fail(err, e->b_pos[t]);
@@ -162,7 +169,7 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
         for (size_t i = 0; i < len; i++, t++) {
             int row;
             if (!stream_want(r, r->next + i, &row)) continue;
-            if (host)
+            if (host && !direct)
                 memcpy(r->s->logits + (size_t)row * n_vocab, e->stage_logits + (size_t)out * n_vocab,
                        (size_t)n_vocab * sizeof(float));
             out++;

@@ -100,9 +100,6 @@ static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
     return seq->pool->state ? seq->pool->state + (size_t)seq->id * seq->pool->state_bytes : NULL;
 }
 
-/* Blocks not held by any sequence. */
-static inline int cera_kv_pool_n_free(const cera_kv_pool *p) { return p->n_free; }
-
 /* Row `pos` of KV layer `layer`'s K (kv = 0) or V (kv = 1) in host storage (layer: the
  * model layer's cera_layer.kv_index). */
 static inline void *cera_kv_row(const cera_kv_seq *seq, int layer, int kv, int pos) {

@@ -208,8 +208,8 @@ static cera_status run_test(cera_session *s, bench_result *r, int reps, bool war
 
 /* --parallel: N sessions, each prefilled with r->n_prompt random tokens in one batch,
  * then r->n_gen steps of N single tokens; a warm-up step first. */
-static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool warmup, cera_token *buf,
-                                int n_vocab, cera_token bos, cera_error *err) {
+static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool warmup, int n_vocab,
+                                cera_token bos, cera_error *err) {
     const int N = r->n_parallel, P = r->n_prompt > 0 ? r->n_prompt : 1;
     cera_session **s = calloc((size_t)N, sizeof *s);
     cera_batch_item *it = calloc((size_t)N, sizeof *it);
@@ -225,7 +225,6 @@ static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool 
         if (bos >= 0) p[0] = bos;
         it[i] = (cera_batch_item){s[i], p, (size_t)P, false};
     }
-    (void)buf;
     if (!st) {
         const uint64_t t0 = now_ns();
         st = cera_batch_eval(e, it, N, err);
@@ -347,6 +346,21 @@ static cJSON *json_row(const char *path, const model_info *mi, const char *backe
     return o;
 }
 
+/* The result's start time, as llama-bench's test_time. */
+static void stamp(bench_result *r) {
+    const time_t now = time(NULL);
+    strftime(r->time, sizeof r->time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+}
+
+/* One result: a JSON object into arr, or a markdown row. */
+static void emit(cJSON *arr, const char *path, const model_info *mi, const char *backend, int n_batch,
+                 const bench_result *r) {
+    if (arr)
+        cJSON_AddItemToArray(arr, json_row(path, mi, backend, n_batch, "f16", r));
+    else
+        print_md_row(mi, backend, r);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *format = "md", *device = "auto";
     int_list pp = {{512}, 1}, tg = {{128}, 1}, depth = {{0}, 1}, threads = {{0}, 1}, par = {{0}, 0};
@@ -446,16 +460,12 @@ int cmd_bench(int argc, char **argv) {
             r.n_prompt = pp.v[0];
             r.n_gen = tg.v[0] ? tg.v[0] : 1;
             r.n_threads = nth;
-            const time_t now = time(NULL);
-            strftime(r.time, sizeof r.time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-            if (run_parallel(e, &r, reps, warmup, buf, n_vocab, bos, &err)) {
+            stamp(&r);
+            if (run_parallel(e, &r, reps, warmup, n_vocab, bos, &err)) {
                 rc = cli_fail(&err);
                 break;
             }
-            if (json)
-                cJSON_AddItemToArray(arr, json_row(model, &mi, backend, n_batch, "f16", &r));
-            else
-                print_md_row(&mi, backend, &r);
+            emit(json ? arr : NULL, model, &mi, backend, n_batch, &r);
         }
         /* llama-bench's order: every pp, then every tg, for each depth */
         for (int di = 0; di < depth.n && !rc && par.n == 0; di++) {
@@ -468,16 +478,12 @@ int cmd_bench(int argc, char **argv) {
                     r.n_gen = kind == 1 ? l->v[k] : 0;
                     r.n_depth = depth.v[di];
                     r.n_threads = nth;
-                    const time_t now = time(NULL);
-                    strftime(r.time, sizeof r.time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+                    stamp(&r);
                     if (run_test(s, &r, reps, warmup, buf, n_vocab, bos, &err)) {
                         rc = cli_fail(&err);
                         break;
                     }
-                    if (json)
-                        cJSON_AddItemToArray(arr, json_row(model, &mi, backend, n_batch, "f16", &r));
-                    else
-                        print_md_row(&mi, backend, &r);
+                    emit(json ? arr : NULL, model, &mi, backend, n_batch, &r);
                 }
             }
         }

@@ -60,7 +60,6 @@ typedef struct cpu_backend {
     float *conv_bx;             /* [n_batch, n_embd]: a conv block's B ⊙ X (LFM2) */
     float *conv_state;          /* [n_batch, (l_cache - 1) * n_embd]: new states before they are kept */
     int32_t *out_rows;          /* [n_batch] tokens that want logits */
-    int32_t *row_seq;           /* [n_batch] sequence of each row (for per-sequence adapters) */
     int32_t *seq_count;         /* [n_batch] tokens of each of the batch's sequences */
     int32_t *seq_first;         /* [n_batch] each batch sequence's first position in the batch */
     int32_t *seq_start;         /* [n_batch + 1] where each sequence's tokens start in by_seq */
@@ -78,14 +77,13 @@ static int64_t width(const cpu_backend *be, cera_buf b) { return be->m->graph->w
 
 typedef struct proj_ctx {
     cpu_backend *be;
-    const int32_t *row_seq;      /* [n_rows]: the sequence (index into batch->seqs) of each row */
     const cera_lora_batch *lora; /* the batch's rows grouped by adapter, or NULL */
 } proj_ctx;
 
 /* y[n_rows, w.n] = x[n_rows, w.k] · Wᵀ for projection `proj` of layer `il`.
  * LoRA hook: after this matmul and before any bias, norm or rope, an adapter adds
- * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence
- * (row_seq[r]). Every projection goes through here, so that is the one place; the
+ * y[r] += scale · B(A · x[r]) for the adapters attached to row r's sequence (the
+ * batch's plan groups the rows by adapter). Every projection goes through here, so that is the one place; the
  * adapter work runs inside the matmul's own pool job (backend/cpu/lora.h). */
 static void proj_matmul(const proj_ctx *ctx, int il, cera_proj proj, const cera_weight *w,
                         const cera_packed_weight *pk, const float *x, float *y, int64_t y_stride,
@@ -341,14 +339,13 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         if (b->pos[t] < 0 || b->pos[t] >= s->n_blocks * CERA_KV_BLOCK)
             return cera_fail(err, CERA_ERR_INTERNAL, "token %d: position %d outside its reserved KV blocks",
                              t, b->pos[t]);
-        be->row_seq[t] = b->seq[t];
     }
     index_sequences(be, b);
     for (int s = 0; s < b->n_seqs; s++)
         if (be->seq_count[s] && be->seq_start[s + 1] - be->seq_start[s] != be->seq_count[s])
             return cera_fail(err, CERA_ERR_INTERNAL, "sequence %d: its batch positions are not consecutive",
                              s);
-    const proj_ctx pc = {be, be->row_seq, b->lora};
+    const proj_ctx pc = {be, b->lora};
     attn_job aj = {
         .args = {.q = be->buf[CERA_BUF_Q],
                  .out = be->buf[CERA_BUF_ATT],
@@ -446,7 +443,6 @@ static void cpu_free(cera_backend *base) {
     free(be->conv_bx);
     free(be->conv_state);
     free(be->out_rows);
-    free(be->row_seq);
     free(be->seq_count);
     free(be->seq_first);
     free(be->seq_start);
@@ -526,7 +522,6 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
         ok = ok && be->conv_bx && be->conv_state;
     }
     be->out_rows = malloc(rows * sizeof(int32_t));
-    be->row_seq = malloc(rows * sizeof(int32_t));
     be->seq_count = malloc(rows * sizeof(int32_t));
     be->seq_first = malloc(rows * sizeof(int32_t));
     be->seq_start = malloc((rows + 1) * sizeof(int32_t));
@@ -535,8 +530,8 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->act = malloc(act_max ? act_max : 1);
     be->attn_tmp_size = (cera_attention_scratch_size(hp->head_dim) + 63) & ~(size_t)63;
     be->attn_tmp = malloc(be->attn_tmp_size * (size_t)cera_pool_size(be->pool));
-    if (!ok || !be->rope_cache || !be->out_rows || !be->row_seq || !be->seq_count || !be->seq_first ||
-        !be->seq_start || !be->by_seq || !be->spans || !be->act || !be->attn_tmp) {
+    if (!ok || !be->rope_cache || !be->out_rows || !be->seq_count || !be->seq_first || !be->seq_start ||
+        !be->by_seq || !be->spans || !be->act || !be->attn_tmp) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend buffers for a batch of %d tokens", nb);
         goto fail;
     }
