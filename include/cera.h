@@ -349,6 +349,106 @@ CERA_API bool cera_session_remove_adapter(cera_session *session, const cera_adap
 /* Number of attached adapters. */
 CERA_API int cera_session_n_adapters(const cera_session *session);
 
+/* ---- Chat ------------------------------------------------------------------ */
+/*
+ * A chat template turns a conversation into the prompt text the model was trained on:
+ * the GGUF's tokenizer.chat_template (or a named one, tokenizer.chat_template.<name>, or
+ * the caller's own), a Jinja2 program rendered exactly as Hugging Face transformers
+ * renders it (apply_chat_template), with bos_token/eos_token the vocabulary's strings.
+ * Templates are untrusted: a render is bounded in time and memory and fails with a
+ * message (for raise_exception, the template's own) instead of crashing.
+ *
+ * The template also tells how the model writes tool calls; cera_chat_parse splits a
+ * generated reply into its reasoning (<think>...</think>), its content and its tool calls.
+ */
+typedef struct cera_chat_template cera_chat_template;
+
+/* How a model's replies carry tool calls, chosen from the template's text. */
+typedef enum cera_chat_format {
+    CERA_CHAT_CONTENT = 0, /* no tool-call syntax: the reply is content */
+    CERA_CHAT_HERMES,      /* <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen) */
+    CERA_CHAT_LFM2,        /* <|tool_call_start|>[f(a=1), g(b="x")]<|tool_call_end|> (pythonic) */
+    CERA_CHAT_LLAMA3,      /* {"name": ..., "parameters": {...}} (Llama 3.x JSON tool calls) */
+    CERA_CHAT_MISTRAL,     /* [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}] */
+} cera_chat_format;
+
+/* Opens a template: text when non-NULL (a caller's Jinja template, len bytes; engine may
+ * then be NULL, leaving bos_token/eos_token undefined), otherwise the engine's model's
+ * tokenizer.chat_template (name NULL) or tokenizer.chat_template.<name>. CERA_ERR_NOT_FOUND
+ * when the model has no such template; CERA_ERR_FORMAT (with line and column) when it does
+ * not compile. */
+CERA_API cera_status cera_chat_template_open(const cera_engine *engine, const char *name, const char *text,
+                                             size_t len, cera_chat_template **out, cera_error *err);
+CERA_API void cera_chat_template_free(cera_chat_template *tmpl);
+/* The tool-call format of the template's replies (CERA_CHAT_CONTENT for NULL). */
+CERA_API cera_chat_format cera_chat_template_format(const cera_chat_template *tmpl);
+/* "content", "hermes", "lfm2", "llama3", "mistral". */
+CERA_API const char *cera_chat_format_name(cera_chat_format format);
+
+/* One message, OpenAI style. Strings are UTF-8 and NUL-terminated; the JSON fields are
+ * JSON texts, checked when rendering (a malformed one is CERA_ERR_INVALID_ARG). */
+typedef struct cera_chat_message {
+    const char *role;              /* "system", "user", "assistant", "tool", ... */
+    const char *content;           /* the text; NULL gives content = None */
+    const char *content_parts;     /* instead of content: a JSON array of parts, e.g.
+                                    * [{"type": "text", "text": "..."}] */
+    const char *tool_calls;        /* assistant: a JSON array of OpenAI tool calls
+                                    * ({"id", "type": "function", "function": {"name",
+                                    * "arguments"}}), or NULL */
+    const char *tool_call_id;      /* tool: the call this result answers, or NULL */
+    const char *name;              /* tool: the function's name, or NULL */
+    const char *reasoning_content; /* assistant: its reasoning, or NULL */
+} cera_chat_message;
+
+typedef struct cera_chat_params {
+    uint32_t struct_size;       /* sizeof(cera_chat_params) */
+    const char *tools;          /* a JSON array of OpenAI tool definitions, or NULL (tools = None) */
+    const char *extra;          /* a JSON object of more top-level variables, e.g.
+                                 * {"enable_thinking": false}, or NULL */
+    bool add_generation_prompt; /* end with the opening of the assistant's turn (default true) */
+    int64_t now;                /* strftime_now's clock, Unix seconds; 0 = the current time */
+} cera_chat_params;
+
+CERA_API cera_chat_params cera_chat_default_params(void);
+
+/* Renders n messages into a malloc'ed NUL-terminated text (*out, free it with cera_free;
+ * *out_len its length when out_len is non-NULL). The text is meant to be tokenized with
+ * special tokens parsed and without an added BOS when it starts with the BOS string
+ * (cera_chat_tokenize does that). Template errors are CERA_ERR_FORMAT with the message. */
+CERA_API cera_status cera_chat_render(const cera_chat_template *tmpl, const cera_chat_message *messages,
+                                      size_t n, const cera_chat_params *params, char **out, size_t *out_len,
+                                      cera_error *err);
+
+/* Tokenizes a rendered conversation as llama.cpp's server does: special tokens parsed, a
+ * BOS added when the vocabulary asks for one and the text does not already begin with it.
+ * *out is malloc'ed (free it with cera_free). */
+CERA_API cera_status cera_chat_tokenize(const cera_engine *engine, const char *text, size_t len,
+                                        cera_token **out, size_t *n, cera_error *err);
+
+/* One tool call of a reply. */
+typedef struct cera_tool_call {
+    char *id;        /* the call's id when the format carries one (Mistral), else NULL */
+    char *name;      /* the function */
+    char *arguments; /* its arguments: a compact JSON object text */
+} cera_tool_call;
+
+/* A reply split into its parts; every string is malloc'ed, freed by cera_chat_reply_free. */
+typedef struct cera_chat_reply {
+    char *content;   /* the answer, less reasoning and tool-call markup ("" when none) */
+    char *reasoning; /* the text inside <think>...</think> (or before a lone </think>), or NULL */
+    cera_tool_call *tool_calls;
+    int n_tool_calls;
+} cera_chat_reply;
+
+/* Parses the text a model generated after a rendered prompt, by the template's format.
+ * Markup that does not parse as the format's tool calls stays in the content. */
+CERA_API cera_status cera_chat_parse(const cera_chat_template *tmpl, const char *text, size_t len,
+                                     cera_chat_reply *out, cera_error *err);
+CERA_API void cera_chat_reply_free(cera_chat_reply *reply);
+
+/* Frees memory cera returned to the caller (rendered text, token arrays). */
+CERA_API void cera_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif
