@@ -5,7 +5,7 @@
 # same layer and of any lower layer, never a higher one):
 #   0 core
 #   1 tensor gguf            (tensor types and the file format know each other)
-#   2 tokenizer model sample kv template
+#   2 tokenizer model sample kv template chat
 #   3 lora                   (adapters are validated against the model)
 #   4 backend                (the contract in backend/backend.h; cpu/ and cuda/ never include each other)
 #   5 engine                 (engine, sessions, batch, generate: the public API)
@@ -13,7 +13,7 @@
 # new concern gets its layer when it is added.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-declare -A rank=([core]=0 [tensor]=1 [gguf]=1 [tokenizer]=2 [model]=2 [sample]=2 [kv]=2 [template]=2
+declare -A rank=([core]=0 [tensor]=1 [gguf]=1 [tokenizer]=2 [model]=2 [sample]=2 [kv]=2 [template]=2 [chat]=2
                  [lora]=3 [backend]=4 [engine]=5)
 bad=0
 while IFS= read -r file; do

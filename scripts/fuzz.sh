@@ -2,8 +2,8 @@
 # fuzz.sh SECONDS — builds every libFuzzer harness (tests/fuzz/fuzz_*.c) with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer in build-fuzz/, then runs each one
 # for SECONDS (default 60) from its seed corpus: tests/fuzz/corpus/<harness>/ plus, for
-# fuzz_gguf, the first KiB of every GGUF file in the shared folder (for fuzz_template, every
-# golden chat template). Exits non-zero
+# fuzz_gguf, the first KiB of every GGUF file in the shared folder (for fuzz_template and
+# fuzz_chat, every golden chat template). Exits non-zero
 # when a harness finds a crash (the reproducer is left in build-fuzz/fuzz-artifacts/;
 # copy it into the harness's corpus folder so the replay test keeps checking it).
 set -euo pipefail
@@ -23,7 +23,7 @@ for h in "${harnesses[@]}"; do
     corpus="$dir/fuzz-corpus/$h"
     mkdir -p "$corpus"
     if [ -d "tests/fuzz/corpus/$h" ]; then cp -f "tests/fuzz/corpus/$h"/* "$corpus"/ 2>/dev/null || true; fi
-    if [ "$h" = fuzz_template ] && [ -d "$shared/golden/templates" ]; then
+    if { [ "$h" = fuzz_template ] || [ "$h" = fuzz_chat ]; } && [ -d "$shared/golden/templates" ]; then
         for d in "$shared"/golden/templates/*/; do cp -f "$d/template.jinja" "$corpus/golden-$(basename "$d")"; done
     fi
     if [ "$h" = fuzz_gguf ] && [ -d "$shared" ]; then
