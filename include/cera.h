@@ -110,6 +110,11 @@ typedef struct cera_engine_params {
     size_t kv_bytes; /* the pool's size in bytes; 0 = room for n_seq_max full contexts (n_ctx
                       * tokens each). A session that needs a block when none is free gets
                       * CERA_ERR_CONTEXT_FULL, saying so. */
+    /* When non-NULL, cera_engine_open reads the model's weights ahead (most of the time a
+     * load from disk takes) and calls progress with the share read so far, 0 to 1, from
+     * the opening thread. */
+    void (*progress)(float done, void *user);
+    void *progress_user;
 } cera_engine_params;
 
 CERA_API cera_engine_params cera_engine_default_params(void);

@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 PACKAGES=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
-          libpcre2-dev libutf8proc-dev libcjson-dev python3 python3-pip
+          libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev python3 python3-pip
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${PACKAGES[@]}"; do

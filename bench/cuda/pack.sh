@@ -27,7 +27,7 @@ mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden" "$C/shared/voca
 for t in $TESTS; do cp "$BUILD/tests/cuda/$t" "$C/bin/"; done
 cp "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$BUILD/tools/cera/cera" "$C/bin/"
 strip "$C"/bin/* # symbols are not needed there
-for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson/ {print $3}'); do
+for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson|libedit|libbsd|libmd/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
 S=../shared

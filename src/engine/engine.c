@@ -53,6 +53,23 @@ cera_status cera_params_read(void *dst, size_t size, const void *src, const char
     return CERA_OK;
 }
 
+/* Reads the weights (the data section of the mapping) ahead in chunks, one byte per page,
+ * saying how far it got: from disk this is most of a load, and the backend then finds the
+ * pages in memory. */
+static void read_ahead(const gguf_file *f, void (*progress)(float, void *), void *user) {
+    const size_t page = 4096, chunk = (size_t)64 << 20;
+    const uint8_t *base = f->base + f->data_offset;
+    const size_t n = f->size > f->data_offset ? (size_t)(f->size - f->data_offset) : 0;
+    volatile uint8_t sink = 0;
+    progress(0.0f, user);
+    for (size_t off = 0; off < n; off += chunk) {
+        const size_t end = n - off < chunk ? n : off + chunk;
+        for (size_t i = off; i < end; i += page) sink ^= base[i];
+        progress((float)((double)end / (double)n), user);
+    }
+    (void)sink;
+}
+
 /* The engine's KV pool: n_seq_max slots, kv_bytes of blocks (or n_seq_max full contexts),
  * storage on the host for the CPU backend (pages taken as they are written) or in the
  * device backend's memory. */
@@ -116,6 +133,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
         cera_error_prefix(err, "%s", path);
         goto fail;
     }
+    if (p.progress) read_ahead(e->file, p.progress, p.progress_user);
     if (cera_tokenizer_n_vocab(e->tok) > e->model.hp.n_vocab) {
         st = cera_fail(err, CERA_ERR_FORMAT, "%s: tokenizer has %d tokens, the embedding only %d rows", path,
                        cera_tokenizer_n_vocab(e->tok), e->model.hp.n_vocab);

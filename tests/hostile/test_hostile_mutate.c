@@ -131,6 +131,9 @@ int main(int argc, char **argv) {
     snprintf(opath, sizeof opath, "%s/out.f32", dir);
     snprintf(qpath, sizeof qpath, "%s/out.gguf", dir);
     snprintf(lpath, sizeof lpath, "%s/log.txt", dir);
+    static char chat_in[1024];
+    snprintf(chat_in, sizeof chat_in, "%s/chat.in", dir);
+    CHECK(hostile_write(chat_in, "Once upon a time\n", 17), "write the chat turn");
     const char *const model_cmds[][16] = {
         {"inspect", mpath, NULL},
         {"tokenize", "-m", mpath, "-p", "Once upon a time", NULL},
@@ -138,6 +141,7 @@ int main(int argc, char **argv) {
         {"run", "-m", mpath, "-p", "Once", "-n", "2", "-t", "1", "--seed", "7", NULL},
         {"logits", "-m", mpath, "-p", "Once", "-o", opath, "-t", "1", NULL},
         {"quantize", mpath, qpath, "f16", "--threads", "1", NULL},
+        {"chat", "-m", mpath, "-n", "2", "-t", "1", "--temp", "0", NULL}, /* one turn, from chat_in */
     };
     const char *const adapter_cmds[][16] = {
         {"inspect", mpath, NULL},
@@ -166,7 +170,7 @@ int main(int argc, char **argv) {
                              : (int)(sizeof model_cmds / sizeof model_cmds[0]);
         for (int c = 0; c < n_cmds; c++) {
             const char *const *cmd = b ? adapter_cmds[c] : model_cmds[c];
-            const int rc = hostile_run(cmd, RUN_LIMIT, NULL, lpath);
+            const int rc = hostile_run(cmd, RUN_LIMIT, strcmp(cmd[0], "chat") ? NULL : chat_in, lpath);
             const bool ok = rc >= 0 && rc < 128;
             CHECK(ok, "mutant %ld (seed %llu, %s of the %s): cera %s %s ... %s", i, (unsigned long long)seed,
                   kind_names[kind], b ? "adapter" : "model", cmd[0], cmd[1],

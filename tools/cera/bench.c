@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
 #include "cli.h"
 #include "core/cpus.h"
 #include "core/error.h"
@@ -361,53 +362,91 @@ static void emit(cJSON *arr, const char *path, const model_info *mi, const char 
         print_md_row(mi, backend, r);
 }
 
-int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *format = "md", *device = "auto";
-    int_list pp = {{512}, 1}, tg = {{128}, 1}, depth = {{0}, 1}, threads = {{0}, 1}, par = {{0}, 0};
-    int reps = 5, n_batch = 512;
-    bool warmup = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const bool has = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && has) {
-            model = argv[++i];
-        } else if (!strcmp(a, "-p") && has) {
-            if (!parse_list(argv[++i], &pp, 0)) return cli_usage_error("bench", "bad -p '%s'", argv[i]);
-        } else if (!strcmp(a, "-n") && has) {
-            if (!parse_list(argv[++i], &tg, 0)) return cli_usage_error("bench", "bad -n '%s'", argv[i]);
-        } else if (!strcmp(a, "-d") && has) {
-            if (!parse_list(argv[++i], &depth, 0)) return cli_usage_error("bench", "bad -d '%s'", argv[i]);
-        } else if (!strcmp(a, "--parallel") && has) {
-            if (!parse_list(argv[++i], &par, 1))
-                return cli_usage_error("bench", "bad --parallel '%s'", argv[i]);
-        } else if (!strcmp(a, "-t") && has) {
-            if (!parse_list(argv[++i], &threads, 1)) return cli_usage_error("bench", "bad -t '%s'", argv[i]);
-        } else if (!strcmp(a, "-r") && has) {
-            char *end;
-            reps = (int)strtol(argv[++i], &end, 10);
-            if (*end || reps < 1 || reps > 64) return cli_usage_error("bench", "-r must be 1..64");
-        } else if (!strcmp(a, "-b") && has) {
-            char *end;
-            n_batch = (int)strtol(argv[++i], &end, 10);
-            if (*end || n_batch < 1 || n_batch > 65536)
-                return cli_usage_error("bench", "bad -b '%s'", argv[i]);
-        } else if (!strcmp(a, "-o") && has) {
-            format = argv[++i];
-            if (strcmp(format, "md") && strcmp(format, "json"))
-                return cli_usage_error("bench", "-o is md or json, not '%s'", format);
-        } else if (!strcmp(a, "--device") && has) {
-            device = argv[++i];
-            if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda"))
-                return cli_usage_error("bench", "--device is auto, cpu or cuda, not '%s'", device);
-        } else if (!strcmp(a, "--no-warmup")) {
-            warmup = false;
-        } else {
-            return cli_usage_error("bench", "unknown or incomplete option '%s' (see --help)", a);
-        }
+typedef struct bench_opts {
+    const char *model, *format, *device;
+    int_list pp, tg, depth, threads, par;
+    int reps, n_batch;
+    bool warmup;
+} bench_opts;
+
+/* bench's options (llama-bench's names): lists of sizes and thread counts, not the
+ * run/chat meanings of -p, -n and -t. */
+static int bench_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    bench_opts *o = user;
+    const char *a = argv[*i];
+#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
+    if (!strcmp(a, "--no-warmup")) {
+        o->warmup = false;
+        return 1;
     }
+    const int k = IS("-m", "--model")         ? 0
+                  : IS("-p", "--n-prompt")    ? 1
+                  : IS("-n", "--n-gen")       ? 2
+                  : IS("-d", "--n-depth")     ? 3
+                  : IS("--parallel", "-npl")  ? 4
+                  : IS("-t", "--threads")     ? 5
+                  : IS("-r", "--repetitions") ? 6
+                  : IS("-b", "--batch-size")  ? 7
+                  : IS("-o", "--output")      ? 8
+                  : !strcmp(a, "--device")    ? 9
+                                              : -1;
+#undef IS
+    if (k < 0) return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long l = 0;
+    bool ok = true;
+    switch (k) {
+    case 0: o->model = v; break;
+    case 1: ok = parse_list(v, &o->pp, 0); break;
+    case 2: ok = parse_list(v, &o->tg, 0); break;
+    case 3: ok = parse_list(v, &o->depth, 0); break;
+    case 4: ok = parse_list(v, &o->par, 1); break;
+    case 5: ok = parse_list(v, &o->threads, 1); break;
+    case 6:
+        ok = cli_parse_long(v, 1, 64, &l);
+        o->reps = (int)l;
+        break;
+    case 7:
+        ok = cli_parse_long(v, 1, 65536, &l);
+        o->n_batch = (int)l;
+        break;
+    case 8:
+        o->format = v;
+        ok = !strcmp(v, "md") || !strcmp(v, "json");
+        break;
+    default: o->device = v; ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda");
+    }
+    if (!ok) {
+        cli_usage_error(cmd, "bad value for %s: '%s'", a, v);
+        return -1;
+    }
+    return 1;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o = {.format = "md",
+                    .device = "auto",
+                    .pp = {{512}, 1},
+                    .tg = {{128}, 1},
+                    .depth = {{0}, 1},
+                    .threads = {{0}, 1},
+                    .par = {{0}, 0},
+                    .reps = 5,
+                    .n_batch = 512,
+                    .warmup = true};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("bench", 0, argc, argv, &args, bench_extra, &o, NULL, NULL);
+    if (pr == 1) usage(stdout);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *model = o.model, *format = o.format, *device = o.device;
+    int_list pp = o.pp, tg = o.tg, depth = o.depth, threads = o.threads, par = o.par;
+    const int reps = o.reps, n_batch = o.n_batch;
+    const bool warmup = o.warmup;
     if (!model) return cli_usage_error("bench", "need -m MODEL (see --help)");
 
     cera_error err = {0};

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "gguf/gguf.h"
 
@@ -108,21 +109,37 @@ static int usage(FILE *out) {
     return out == stdout ? 0 : 2;
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    bool all = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if (!strcmp(argv[i], "--all")) {
-            all = true;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage_error("inspect", "unknown option '%s' (see --help)", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return cli_usage_error("inspect", "one FILE only (see --help)");
-        }
+typedef struct inspect_opts {
+    const char *path;
+    bool all;
+} inspect_opts;
+
+static int inspect_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    (void)argc;
+    inspect_opts *o = user;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--all")) {
+        o->all = true;
+    } else if (a[0] == '-' && a[1]) {
+        return 0;
+    } else if (!o->path) {
+        o->path = a;
+    } else {
+        cli_usage_error(cmd, "one FILE only (see --help)");
+        return -1;
     }
+    return 1;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    inspect_opts o = {NULL, false};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("inspect", 0, argc, argv, &args, inspect_extra, &o, NULL, NULL);
+    if (pr == 1) return usage(stdout);
+    if (pr) return pr;
+    const char *path = o.path;
+    const bool all = o.all;
     if (!path) return usage(stderr);
 
     gguf_file *f;

@@ -11,53 +11,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "core/fileio.h"
 #include "lora_cli.h"
 #include "prompt.h"
 
-static void help(FILE *out) {
-    fprintf(out, "usage: cera logits -m MODEL (-p TEXT | -f FILE | --tokens FILE) -o OUT [options]\n\n"
-                 "Writes the logits of every prompt position as raw little-endian float32,\n"
-                 "n_tokens x n_vocab, row after row.\n\n" CLI_ENGINE_HELP
-                 "  --tokens FILE         token ids, one per line, used as they are (no BOS added)\n"
-                 "  -o OUT                the output file\n" CLI_LORA_HELP);
+#define LOGITS_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_LORA)
+
+typedef struct logits_opts {
+    const char *tokfile, *outp;
+} logits_opts;
+
+static int logits_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    logits_opts *lo = user;
+    const char *a = argv[*i];
+    const char **dst = !strcmp(a, "--tokens")                         ? &lo->tokfile
+                       : (!strcmp(a, "-o") || !strcmp(a, "--output")) ? &lo->outp
+                                                                      : NULL;
+    if (!dst) return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", a);
+        return -1;
+    }
+    *dst = argv[++*i];
+    return 1;
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *tokfile = NULL, *outp = NULL;
-    cli_engine_opts o;
-    cli_engine_opts_init(&o);
-    cli_lora_list lora = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help(stdout);
-            return 0;
-        }
-        const int lr = cli_lora_parse("logits", argc, argv, &i, &lora);
-        if (lr) {
-            if (lr < 0) return 2;
-            continue;
-        }
-        const int er = cli_engine_opt("logits", argc, argv, &i, &o);
-        if (er) {
-            if (er < 0) return 2;
-            continue;
-        }
-        if (i + 1 >= argc) return cli_usage_error("logits", "unknown option or missing value: %s", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--tokens"))
-            tokfile = v;
-        else if (!strcmp(a, "-o"))
-            outp = v;
-        else
-            return cli_usage_error("logits", "unknown option: %s", a);
+    cli_args o;
+    cli_args_init(&o);
+    logits_opts lo = {NULL, NULL};
+    int rc = cli_parse("logits", LOGITS_GROUPS, argc, argv, &o, logits_extra, &lo,
+                       "usage: cera logits -m MODEL (-p TEXT | -f FILE | --tokens FILE) -o OUT [options]\n\n"
+                       "Writes the logits of every prompt position as raw little-endian float32,\n"
+                       "n_tokens x n_vocab, row after row.\n",
+                       "  --tokens FILE         token ids, one per line, used as they are (no BOS added)\n"
+                       "  -o, --output OUT      the output file\n");
+    if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = cli_args_finish("logits", LOGITS_GROUPS, &o))) goto out_args;
+    rc = 2;
+    const char *model = o.model, *tokfile = lo.tokfile, *outp = lo.outp, *file = o.file;
+    if (!model || !outp) {
+        cli_usage_error("logits", "-m MODEL and -o OUT are required (see --help)");
+        goto out_args;
     }
-    const char *model = o.model, *text = o.text, *file = o.file;
-    if (!model || !outp) return cli_usage_error("logits", "-m MODEL and -o OUT are required (see --help)");
-    if (!!text + !!file + !!tokfile != 1)
-        return cli_usage_error("logits", "give exactly one of -p TEXT, -f FILE, --tokens FILE");
+    if (!!o.prompt + !!file + !!tokfile != 1) {
+        cli_usage_error("logits", "give exactly one of -p TEXT, -f FILE, --tokens FILE");
+        goto out_args;
+    }
 
     cera_error err = {0};
     cera_engine *e = NULL;
@@ -65,26 +67,21 @@ int cmd_logits(int argc, char **argv) {
     cera_token *toks = NULL;
     size_t n = 0;
     char *buf = NULL;
-    int rc = 1;
+    rc = 1;
     /* the output must not be one of the inputs (compared as files, not as names) */
     if (cera_check_not_input(outp, model, "the model", &err) ||
-        (file && cera_check_not_input(outp, file, "the prompt file", &err)) ||
+        (file && strcmp(file, "-") && cera_check_not_input(outp, file, "the prompt file", &err)) ||
         (tokfile && cera_check_not_input(outp, tokfile, "the tokens file", &err)) ||
-        cli_lora_check_output(&lora, outp, &err))
+        cli_lora_check_output(&o.lora, outp, &err))
         goto done;
     if (cera_engine_open(model, &o.ep, &e, &err)) goto done;
-    cli_warn_context(e, &o);
+    cli_warn_context(e, o.ep.n_ctx);
     if (tokfile) {
         if (cli_read_tokens(tokfile, &toks, &n, &err)) goto done;
     } else {
         size_t len = 0;
-        if (file) {
-            buf = cli_read_prompt(file, &len, &err);
-            if (!buf) goto done;
-            text = buf;
-        } else {
-            len = strlen(text);
-        }
+        const char *text = cli_args_prompt(&o, &len, &buf, &err);
+        if (!text) goto done;
         if (cli_tokenize(e, text, len, &toks, &n, &err)) goto done;
     }
     if (n == 0) {
@@ -92,7 +89,7 @@ int cmd_logits(int argc, char **argv) {
         goto done_quiet;
     }
     if (cera_session_create(e, NULL, &s, &err)) goto done;
-    if (cli_lora_attach(e, s, &lora, &err)) goto done;
+    if (cli_lora_attach(e, s, &o.lora, &err)) goto done;
     if (cera_session_eval(s, toks, n, true, &err)) goto done;
     /* a regular file is replaced when complete; a device or FIFO (/dev/stdout) is written to */
     cera_outfile of;
@@ -118,5 +115,7 @@ done_quiet:
     free(buf);
     cera_session_free(s);
     cera_engine_close(e);
+out_args:
+    cli_args_free(&o);
     return rc;
 }

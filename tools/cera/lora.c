@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/fileio.h"
@@ -110,31 +111,47 @@ static void usage(FILE *out) {
             "                          default: each keeps its type in BASE (requantized)\n");
 }
 
-static int merge(int argc, char **argv) {
-    const char *model = NULL, *out = NULL;
-    int type = -1;
-    cli_lora_list l = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const int r = cli_lora_parse("lora merge", argc, argv, &i, &l);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
-            model = argv[++i];
-        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--type") && i + 1 < argc) {
-            cera_type t;
-            if (!cera_type_from_name(argv[++i], &t))
-                return cli_usage_error("lora merge", "'%s' is not a tensor type", argv[i]);
-            type = (int)t;
-        } else {
-            return cli_usage_error("lora merge", "unexpected argument '%s' (see cera lora merge --help)", a);
-        }
+typedef struct merge_opts {
+    const char *model, *out;
+    int type;
+} merge_opts;
+
+static int merge_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    merge_opts *o = user;
+    const char *a = argv[*i];
+    const bool m = !strcmp(a, "-m") || !strcmp(a, "--model"),
+               out = !strcmp(a, "-o") || !strcmp(a, "--output");
+    if (!m && !out && strcmp(a, "--type")) return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", a);
+        return -1;
     }
+    const char *v = argv[++*i];
+    if (m) {
+        o->model = v;
+    } else if (out) {
+        o->out = v;
+    } else {
+        cera_type t;
+        if (!cera_type_from_name(v, &t)) {
+            cli_usage_error(cmd, "'%s' is not a tensor type", v);
+            return -1;
+        }
+        o->type = (int)t;
+    }
+    return 1;
+}
+
+static int merge(int argc, char **argv) {
+    merge_opts o = {NULL, NULL, -1};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("lora merge", CLI_G_LORA, argc, argv, &args, merge_extra, &o, NULL, NULL);
+    if (pr == 1) usage(stdout);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *model = o.model, *out = o.out;
+    const int type = o.type;
+    const cli_lora_list l = args.lora;
     if (!model || !out || !l.n) {
         usage(stderr);
         return 2;

@@ -35,13 +35,13 @@ int cli_fail(const cera_error *err) {
     return 1;
 }
 
-void cli_warn_context(const cera_engine *e, const cli_engine_opts *o) {
+void cli_warn_context(const cera_engine *e, int n_ctx) {
     const int train = cera_engine_n_ctx_train(e);
-    if (o->ep.n_ctx > 0 && train > 0 && o->ep.n_ctx > train)
+    if (n_ctx > 0 && train > 0 && n_ctx > train)
         fprintf(stderr,
                 "cera: warning: -c %d exceeds the context the model was trained on (%d): past it, output "
                 "quality is not to be trusted\n",
-                o->ep.n_ctx, train);
+                n_ctx, train);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
@@ -79,49 +79,6 @@ bool cli_parse_float(const char *v, float *out) {
     char *end;
     *out = strtof(v, &end);
     return end != v && *end == '\0';
-}
-
-void cli_engine_opts_init(cli_engine_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->ep = cera_engine_default_params();
-}
-
-int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, cli_engine_opts *o) {
-    static const char *const names[] = {"-m", "-p", "-f", "-t", "-c", "--kv", "--device"};
-    const char *a = argv[*i];
-    size_t k = 0;
-    while (k < sizeof names / sizeof names[0] && strcmp(a, names[k])) k++;
-    if (k == sizeof names / sizeof names[0]) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "missing value for %s", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    long l = 0;
-    bool ok = true;
-    switch (k) {
-    case 0: o->model = v; break;
-    case 1: o->text = v; break;
-    case 2: o->file = v; break;
-    case 3:
-        ok = cli_parse_long(v, 0, 512, &l);
-        o->ep.n_threads = (int)l;
-        break;
-    case 4:
-        ok = cli_parse_long(v, 0, 1 << 24, &l);
-        o->ep.n_ctx = (int)l;
-        break;
-    case 5:
-        ok = !strcmp(v, "f16") || !strcmp(v, "f32") || !strcmp(v, "q8_0");
-        o->ep.kv_type = !strcmp(v, "f32") ? CERA_KV_F32 : !strcmp(v, "q8_0") ? CERA_KV_Q8_0 : CERA_KV_F16;
-        break;
-    default: ok = cli_parse_device(v, &o->ep.device); break;
-    }
-    if (!ok) {
-        cli_usage_error(cmd, "bad value for %s: '%s'", a, v);
-        return -1;
-    }
-    return 1;
 }
 
 int main(int argc, char **argv) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "tensor/quantize_model.h"
 
@@ -25,29 +26,42 @@ static void usage(FILE *out) {
                  "  --threads N   threads converting rows (default: every CPU)\n");
 }
 
-int cmd_quantize(int argc, char **argv) {
+typedef struct quantize_opts {
     const char *pos[3];
-    int n_pos = 0, n_threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
-            char *end;
-            if (i + 1 >= argc) return cli_usage_error("quantize", "%s needs a number", argv[i]);
-            const long n = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || n < 1 || n > 1024)
-                return cli_usage_error("quantize", "--threads: '%s' is not a thread count (1..1024)",
-                                       argv[i]);
-            n_threads = (int)n;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage_error("quantize", "unknown option '%s' (see cera quantize --help)", argv[i]);
-        } else if (n_pos < 3) {
-            pos[n_pos++] = argv[i];
-        } else {
-            return cli_usage_error("quantize", "too many arguments (see cera quantize --help)");
+    int n_pos, n_threads;
+} quantize_opts;
+
+static int quantize_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    quantize_opts *o = user;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+        long n;
+        if (*i + 1 >= argc || !cli_parse_long(argv[*i + 1], 1, 1024, &n)) {
+            cli_usage_error(cmd, "%s needs a thread count (1..1024)", a);
+            return -1;
         }
+        ++*i;
+        o->n_threads = (int)n;
+    } else if (a[0] == '-' && a[1]) {
+        return 0;
+    } else if (o->n_pos < 3) {
+        o->pos[o->n_pos++] = a;
+    } else {
+        cli_usage_error(cmd, "too many arguments (see cera quantize --help)");
+        return -1;
     }
+    return 1;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    quantize_opts o = {{NULL, NULL, NULL}, 0, 0};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("quantize", 0, argc, argv, &args, quantize_extra, &o, NULL, NULL);
+    if (pr == 1) usage(stdout);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *const *pos = o.pos;
+    const int n_pos = o.n_pos, n_threads = o.n_threads;
     if (n_pos != 3) {
         usage(stderr);
         return 2;

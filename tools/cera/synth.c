@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cli.h"
 #include "core/error.h"
 #include "core/fileio.h"
@@ -486,38 +487,76 @@ static bool parse_type(const char *s, cera_type *out) {
     return cera_type_from_name(buf, out) && ftype_of(*out) >= 0;
 }
 
-int cmd_synth(int argc, char **argv) {
-    const char *shape_name = NULL, *type_name = NULL, *out = NULL, *vocab = NULL;
-    uint64_t seed = 1;
-    long n_threads = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--list")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
-            char *end;
-            seed = strtoull(argv[++i], &end, 0);
-            if (*end) return cli_usage_error("synth", "bad seed '%s'", argv[i]);
-        } else if (!strcmp(a, "-t") && i + 1 < argc) {
-            char *end;
-            n_threads = strtol(argv[++i], &end, 10);
-            if (*end || n_threads < 1 || n_threads > 1024)
-                return cli_usage_error("synth", "bad thread count '%s'", argv[i]);
-        } else if (!strcmp(a, "--vocab") && i + 1 < argc) {
-            vocab = argv[++i];
-        } else if (a[0] == '-') {
-            return cli_usage_error("synth", "unknown or incomplete option '%s' (see --help)", a);
-        } else if (!shape_name) {
-            shape_name = a;
-        } else if (!type_name) {
-            type_name = a;
-        } else {
-            return cli_usage_error("synth", "unexpected argument '%s'", a);
-        }
+typedef struct synth_opts {
+    const char *shape_name, *type_name, *out, *vocab;
+    uint64_t seed;
+    long n_threads;
+    bool list;
+} synth_opts;
+
+static int synth_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    synth_opts *o = user;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--list")) {
+        o->list = true;
+        return 1;
     }
+    const int k = !strcmp(a, "-o") || !strcmp(a, "--output")    ? 0
+                  : !strcmp(a, "--seed") || !strcmp(a, "-s")    ? 1
+                  : !strcmp(a, "-t") || !strcmp(a, "--threads") ? 2
+                  : !strcmp(a, "--vocab")                       ? 3
+                                                                : -1;
+    if (k < 0) {
+        if (a[0] == '-') return 0;
+        if (!o->shape_name) {
+            o->shape_name = a;
+        } else if (!o->type_name) {
+            o->type_name = a;
+        } else {
+            cli_usage_error(cmd, "unexpected argument '%s'", a);
+            return -1;
+        }
+        return 1;
+    }
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    char *end;
+    switch (k) {
+    case 0: o->out = v; break;
+    case 1:
+        o->seed = strtoull(v, &end, 0);
+        if (*end || end == v) {
+            cli_usage_error(cmd, "bad seed '%s'", v);
+            return -1;
+        }
+        break;
+    case 2:
+        if (!cli_parse_long(v, 1, 1024, &o->n_threads)) {
+            cli_usage_error(cmd, "bad thread count '%s'", v);
+            return -1;
+        }
+        break;
+    default: o->vocab = v;
+    }
+    return 1;
+}
+
+int cmd_synth(int argc, char **argv) {
+    synth_opts o = {.seed = 1, .n_threads = sysconf(_SC_NPROCESSORS_ONLN)};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("synth", 0, argc, argv, &args, synth_extra, &o, NULL, NULL);
+    if (pr == 1 || (pr == 0 && o.list)) {
+        usage(stdout);
+        return 0;
+    }
+    if (pr) return pr;
+    const char *shape_name = o.shape_name, *type_name = o.type_name, *out = o.out, *vocab = o.vocab;
+    const uint64_t seed = o.seed;
+    const long n_threads = o.n_threads;
     if (!shape_name || !type_name || !out)
         return cli_usage_error("synth", "need SHAPE TYPE -o OUT.gguf (see --help)");
     const synth_shape *sh = NULL;

@@ -17,7 +17,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "args.h"
 #include "cli.h"
+#include "prompt.h"
 #include "gguf/gguf.h"
 #include "template/template.h"
 
@@ -36,53 +38,40 @@ static void usage(FILE *out) {
                  "  -h, --help            this help\n");
 }
 
-static char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-        if (n == cap - 1) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) free(buf);
-            buf = b;
-        }
+typedef struct template_opts {
+    const char *model, *tmpl_path, *case_path;
+    bool real_clock;
+} template_opts;
+
+static int template_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    template_opts *o = user;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--now")) {
+        o->real_clock = true;
+        return 1;
     }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
+    const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &o->model
+                       : !strcmp(a, "--template")                ? &o->tmpl_path
+                       : !strcmp(a, "--case")                    ? &o->case_path
+                                                                 : NULL;
+    if (!dst) return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", a);
+        return -1;
     }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
+    *dst = argv[++*i];
+    return 1;
 }
 
 int cmd_template(int argc, char **argv) {
-    const char *model = NULL, *tmpl_path = NULL, *case_path = NULL;
-    bool real_clock = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--template") && has_val) {
-            tmpl_path = argv[++i];
-        } else if (!strcmp(a, "--case") && has_val) {
-            case_path = argv[++i];
-        } else if (!strcmp(a, "--now")) {
-            real_clock = true;
-        } else {
-            usage(stderr);
-            return cli_usage_error("template", "unknown or incomplete option '%s'", a);
-        }
-    }
+    template_opts o = {NULL, NULL, NULL, false};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("template", 0, argc, argv, &args, template_extra, &o, NULL, NULL);
+    if (pr == 1) usage(stdout);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *model = o.model, *tmpl_path = o.tmpl_path, *case_path = o.case_path;
+    const bool real_clock = o.real_clock;
     if ((model != NULL) + (tmpl_path != NULL) != 1)
         return cli_usage_error("template", "give exactly one of -m MODEL, --template FILE");
     if (!case_path) return cli_usage_error("template", "no case (--case CASE.json)");
@@ -109,14 +98,10 @@ int cmd_template(int argc, char **argv) {
         memcpy(text, s.data, s.len);
         text[s.len] = 0;
         len = s.len;
-    } else if (!(text = read_whole(tmpl_path, &len))) {
-        cera_fail(&err, CERA_ERR_IO, "%s: %s", tmpl_path, strerror(errno));
+    } else if (!(text = cli_read_file(tmpl_path, &len, &err))) {
         goto done;
     }
-    if (!(case_text = read_whole(case_path, &case_len))) {
-        cera_fail(&err, CERA_ERR_IO, "%s: %s", case_path, strerror(errno));
-        goto done;
-    }
+    if (!(case_text = cli_read_file(case_path, &case_len, &err))) goto done;
     if (!(c = cJSON_ParseWithLength(case_text, case_len)) || !cJSON_IsObject(c)) {
         cera_fail(&err, CERA_ERR_FORMAT, "%s: not a JSON object", case_path);
         goto done;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
 #include "cli.h"
 #include "gguf/gguf.h"
 #include "prompt.h"
@@ -67,75 +68,53 @@ static char *read_stream(FILE *f, size_t *len, bool *too_big) {
     return buf;
 }
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
+typedef struct tok_opts {
+    const char *model, *prompt, *file;
+    bool use_stdin, ids_only, count_only, add_special, parse_special, escape;
+} tok_opts;
 
-/* llama.cpp's string_process_escapes, in place; returns the new length. */
-static size_t process_escapes(char *s, size_t n) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\' || i + 1 >= n) {
-            s[o++] = s[i];
-            continue;
+static int tok_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
+    tok_opts *o = user;
+    const char *a = argv[*i];
+    const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model")    ? &o->model
+                       : !strcmp(a, "-p") || !strcmp(a, "--prompt") ? &o->prompt
+                       : !strcmp(a, "-f") || !strcmp(a, "--file")   ? &o->file
+                                                                    : NULL;
+    if (dst) {
+        if (*i + 1 >= argc) {
+            cli_usage_error(cmd, "%s needs a value", a);
+            return -1;
         }
-        char c = s[++i];
-        switch (c) {
-        case 'n': s[o++] = '\n'; break;
-        case 'r': s[o++] = '\r'; break;
-        case 't': s[o++] = '\t'; break;
-        case '\'': s[o++] = '\''; break;
-        case '"': s[o++] = '"'; break;
-        case '\\': s[o++] = '\\'; break;
-        case 'x':
-            if (i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-                s[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-                i += 2;
-                break;
-            }
-            /* fall through */
-        default: s[o++] = '\\'; s[o++] = c;
-        }
+        *dst = argv[++*i];
+    } else if (!strcmp(a, "--stdin")) {
+        o->use_stdin = true;
+    } else if (!strcmp(a, "--ids")) {
+        o->ids_only = true;
+    } else if (!strcmp(a, "--count")) {
+        o->count_only = true;
+    } else if (!strcmp(a, "--no-add-special") || !strcmp(a, "--no-bos")) {
+        o->add_special = false;
+    } else if (!strcmp(a, "--no-parse-special")) {
+        o->parse_special = false;
+    } else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) {
+        o->escape = true;
+    } else {
+        return 0;
     }
-    return o;
+    return 1;
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL;
-    bool use_stdin = false, ids_only = false, count_only = false, add_special = true, parse_special = true;
-    bool escape = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
-            model = argv[++i];
-        } else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_val) {
-            prompt = argv[++i];
-        } else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_val) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--stdin")) {
-            use_stdin = true;
-        } else if (!strcmp(a, "--ids")) {
-            ids_only = true;
-        } else if (!strcmp(a, "--count")) {
-            count_only = true;
-        } else if (!strcmp(a, "--no-add-special") || !strcmp(a, "--no-bos")) {
-            add_special = false;
-        } else if (!strcmp(a, "--no-parse-special")) {
-            parse_special = false;
-        } else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) {
-            escape = true;
-        } else {
-            usage(stderr);
-            return cli_usage_error("tokenize", "unknown or incomplete option '%s'", a);
-        }
-    }
+    tok_opts o = {.add_special = true, .parse_special = true};
+    cli_args args;
+    cli_args_init(&args);
+    const int pr = cli_parse("tokenize", 0, argc, argv, &args, tok_extra, &o, NULL, NULL);
+    if (pr == 1) usage(stdout);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *model = o.model, *prompt = o.prompt, *file = o.file;
+    const bool use_stdin = o.use_stdin, ids_only = o.ids_only, count_only = o.count_only;
+    bool add_special = o.add_special;
+    const bool parse_special = o.parse_special, escape = o.escape;
     if (!model) return cli_usage_error("tokenize", "no model (-m FILE)");
     if ((prompt != NULL) + (file != NULL) + use_stdin != 1)
         return cli_usage_error("tokenize", "give exactly one of -p TEXT, -f FILE, --stdin");
@@ -147,7 +126,7 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(prompt);
         text = malloc(len + 1);
         if (text) memcpy(text, prompt, len + 1);
-        if (text && escape) len = process_escapes(text, len);
+        if (text && escape) len = cli_unescape(text, len);
     } else if (file) {
         FILE *f = fopen(file, "rb");
         if (!f) {

@@ -1,0 +1,371 @@
+/*
+ * args.c — the shared command-line parser (args.h): one table of options with llama.cpp's
+ * names, grouped by concern, parsed into a cli_args, and the help text made from it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "prompt.h"
+
+typedef enum opt_id {
+    O_MODEL,
+    O_THREADS,
+    O_CTX,
+    O_BATCH,
+    O_KV,
+    O_DEVICE,
+    O_NGL,
+    O_PROMPT,
+    O_FILE,
+    O_ESCAPE,
+    O_NO_ESCAPE,
+    O_SEED,
+    O_TEMP,
+    O_TOP_K,
+    O_TOP_P,
+    O_MIN_P,
+    O_TYPICAL,
+    O_REPEAT,
+    O_REPEAT_N,
+    O_PRESENCE,
+    O_FREQUENCY,
+    O_PREDICT,
+    O_REVERSE,
+    O_STOP,
+    O_IGNORE_EOS,
+    O_SYSTEM,
+    O_TEMPLATE,
+    O_KWARGS,
+} opt_id;
+
+typedef struct opt {
+    unsigned group;
+    opt_id id;
+    const char *names[4]; /* NULL-terminated */
+    const char *meta;     /* the value's name; NULL for a flag */
+    const char *help;
+} opt;
+
+static const opt opts[] = {
+    {CLI_G_MODEL, O_MODEL, {"-m", "--model"}, "FILE", "a GGUF model"},
+    {CLI_G_MODEL, O_THREADS, {"-t", "--threads"}, "N", "CPU threads (default: one per core; at most 512)"},
+    {CLI_G_MODEL, O_CTX, {"-c", "--ctx-size"}, "N", "context size (default: the model's, at most 4096)"},
+    {CLI_G_MODEL, O_BATCH, {"-b", "--batch-size"}, "N", "most tokens per forward pass (default 512)"},
+    {CLI_G_MODEL,
+     O_KV,
+     {"--kv", "-ctk", "--cache-type-k"},
+     "TYPE",
+     "KV cache type: f16 (default), f32, q8_0 (CUDA only)"},
+    {CLI_G_MODEL,
+     O_DEVICE,
+     {"--device"},
+     "D",
+     "cpu, cuda or auto (default: cuda when built in and a GPU exists)"},
+    {CLI_G_MODEL,
+     O_NGL,
+     {"-ngl", "--n-gpu-layers", "--gpu-layers"},
+     "N",
+     "0 = the CPU; more (or all/auto) = every layer on the GPU"},
+    {CLI_G_PROMPT, O_PROMPT, {"-p", "--prompt"}, "TEXT", "the prompt"},
+    {CLI_G_PROMPT,
+     O_FILE,
+     {"-f", "--file"},
+     "FILE",
+     "the prompt from a file (- = stdin), less one final newline"},
+    {CLI_G_PROMPT,
+     O_ESCAPE,
+     {"-e", "--escape"},
+     NULL,
+     "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xNN) in prompts and stop strings (default)"},
+    {CLI_G_PROMPT, O_NO_ESCAPE, {"--no-escape"}, NULL, "do not process escapes"},
+    {CLI_G_SAMPLE, O_SEED, {"-s", "--seed"}, "N", "the sampler's seed (default -1: a random one)"},
+    {CLI_G_SAMPLE, O_TEMP, {"--temp", "--temperature"}, "T", "temperature (default 0.8; 0 = greedy)"},
+    {CLI_G_SAMPLE, O_TOP_K, {"--top-k"}, "K", "top-k (default 40; 0 disables)"},
+    {CLI_G_SAMPLE, O_TOP_P, {"--top-p"}, "P", "top-p (default 0.95; 1 disables)"},
+    {CLI_G_SAMPLE, O_MIN_P, {"--min-p"}, "P", "min-p (default 0.05; 0 disables)"},
+    {CLI_G_SAMPLE, O_TYPICAL, {"--typical", "--typical-p"}, "P", "locally typical sampling (default 1: off)"},
+    {CLI_G_SAMPLE, O_REPEAT, {"--repeat-penalty"}, "R", "repetition penalty (default 1: off)"},
+    {CLI_G_SAMPLE,
+     O_REPEAT_N,
+     {"--repeat-last-n"},
+     "N",
+     "tokens the penalties look back over (default 64; -1 = the context)"},
+    {CLI_G_SAMPLE, O_PRESENCE, {"--presence-penalty"}, "P", "presence penalty (default 0: off)"},
+    {CLI_G_SAMPLE, O_FREQUENCY, {"--frequency-penalty"}, "P", "frequency penalty (default 0: off)"},
+    {CLI_G_GEN,
+     O_PREDICT,
+     {"-n", "--n-predict", "--predict"},
+     "N",
+     "tokens to generate at most (default -1: until the end of the text or a full context)"},
+    {CLI_G_GEN, O_REVERSE, {"-r", "--reverse-prompt"}, "TEXT", "stop at TEXT (repeatable)"},
+    {CLI_G_GEN, O_STOP, {"--stop"}, "TEXT", "the same as -r (repeatable)"},
+    {CLI_G_GEN, O_IGNORE_EOS, {"--ignore-eos"}, NULL, "go on past end-of-generation tokens"},
+    {CLI_G_CHAT, O_SYSTEM, {"-sys", "--system-prompt"}, "TEXT", "the system message"},
+    {CLI_G_CHAT,
+     O_TEMPLATE,
+     {"--template", "--chat-template-file"},
+     "FILE|NAME",
+     "a Jinja chat template file, or the model's template of that name (chatml: built in)"},
+    {CLI_G_CHAT,
+     O_KWARGS,
+     {"--chat-template-kwargs"},
+     "JSON",
+     "more template variables, e.g. '{\"enable_thinking\": false}'"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+void cli_args_init(cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->ep = cera_engine_default_params();
+    a->n_gpu_layers = -1;
+    a->escape = true;
+    a->sp = cera_sampler_default_params();
+    a->seed = -1;
+    a->n_predict = -1;
+}
+
+void cli_args_free(cli_args *a) {
+    for (int i = 0; i < a->n_owned; i++) free(a->owned[i]);
+    a->n_owned = 0;
+}
+
+/* The option named `name` (its first len bytes) among the groups, or NULL. */
+static const opt *find(unsigned groups, const char *name, size_t len) {
+    for (size_t k = 0; k < N_OPTS; k++) {
+        if (!(opts[k].group & groups)) continue;
+        for (int j = 0; j < 4 && opts[k].names[j]; j++)
+            if (strlen(opts[k].names[j]) == len && !strncmp(opts[k].names[j], name, len)) return &opts[k];
+    }
+    return NULL;
+}
+
+static bool parse_float_in(const char *v, float lo, float hi, float *out) {
+    return cli_parse_float(v, out) && *out >= lo && *out <= hi;
+}
+
+static bool parse_int(const char *v, long lo, long hi, int *out) {
+    long l;
+    if (!cli_parse_long(v, lo, hi, &l)) return false;
+    *out = (int)l;
+    return true;
+}
+
+/* Applies one option's value; false when the value is bad. */
+static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
+    float f;
+    long l;
+    switch (o->id) {
+    case O_MODEL: a->model = v; return true;
+    case O_THREADS: return parse_int(v, 0, 512, &a->ep.n_threads);
+    case O_CTX: return parse_int(v, 0, 1 << 24, &a->ep.n_ctx);
+    case O_BATCH: return parse_int(v, 1, 1 << 24, &a->ep.n_batch);
+    case O_KV:
+        if (!strcmp(v, "f16"))
+            a->ep.kv_type = CERA_KV_F16;
+        else if (!strcmp(v, "f32"))
+            a->ep.kv_type = CERA_KV_F32;
+        else if (!strcmp(v, "q8_0"))
+            a->ep.kv_type = CERA_KV_Q8_0;
+        else
+            return false;
+        return true;
+    case O_DEVICE: return cli_parse_device(v, &a->ep.device);
+    case O_NGL:
+        if (!strcmp(v, "all") || !strcmp(v, "auto")) {
+            a->n_gpu_layers = INT_MAX;
+            return true;
+        }
+        return parse_int(v, 0, INT_MAX, &a->n_gpu_layers);
+    case O_PROMPT: a->prompt = v; return true;
+    case O_FILE: a->file = v; return true;
+    case O_ESCAPE: a->escape = true; return true;
+    case O_NO_ESCAPE: a->escape = false; return true;
+    case O_SEED:
+        if (!cli_parse_long(v, -1, (long)UINT32_MAX, &l)) return false;
+        a->seed = (l == (long)UINT32_MAX) ? -1 : l; /* llama.cpp's LLAMA_DEFAULT_SEED: random */
+        return true;
+    case O_TEMP: return cli_parse_float(v, &a->sp.temp);
+    case O_TOP_K: return parse_int(v, 0, 1 << 30, &a->sp.top_k);
+    case O_TOP_P: return parse_float_in(v, 0, 1, &a->sp.top_p);
+    case O_MIN_P: return parse_float_in(v, 0, 1, &a->sp.min_p);
+    case O_TYPICAL: return parse_float_in(v, 0, 1, &a->sp.typical_p);
+    case O_REPEAT:
+        if (!parse_float_in(v, 0, 1e9f, &f) || f <= 0) return false;
+        a->sp.repeat_penalty = f;
+        return true;
+    case O_REPEAT_N: return parse_int(v, -1, 1 << 24, &a->sp.penalty_last_n);
+    case O_PRESENCE: return parse_float_in(v, -1e9f, 1e9f, &a->sp.presence_penalty);
+    case O_FREQUENCY: return parse_float_in(v, -1e9f, 1e9f, &a->sp.freq_penalty);
+    case O_PREDICT: return parse_int(v, -1, 1000000000, &a->n_predict);
+    case O_REVERSE:
+    case O_STOP:
+        if (a->n_stop == CLI_STOP_MAX) {
+            cli_usage_error(cmd, "at most %d stop strings", CLI_STOP_MAX);
+            return false;
+        }
+        if (!*v) return false;
+        a->stop[a->n_stop++] = v;
+        return true;
+    case O_IGNORE_EOS: a->ignore_eos = true; return true;
+    case O_SYSTEM: a->system = v; return true;
+    case O_TEMPLATE: a->chat_template = v; return true;
+    case O_KWARGS: a->chat_kwargs = v; return true;
+    }
+    return false;
+}
+
+int cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_args *a, cli_extra_fn extra,
+              void *user, const char *usage, const char *extra_help) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            if (!usage) return 1; /* the command prints its own help */
+            fputs(usage, stdout);
+            fputs("\n", stdout);
+            cli_print_options(stdout, groups);
+            if (extra_help) fputs(extra_help, stdout);
+            fputs("  -h, --help            this help\n", stdout);
+            return 1;
+        }
+        if (groups & CLI_G_LORA) {
+            const int r = cli_lora_parse(cmd, argc, argv, &i, &a->lora);
+            if (r < 0) return 2;
+            if (r) continue;
+        }
+        const char *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
+        const opt *o = find(groups, arg, eq ? (size_t)(eq - arg) : strlen(arg));
+        if (!o) {
+            const int r = extra ? extra(cmd, argc, argv, &i, user) : 0;
+            if (r < 0) return 2;
+            if (r) continue;
+            cli_usage_error(cmd, "unknown option '%s' (see --help)", arg);
+            return 2;
+        }
+        const char *v = NULL;
+        if (o->meta) {
+            if (eq) {
+                v = eq + 1;
+            } else if (i + 1 < argc) {
+                v = argv[++i];
+            } else {
+                cli_usage_error(cmd, "%s needs a value (%s)", arg, o->meta);
+                return 2;
+            }
+        } else if (eq) {
+            cli_usage_error(cmd, "%.*s takes no value", (int)(eq - arg), arg);
+            return 2;
+        }
+        if (!apply(cmd, o, v, a)) {
+            cli_usage_error(cmd, "bad value for %s: '%s'", o->names[0], v ? v : "");
+            return 2;
+        }
+    }
+    return 0;
+}
+
+size_t cli_unescape(char *s, size_t len) {
+    size_t w = 0;
+    for (size_t r = 0; r < len; r++) {
+        if (s[r] != '\\' || r + 1 >= len) {
+            s[w++] = s[r];
+            continue;
+        }
+        const char c = s[++r];
+        switch (c) {
+        case 'n': s[w++] = '\n'; break;
+        case 'r': s[w++] = '\r'; break;
+        case 't': s[w++] = '\t'; break;
+        case '\'': s[w++] = '\''; break;
+        case '"': s[w++] = '"'; break;
+        case '\\': s[w++] = '\\'; break;
+        case 'x':
+            if (r + 2 < len) { /* as llama.cpp: strtol over the next two bytes */
+                const char hex[3] = {s[r + 1], s[r + 2], 0};
+                char *end;
+                const long v = strtol(hex, &end, 16);
+                if (end == hex + 2) {
+                    s[w++] = (char)v;
+                    r += 2;
+                    break;
+                }
+            }
+            goto literal; /* not two hex digits */
+        default:
+        literal:
+            s[w++] = '\\';
+            s[w++] = c;
+        }
+    }
+    if (w < len) s[w] = 0;
+    return w;
+}
+
+/* An escaped copy of s owned by a; NULL when out of memory. */
+static const char *escaped(cli_args *a, const char *s) {
+    if (!s || a->n_owned == (int)(sizeof a->owned / sizeof a->owned[0])) return s;
+    char *d = strdup(s);
+    if (!d) return NULL;
+    cli_unescape(d, strlen(d));
+    a->owned[a->n_owned++] = d;
+    return d;
+}
+
+int cli_args_finish(const char *cmd, unsigned groups, cli_args *a) {
+    if (a->escape && (groups & (CLI_G_PROMPT | CLI_G_GEN | CLI_G_CHAT))) {
+        a->prompt = escaped(a, a->prompt);
+        a->system = escaped(a, a->system);
+        for (int i = 0; i < a->n_stop; i++) a->stop[i] = escaped(a, a->stop[i]);
+    }
+    if (groups & CLI_G_SAMPLE) {
+        if (a->seed < 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            a->seed = (long long)(((uint64_t)ts.tv_nsec * 2654435761u) ^ (uint64_t)ts.tv_sec ^
+                                  ((uint64_t)getpid() << 16)) &
+                      0xfffffffe;
+            a->seed_drawn = true;
+        }
+        a->sp.seed = (uint64_t)a->seed;
+    }
+    if (a->n_gpu_layers >= 0) {
+        if (a->ep.device != CERA_DEVICE_AUTO && (a->ep.device == CERA_DEVICE_CPU) != (a->n_gpu_layers == 0))
+            return cli_usage_error(cmd, "-ngl %d and --device disagree", a->n_gpu_layers);
+        a->ep.device = a->n_gpu_layers == 0 ? CERA_DEVICE_CPU : CERA_DEVICE_CUDA;
+    }
+    if ((groups & CLI_G_PROMPT) && a->prompt && a->file)
+        return cli_usage_error(cmd, "give one of -p TEXT, -f FILE, not both");
+    return 0;
+}
+
+const char *cli_args_prompt(const cli_args *a, size_t *len, char **owned, cera_error *err) {
+    *owned = NULL;
+    if (a->prompt) {
+        *len = strlen(a->prompt);
+        return a->prompt;
+    }
+    char *text = cli_read_prompt(!strcmp(a->file, "-") ? "/dev/stdin" : a->file, len, err);
+    if (text && a->escape) *len = cli_unescape(text, *len);
+    return *owned = text;
+}
+
+void cli_print_options(FILE *out, unsigned groups) {
+    for (size_t k = 0; k < N_OPTS; k++) {
+        if (!(opts[k].group & groups)) continue;
+        char names[64];
+        size_t n = 0;
+        for (int j = 0; j < 4 && opts[k].names[j]; j++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", j ? ", " : "", opts[k].names[j]);
+        if (opts[k].meta) snprintf(names + n, sizeof names - n, " %s", opts[k].meta);
+        if (strlen(names) > 21)
+            fprintf(out, "  %s\n  %-21s %s\n", names, "", opts[k].help);
+        else
+            fprintf(out, "  %-21s %s\n", names, opts[k].help);
+    }
+    if (groups & CLI_G_LORA) fputs(CLI_LORA_HELP, out);
+}
