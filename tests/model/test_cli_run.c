@@ -21,6 +21,65 @@ static int sh(const char *fmt, const char *a, const char *b) {
     return run_command(cmd);
 }
 
+/* The shared parser's llama.cpp conventions: escapes on by default (--no-escape turns them
+ * off), --name=value, -f - reading stdin, -s -1 drawing a seed that stderr names and -s
+ * repeats, -ngl choosing the device. */
+static void llama_cpp_options(const char *model) {
+    const char *nl = "cli-nl.f32", *lit = "cli-lit.f32", *eq = "cli-eq.f32", *in = "cli-stdin.f32";
+    size_t n_nl = 0, n_lit = 0, n_eq = 0, n_in = 0;
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -p 'Once\\nupon' -o %s -t 1 2>/dev/null", CERA_CLI, model, nl);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s -p 'Once\\nupon' --no-escape -o %s -t 1 2>/dev/null", CERA_CLI,
+             model, lit);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd,
+             "%s logits --model=%s --prompt='Once\\nupon' --output=%s --threads=1 2>/dev/null", CERA_CLI,
+             model, eq);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "printf 'Once\\\\nupon' | %s logits -m %s -f - -o %s -t 1 2>/dev/null",
+             CERA_CLI, model, in);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    float *a = read_file(nl, &n_nl), *b = read_file(lit, &n_lit), *c = read_file(eq, &n_eq),
+          *d = read_file(in, &n_in);
+    /* "Once\nupon" as typed: a newline by default, a backslash and an n with --no-escape */
+    CHECK(a && b && n_nl != n_lit, "escapes: %zu and %zu bytes of logits", n_nl, n_lit);
+    CHECK(a && c && n_nl == n_eq && !memcmp(a, c, n_nl), "--name=value gives what -name value gives");
+    CHECK(a && d && n_nl == n_in && !memcmp(a, d, n_nl), "-f - (stdin, escapes too) gives what -p gives");
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+
+    const char *o1 = "cli-seed1.txt", *o2 = "cli-seed2.txt", *e1 = "cli-seed1.err";
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once upon a time' -n 24 --temp 1 -s -1 -t 1 > %s 2> %s",
+             CERA_CLI, model, o1, e1);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    size_t ne = 0, n1 = 0, n2 = 0;
+    char *err = read_file(e1, &ne);
+    const char *sp = err ? strstr(err, "seed ") : NULL;
+    CHECK(sp != NULL, "-s -1: stderr names the seed: %s", err ? err : "(none)");
+    if (sp) {
+        const long long seed = atoll(sp + 5);
+        snprintf(cmd, sizeof cmd,
+                 "%s run -m %s -p 'Once upon a time' -n 24 --temp 1 -s %lld -t 1 > %s 2>/dev/null", CERA_CLI,
+                 model, seed, o2);
+        CHECK(run_command(cmd) == 0, "%s", cmd);
+        char *t1 = read_file(o1, &n1), *t2 = read_file(o2, &n2);
+        CHECK(t1 && t2 && n1 == n2 && !memcmp(t1, t2, n1), "-s %lld does not repeat the -s -1 run", seed);
+        free(t1);
+        free(t2);
+    }
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 -ngl 0 -t 1 > /dev/null 2>&1", CERA_CLI, model);
+    CHECK(run_command(cmd) == 0, "-ngl 0 runs on the CPU");
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 -ngl 0 --device cuda 2>/dev/null", CERA_CLI, model);
+    CHECK(run_command(cmd) == 2, "-ngl 0 with --device cuda is a usage error");
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --bogus 2>/dev/null", CERA_CLI, model);
+    CHECK(run_command(cmd) == 2, "an unknown option exits 2");
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --ignore-eos=1 2>/dev/null", CERA_CLI, model);
+    CHECK(run_command(cmd) == 2, "a value given to a flag exits 2");
+}
+
 int main(void) {
     const char *model = shared_path("models/stories260K.gguf");
     char out_ids[512], out_logits[512], out_logits_p[512], out_err[512];
@@ -120,6 +179,7 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 %s 2>/dev/null", CERA_CLI, model, bad[i]);
         CHECK(run_command(cmd) == 2, "run %s exits 2", bad[i]);
     }
+    llama_cpp_options(model);
     snprintf(cmd, sizeof cmd, "%s run -m /nonexistent/model.gguf -p hi 2> %s", CERA_CLI, out_err);
     CHECK(run_command(cmd) == 1, "missing model exits 1");
     size_t ne = 0;

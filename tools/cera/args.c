@@ -241,7 +241,20 @@ int cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_args 
         const char *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         const opt *o = find(groups, arg, eq ? (size_t)(eq - arg) : strlen(arg));
         if (!o) {
-            const int r = extra ? extra(cmd, argc, argv, &i, user) : 0;
+            int r = 0;
+            if (extra && eq) { /* the command's own --name=value: offered as "--name" "value" */
+                char name[64];
+                snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+                char *pair[3] = {name, (char *)eq + 1, NULL};
+                int j = 0;
+                r = extra(cmd, 2, pair, &j, user);
+                if (r > 0 && j != 1) {
+                    cli_usage_error(cmd, "%s takes no value", name);
+                    return 2;
+                }
+            } else if (extra) {
+                r = extra(cmd, argc, argv, &i, user);
+            }
             if (r < 0) return 2;
             if (r) continue;
             cli_usage_error(cmd, "unknown option '%s' (see --help)", arg);
