@@ -462,7 +462,7 @@ static cera_status graph_launch(cera_cuda_state *s, int bucket, int n, cera_erro
     return CERA_OK;
 }
 
-/* decode_rows of n tokens through its bucket's graph. */
+/* The several-sequence decode step of n tokens through its bucket's graph. */
 static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     const int bucket = n - 1;
     if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {

@@ -215,7 +215,8 @@ static cera_status compile_linear(compiler *c, const cera_op *op, const cera_op 
             cu_lora_slot(op->seg[0].proj) == 0)
             st.lora_at = CU_LORA_AT_NORM;
     } else if (op->n_seg == 2 && nx && nx->kind == CERA_OP_GLU && nx->src == op->seg[0].dst &&
-               nx->src2 == op->seg[1].dst && w0->type == w1->type && w0->k == w1->k && w0->n == w1->n) {
+               nx->src2 == op->seg[1].dst && w0->type == w1->type && w0->k == w1->k && w0->n == w1->n &&
+               st.src.st != CU_ST_ACT(nx->dst)) {
         st.epi = CU_MV_SWIGLU;
         claim(c, CU_ST_ACT(nx->dst));
         st.dst = act_loc(c, nx->dst, w0->n);
