@@ -1,6 +1,9 @@
 /* synth_shape.c — the llama2-7b shape for the GPU benchmarks (synth_shape.h). */
 #include "synth_shape.h"
 
+#include "model/arch/blocks.h"
+#include "model/graph.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,5 +53,9 @@ bool cera_bench_llama2_7b(cera_model *m, const char *type) {
         L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
         L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
     }
+    // the forward pass, as the model loader builds it for a llama file
+    m->graph = calloc(1, sizeof *m->graph);
+    cera_error err;
+    if (!m->graph || cera_build_llama_stack(m, m->graph, &err) != CERA_OK) return false;
     return true;
 }

@@ -1,9 +1,10 @@
 /*
- * cuda_backend.h — the CUDA backend's C interface: the whole llama-family forward pass
- * (qwen2, qwen3 and granite included) on one NVIDIA GPU, from the shared model
- * description in model/model.h.
+ * cuda_backend.h — the CUDA backend's C interface: the forward pass of any model whose op
+ * list (model/graph.h) is made of the ops the plan knows, on one NVIDIA GPU, from the
+ * shared model description in model/model.h.
  *
- * cera_cuda_init uploads every weight once, in its GGUF type (Q4_0 and Q8_0 are
+ * cera_cuda_init compiles the op list into the backend's plan of CUDA steps (plan.c), uploads
+ * every weight the steps use once, in its GGUF type (Q4_0 and Q8_0 are
  * repacked at upload into split quant/scale arrays so the decode kernels read them with
  * 16-byte coalesced loads; float rows are padded to 32 elements), and allocates the KV
  * cache (F16 or Q8_0) and every scratch buffer for n_ctx positions and n_batch tokens: nothing

@@ -1,7 +1,8 @@
 /*
  * cuda_state.h — the CUDA backend's private state, shared by its host files:
- * init.c (upload and allocation), forward.c (decode and prefill), gemm.c (the cuBLAS
- * path) and hooks.c (measurement and test entry points).
+ * init.c (upload and allocation), plan.c (the model's op list compiled into CUDA steps),
+ * forward.c (running the steps: decode and prefill), gemm.c (the cuBLAS path) and hooks.c
+ * (measurement and test entry points).
  */
 #ifndef CERA_BACKEND_CUDA_STATE_H
 #define CERA_BACKEND_CUDA_STATE_H
@@ -14,6 +15,7 @@
 #include "backend/cuda/lora_cuda.h"
 #include "core/error.h"
 #include "lora/lora.h"
+#include "model/graph.h"
 
 /* Checks a CUDA runtime call or launch; on failure returns CERA_ERR_DEVICE naming it. */
 #define CU_TRY(call)                                                                                         \
@@ -39,7 +41,7 @@
     } while (0)
 
 /* Decode graphs, one per row count: bucket 0 is the one-token step (with its LoRA
- * launches), bucket B - 1 a step of B tokens of B sequences (forward.c: decode_rows). */
+ * launches), bucket B - 1 a step of B tokens of B sequences (forward.c: RUN_ROWS). */
 #define DEC_ROWS_MAX 64
 #define DEC_BUCKETS  DEC_ROWS_MAX
 
@@ -55,17 +57,86 @@ typedef struct cu_lora_items_key {
     float scale[CU_LORA_ROW_MAX];
 } cu_lora_items_key;
 
-typedef struct cu_layer {
-    bool conv;             /* an LFM2 short-convolution block (no attention, no KV) */
-    int kv_index;          /* its slot among the KV layers, or -1 */
-    int conv_index;        /* its slot among the conv states, or -1 */
-    cu_weight wcin, wcout; /* conv: shortconv.in_proj, out_proj */
-    float *conv_w;         /* conv: the taps [n_embd, lc] */
-    cu_weight wq, wk, wv, wo, wgate, wup, wdown;
-    float *attn_norm, *ffn_norm;                    /* [n_embd] */
-    float *bq, *bk, *bv, *bo, *bgate, *bup, *bdown; /* or NULL */
-    float *q_norm, *k_norm;                         /* [head_dim] or NULL */
-} cu_layer;
+/* ---- The plan (plan.c) ------------------------------------------------------------
+ * The model's op list (model/graph.h) compiled at open into CUDA steps. Every graph buffer
+ * b has two device homes: CU_ST_F32(b), where a matmul stores its rows (a LINEAR's
+ * segments side by side in one row), and CU_ST_ACT(b), rows a matmul reads (f32 and the
+ * int8 quantization: a norm's, the attention's, the conv's or the SwiGLU's output);
+ * CU_ST_ROT holds the rotated queries. A step names its rows by home, offset and stride;
+ * the homes are allocated after the compile, sized for n_batch rows of their widest use. */
+#define CU_ST_F32(b) ((int)(b))
+#define CU_ST_ACT(b) (CERA_BUF_COUNT + (int)(b))
+#define CU_ST_ROT    (2 * CERA_BUF_COUNT)
+#define CU_ST_COUNT  (2 * CERA_BUF_COUNT + 1)
+
+typedef struct cu_store {
+    float *f;  /* [n_batch, width] */
+    int8_t *q; /* ACT homes: [n_batch, width] quants; d, s per 32 of them */
+    float *d;
+    int32_t *s;
+    int64_t width; /* floats per row (ACT homes: the widest k_pad) */
+} cu_store;
+
+/* Rows of a buffer: home st (-1: not written yet), the first row at off floats, rows
+ * stride apart, k values each. In an ACT home off is 0 and stride the k_pad of k. */
+typedef struct cu_loc {
+    int st;
+    int64_t off, stride, k;
+} cu_loc;
+
+typedef enum cu_step_kind {
+    CU_STEP_EMBED,   /* dst rows = tok_embd[token] · scale */
+    CU_STEP_NORM,    /* dst (ACT) = rms_norm(src) · w, quantized */
+    CU_STEP_LINEAR,  /* segments from src (ACT): stored, added into dst, or SwiGLU'd into dst */
+    CU_STEP_ROPE_KV, /* per-head norms of Q/K (w, w2), rope, K/V into the cache; Q into dst (ROT) */
+    CU_STEP_ATTEND,  /* dst (ACT) = attention of the queries src over the KV slot */
+    CU_STEP_ADD,     /* dst += src · scale (an ADD no matmul epilogue took) */
+    CU_STEP_GLU,     /* dst (ACT) = silu(src) ⊙ src2 (a GLU no matmul epilogue took) */
+    CU_STEP_CONV,    /* dst (ACT) = the short convolution of src (B | C | X), state slot conv */
+    CU_STEP_OUTPUT,  /* logits = (rms_norm(src) · w into dst) · mw (+ bias) · scale */
+} cu_step_kind;
+
+/* Where a one-token decode step adds an adapter's B·t of a LINEAR (the others add it right
+ * after the matmul): in the kernel that reads the output anyway. */
+typedef enum cu_lora_at {
+    CU_LORA_AT_ONCE,   /* cu_lora_b after the matmul */
+    CU_LORA_AT_ROPE,   /* Q/K/V: cu_rope_store_lora */
+    CU_LORA_AT_SWIGLU, /* gate/up: cu_lora_swiglu */
+    CU_LORA_AT_NORM,   /* a residual add's: the next RMS norm (cu_norm_lora) */
+} cu_lora_at;
+
+typedef struct cu_seg {
+    const cu_weight *w;
+    const float *bias; /* [w->n] or NULL */
+    cu_loc y;          /* where the matmul stores it (prefill, and decode without the epilogue) */
+    cera_proj proj;    /* the LoRA target */
+} cu_seg;
+
+typedef struct cu_step {
+    cu_step_kind kind;
+    int layer; /* the model layer (LoRA), -1 outside them */
+    cu_loc src, src2, dst;
+    int n_seg; /* LINEAR */
+    cu_seg seg[3];
+    cu_mv_epilogue epi;
+    cu_lora_at lora_at;
+    cu_loc k, v;         /* ROPE_KV: keys and values (rows as src's) */
+    const float *w, *w2; /* NORM, OUTPUT, CONV: the weight; ROPE_KV: the Q and K norms or NULL */
+    const cu_weight *mw; /* EMBED: the table; OUTPUT: the output weight */
+    const float *bias;   /* OUTPUT */
+    float scale, eps;
+    bool rope;         /* ROPE_KV: rotate */
+    int kv;            /* ROPE_KV, ATTEND: the KV slot */
+    int lc;            /* CONV: taps */
+    int64_t state_off; /* CONV: its rows in a sequence's state */
+} cu_step;
+
+/* A model weight's device copy, uploaded once (a tied output is token_embd's entry). */
+typedef struct cu_wentry {
+    const cera_weight *mw;
+    cu_weight w;
+    bool streamed; /* read whole per token (a matmul's) */
+} cu_wentry;
 
 struct cera_cuda_state {
     cera_hparams hp;
@@ -74,39 +145,36 @@ struct cera_cuda_state {
     cudaStream_t st;
     cublasHandle_t blas;
 
-    cu_weight tok_embd, output; /* output shares tok_embd's memory when tied */
-    bool output_tied;
-    float *output_norm, *output_b;
-    cu_layer *layers;
+    /* the plan (plan.c) and what it uploaded */
+    cu_step *steps;
+    int n_steps;
+    cu_store store[CU_ST_COUNT];
+    cu_wentry *wts; /* the weights the plan's steps point at */
+    int n_wts, cap_wts;
+    float **vecs; /* norms, biases, conv taps (device) */
+    int n_vecs, cap_vecs;
+    int rows_max;  /* the most rows of a several-sequence decode step (forward.c: use_decode_rows) */
+    int64_t k_max; /* the widest k_pad a matmul reads */
     cu_rope rope;
     float *rope_tab; /* inv_freq | ramp */
 
-    int n_embd, n_q, n_kv, n_ff, n_vocab, hd;
-    int n_kv_layer;                     /* layers with a KV cache */
-    int lc;                             /* LFM2's conv taps (0: no conv layer) */
-    float *bcx;                         /* conv models: in_proj's B | C | X [n_batch, 3 n_embd] */
-    cu_act a_conv;                      /* conv models: the conv's output [n_batch, n_embd] (+ int8) */
+    int n_embd, n_q, n_kv, n_vocab, hd; /* the residual width; the attention's Q and K/V widths */
+    int n_kv_layer;                     /* KV slots (the plan's ROPE_KV steps) */
+    int n_conv;                         /* conv steps (their states) */
     int32_t *d_first, *d_slot, *d_last; /* device [n_batch]: per token, for the conv (conv.cu) */
     int32_t *h_conv;                    /* pinned [3 n_batch]: their staging */
     float *conv_state;                  /* the sequences' conv states: slot s at s * conv_state_slot floats */
-    int64_t conv_state_slot;            /* floats per slot: n_conv_layer * (lc - 1) * n_embd */
+    int64_t conv_state_slot;            /* floats per slot: every conv step's (lc - 1) rows */
     float *own_state;                   /* the standalone API's one slot */
     float *mma_work; /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
     int64_t mma_work_bytes;
-    int64_t embd_pad, q_pad, ff_pad;
+    int64_t embd_pad;
 
-    float *x;                          /* residual stream [n_batch, embd_pad] */
-    float *x2;                         /* decode with adapters: the residual row's other home [embd_pad] */
-    cu_act a_embd;                     /* normed stream [n_batch, embd_pad] (+ int8) */
-    cu_act a_attn;                     /* attention output [n_batch, q_pad] (+ int8) */
-    cu_act a_ff;                       /* SwiGLU output [n_batch, ff_pad] (+ int8) */
-    float *qkv;                        /* [n_batch, n_q + 2 n_kv] projections before RoPE */
-    float *qr;                         /* [n_batch, n_q] rotated queries */
-    float *gate, *up;                  /* [n_batch, n_ff] (prefill, or mixed gate/up types) */
-    float *tmp;                        /* [n_batch, n_embd] (prefill projection outputs) */
-    float *logits;                     /* [n_batch, n_vocab] */
-    void *half_act;                    /* [n_batch, max k_pad] F16/BF16 GEMM operand */
-    void *deq;                         /* the largest weight dequantized to F16 (GEMM operand) */
+    float *x;       /* the residual stream X's home [n_batch, embd_pad] (store[CU_ST_F32(X)].f) */
+    float *x2;      /* decode with adapters: the residual row's other home [embd_pad] */
+    float *logits;  /* [n_batch, n_vocab] */
+    void *half_act; /* [n_batch, k_max] F16/BF16 GEMM operand */
+    void *deq;      /* the largest weight dequantized to F16 (GEMM operand) */
     int32_t *d_tok, *d_pos, *d_argmax; /* device [n_batch], [n_batch], [1] */
     int32_t *h_io;                     /* pinned: tokens [n_batch] | positions [n_batch] | token tables
                                         * [n_batch] | argmax | block tables [tables_cap] */
@@ -148,11 +216,23 @@ struct cera_cuda_state {
     cu_lora_item *lora_items_host; /* pinned: its staging */
     size_t lora_items_bytes;
     cu_lora_items_key lora_items_key; /* the row-0 adapters it was made for (n = -1: none yet) */
+    bool profile;                     /* CERA_CUDA_PROFILE: time the prefill's phases (forward.c) */
     bool lora_fork;    /* decode graphs run A·x on the side stream (CERA_CUDA_LORA_FORK=0: off) */
     cudaStream_t side; /* decode: A·x beside the matvec */
     cudaEvent_t ev_fork, ev_join;
 };
 
+/* plan.c: compiles m->graph into s->steps, uploading the weights the steps use; sizes
+ * s->store (allocated by init.c after). */
+cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *staging, cera_error *err);
+/* plan.c: the bytes of the largest raw weight the graph uploads (the staging buffer). */
+size_t cu_plan_staging_bytes(const cera_model *m);
+void cu_plan_free(cera_cuda_state *s);
+
+/* init.c: n floats of a model vector (a norm, a bias, conv taps) on the device; fill when the
+ * weights are synthetic; *out NULL when the weight is absent (and fill is 0). */
+cera_status cu_upload_vec(cera_cuda_state *s, const cera_weight *mw, const char *what, int64_t n, float fill,
+                          float **out, cera_error *err);
 /* init.c: a device weight of this model weight (uploaded, or random when synthetic). */
 cera_status cu_upload_weight(cera_cuda_state *s, const cera_weight *mw, const char *what, cu_weight *out,
                              void *staging, cera_error *err);
@@ -187,6 +267,9 @@ cera_status cu_lora_prepare(cera_cuda_state *s, const cera_lora_batch *lb, int n
  * n = 0 in the result when the batch's adapters target none of them. */
 cu_lora_segs cu_lora_group(const cera_cuda_state *s, const cera_proj *proj, float *const *y, const int64_t *d,
                            int n, int64_t y_stride);
+/* The plan segment (slot in t) of projection p's A·x in a group: a kernel that adds B·t
+ * for the decode step (cu_rope_store_lora, cu_lora_swiglu, cu_norm_lora) finds it there. */
+int cu_lora_slot(cera_proj p);
 /* t = A·x for the group's segments; fork: on the side stream, joined by cu_lora_join. */
 cera_status cu_lora_apply_a(cera_cuda_state *s, int layer, const cu_lora_segs *g, const cu_act *x, bool fork,
                             cera_error *err);

@@ -1,24 +1,20 @@
 /*
- * forward.c — the llama-family forward pass on the GPU, in the order of llama.cpp's
- * llm_build_llama (and its qwen2 / qwen3 / granite variants):
+ * forward.c — runs the plan on the GPU: the model's op list (model/graph.h), compiled at
+ * open into CUDA steps (plan.c: norms that quantize for the next matmul, matvecs whose
+ * epilogues do the bias, residual add and SwiGLU, Q/K/V into one rope + KV-store kernel,
+ * attention, the short conv, the output), over one batch in one of three modes:
  *
- *   x = embd_scale * tok_embd[token]
- *   per layer:  h = rmsnorm(x) * attn_norm
- *               q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv); q/k per-head norm (qwen3); RoPE
- *               x += residual_scale * (attention(q, K, V) Wo (+bo))
- *               h = rmsnorm(x) * ffn_norm
- *               x += residual_scale * ((silu(h Wgate) * (h Wup)) Wdown)
- *   logits = (rmsnorm(x) * output_norm) Wout (+b) / logit_scale
- *
- * Decode (one token) is 8 launches per layer with the matvec epilogues doing the bias,
- * residual add, SwiGLU and activation quantization; the token and its position are read
- * from device memory, so the whole step is captured once into a CUDA graph and replayed.
- * A decode step of B sequences (one token each, no adapter, B <= DEC_ROWS_MAX) is the
- * same launches over B rows (cu_matvec_rows reads each weight once for all of them and
- * gives each row the one-row kernel's bits), a graph per B, so that a sequence decoded
- * among others gets the logits it gets alone.
- * Prefill (several tokens) runs the same sequence with cuBLAS GEMMs (gemm.c) and separate
- * element-wise kernels; only the rows whose logits are asked for reach the output layer.
+ *   - one token (decode): the matvec kernels, with each LoRA group's A·x a launch of its
+ *     own (on the side stream while the step is captured, beside the group's matvec) and its
+ *     B·t where the plan put it (the next kernel that reads the output, or right after the
+ *     matmul). The token and its position are read from device memory, so the whole step is
+ *     captured once into a CUDA graph and replayed.
+ *   - B tokens of B sequences (decode, no adapter, B up to the plan's rows_max): the same
+ *     steps over B rows: cu_matvec_rows reads each weight once for all of them and gives each
+ *     row the one-row kernel's bits, Q4_0/Q8_0 go to the tensor cores from MMA_MIN_ROWS rows,
+ *     a graph per B, so that a sequence decoded among others gets the logits it gets alone.
+ *   - a prompt chunk (prefill): the steps with cuBLAS GEMMs (gemm.c) and separate
+ *     element-wise kernels; only the rows whose logits are asked for reach the output layer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,217 +22,117 @@
 
 #include "backend/cuda/cuda_state.h"
 
-/* y = W·x for Q, K and V, in one launch when they share a type. */
-static cera_status decode_qkv(cera_cuda_state *s, const cu_layer *L, cera_error *err) {
-    cu_mv_seg segs[3] = {
-        {&L->wq, s->qkv, L->bq},
-        {&L->wk, s->qkv + s->n_q, L->bk},
-        {&L->wv, s->qkv + s->n_q + s->n_kv, L->bv},
-    };
-    if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
-        CU_TRY(cu_matvec(s->st, segs, 3, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-    } else {
-        for (int i = 0; i < 3; i++)
-            CU_TRY(cu_matvec(s->st, &segs[i], 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-    }
-    return CERA_OK;
-}
-
-/* The LoRA groups of a layer: segments the batch's adapters target (n = 0: none). */
-static cu_lora_segs lora_qkv(const cera_cuda_state *s, int64_t stride) {
-    const cera_proj p[3] = {CERA_PROJ_Q, CERA_PROJ_K, CERA_PROJ_V};
-    float *y[3] = {s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv};
-    const int64_t d[3] = {s->n_q, s->n_kv, s->n_kv};
-    return cu_lora_group(s, p, y, d, 3, stride);
-}
-
-static cu_lora_segs lora_one(const cera_cuda_state *s, cera_proj p, float *y, int64_t d, int64_t stride) {
-    return cu_lora_group(s, &p, &y, &d, 1, stride);
-}
-
-static cu_lora_segs lora_gate_up(const cera_cuda_state *s) {
-    const cera_proj p[2] = {CERA_PROJ_GATE, CERA_PROJ_UP};
-    float *y[2] = {s->gate, s->up};
-    const int64_t d[2] = {s->n_ff, s->n_ff};
-    return cu_lora_group(s, p, y, d, 2, s->n_ff);
-}
-
-/* Decode with adapters. Each projection group's A·x (t) is a launch of its own, made right
- * after the kernel that makes the group's input and, while the step is being captured, on
- * the side stream, so that it runs beside the group's matvec (which takes longer) instead of
- * after it. Its B·t is added by a kernel that reads the projection's output anyway: RoPE for
- * Q/K/V, the SwiGLU for gate/up, and for O and down (whose output is the residual stream)
- * the next RMS norm. Measured on an H200 (bench/RESULTS.md), fusing A·x into the norm and
- * SwiGLU kernels as well was slower: their blocks then wait on the A loads in series. */
-static bool lora_fork(const cera_cuda_state *s) {
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    return s->lora_fork && cudaStreamIsCapturing(s->st, &cs) == cudaSuccess &&
-           cs == cudaStreamCaptureStatusActive;
-}
-
-/* The residual stream's pending adapter sum (O or down of layer `layer`; proj < 0: none),
- * which the next RMS norm adds, and where the residual row is (x or x2: the norm that adds
- * the sum writes the new row to the other one). */
-typedef struct dec_resid {
-    float *x;
-    int layer, proj;
-} dec_resid;
-
-/* The RMS norm of the residual into a_embd, adding the pending sum first when there is one. */
-static cera_status decode_norm(cera_cuda_state *s, dec_resid *r, const float *weight, cera_error *err) {
-    if (r->proj < 0) {
-        CU_TRY(cu_rmsnorm_act(s->st, r->x, s->embd_pad, 1, weight, s->hp.rms_eps, &s->a_embd));
-        return CERA_OK;
-    }
-    float *other = r->x == s->x ? s->x2 : s->x;
-    CERA_TRY(cu_lora_join(s, err));
-    CU_TRY(cu_norm_lora(s->st, r->x, other, weight, s->hp.rms_eps, &s->a_embd, &s->lora, r->layer, r->proj,
-                        s->hp.residual_scale));
-    r->x = other;
-    r->proj = -1;
-    return CERA_OK;
-}
-
-static cera_status decode_ffn(cera_cuda_state *s, int l, const cu_layer *L, bool fork, dec_resid *r,
-                              cera_error *err) {
-    const cu_lora_segs gu = lora_gate_up(s);
-    const cu_lora_segs dn = lora_one(s, CERA_PROJ_DOWN, s->x, s->n_embd, s->embd_pad);
-    CERA_TRY(decode_norm(s, r, L->ffn_norm, err));
-    if (gu.n) {
-        // adapters on gate/up: the sums are needed before SwiGLU, so the matvec stores them
-        // and one launch adds B·t, applies SwiGLU and quantizes
-        CERA_TRY(cu_lora_apply_a(s, l, &gu, &s->a_embd, fork, err));
-        if (L->wgate.type == L->wup.type) {
-            cu_mv_seg segs[2] = {{&L->wgate, s->gate, NULL}, {&L->wup, s->up, NULL}};
-            CU_TRY(cu_matvec(s->st, segs, 2, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-        } else {
-            cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
-            CU_TRY(cu_matvec(s->st, &g, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-            CU_TRY(cu_matvec(s->st, &u, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-        }
-        CERA_TRY(cu_lora_join(s, err));
-        CU_TRY(cu_lora_swiglu(s->st, &s->lora, l, s->gate, s->up, L->bgate, L->bup, &s->a_ff));
-    } else if (L->wgate.type == L->wup.type) {
-        cu_mv_seg segs[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
-        CU_TRY(cu_matvec(s->st, segs, 2, &s->a_embd, CU_MV_SWIGLU, 1.0f, &s->a_ff));
-    } else {
-        cu_mv_seg g = {&L->wgate, s->gate, NULL}, u = {&L->wup, s->up, NULL};
-        CU_TRY(cu_matvec(s->st, &g, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-        CU_TRY(cu_matvec(s->st, &u, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-        CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, 1, &s->a_ff));
-        CU_TRY(cu_quantize_act(s->st, &s->a_ff, 1));
-    }
-    CERA_TRY(cu_lora_apply_a(s, l, &dn, &s->a_ff, fork, err));
-    cu_mv_seg d = {&L->wdown, r->x, L->bdown};
-    CU_TRY(cu_matvec(s->st, &d, 1, &s->a_ff, CU_MV_ADD, s->hp.residual_scale, NULL));
-    if (dn.n) r->layer = l, r->proj = CERA_PROJ_DOWN;
-    return CERA_OK;
-}
-
-/* The layer's view of the paged cache for the current batch. */
-static cu_kv layer_kv(const cera_cuda_state *s, int l) {
-    cu_kv kv;
-    kv.base = s->kv_base;
-    kv.tables = s->d_tables;
-    kv.tok_table = s->d_tok_tbl;
-    kv.n_layer = s->n_kv_layer;
-    kv.layer = s->layers[l].kv_index;
-    kv.kv_dim = s->n_kv;
-    kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
-    return kv;
-}
-
-/* The short convolution of conv layer l over the batch's n tokens: s->bcx (in_proj's
- * output, rows 3 n_embd apart) -> a_conv (f32 and int8), the sequences' states moved on. */
-static cera_status conv_step(cera_cuda_state *s, int l, int n, cera_error *err) {
-    const cu_layer *L = &s->layers[l];
-    const cu_conv_args a = {.src = s->bcx,
-                            .src_stride = 3 * (int64_t)s->n_embd,
-                            .n_tok = n,
-                            .n_embd = s->n_embd,
-                            .lc = s->lc,
-                            .pos = s->d_pos,
-                            .first = s->d_first,
-                            .slot = s->d_slot,
-                            .last = s->d_last,
-                            .w = L->conv_w,
-                            .state = s->conv_state,
-                            .state_slot = s->conv_state_slot,
-                            .state_off = (int64_t)L->conv_index * (s->lc - 1) * s->n_embd};
-    CU_TRY(cu_shortconv(s->st, &a, &s->a_conv));
-    CU_TRY(cu_quantize_act(s->st, &s->a_conv, n));
-    return CERA_OK;
-}
-
-/* An LFM2 conv block in a one-token decode step: x += out_proj(conv(in_proj(norm(x)))), the
- * adapters of in_proj and out_proj added by their own kernels (the llama blocks' fusions
- * are for attention and the FFN). */
-static cera_status decode_conv(cera_cuda_state *s, int l, const cu_layer *L, dec_resid *r, cera_error *err) {
-    CERA_TRY(decode_norm(s, r, L->attn_norm, err));
-    const cu_lora_segs gi = lora_one(s, CERA_PROJ_CONV_IN, s->bcx, 3 * (int64_t)s->n_embd, 0);
-    CERA_TRY(cu_lora_apply_a(s, l, &gi, &s->a_embd, false, err));
-    const cu_mv_seg in = {&L->wcin, s->bcx, NULL};
-    CU_TRY(cu_matvec(s->st, &in, 1, &s->a_embd, CU_MV_STORE, 1.0f, NULL));
-    if (gi.n) CU_TRY(cu_lora_b(s->st, &s->lora, l, &gi, 1, 1.0f));
-    CERA_TRY(conv_step(s, l, 1, err));
-    const cu_lora_segs go = lora_one(s, CERA_PROJ_CONV_OUT, r->x, s->n_embd, s->embd_pad);
-    CERA_TRY(cu_lora_apply_a(s, l, &go, &s->a_conv, false, err));
-    const cu_mv_seg o = {&L->wcout, r->x, NULL};
-    CU_TRY(cu_matvec(s->st, &o, 1, &s->a_conv, CU_MV_ADD, 1.0f, NULL));
-    if (go.n) CU_TRY(cu_lora_b(s->st, &s->lora, l, &go, 1, 1.0f));
-    return CERA_OK;
-}
-
-static cera_status decode_launches(cera_cuda_state *s, cera_error *err) {
-    const cera_hparams *hp = &s->hp;
-    const float eps = hp->rms_eps;
-    const bool fork = lora_fork(s);
-    dec_resid r = {s->x, 0, -1};
-    s->lora_joined = true;
-    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, 1, s->x, s->embd_pad, hp->embd_scale));
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cu_layer *L = &s->layers[l];
-        if (L->conv) {
-            CERA_TRY(decode_conv(s, l, L, &r, err));
-            CERA_TRY(decode_ffn(s, l, L, fork, &r, err));
-            continue;
-        }
-        const cu_kv kv = layer_kv(s, l);
-        CERA_TRY(decode_norm(s, &r, L->attn_norm, err));
-        const cu_lora_segs qkv = lora_qkv(s, 0);
-        CERA_TRY(cu_lora_apply_a(s, l, &qkv, &s->a_embd, fork, err));
-        CERA_TRY(decode_qkv(s, L, err));
-        float *q = s->qkv, *k = s->qkv + s->n_q, *v = s->qkv + s->n_q + s->n_kv;
-        if (qkv.n) {
-            CERA_TRY(cu_lora_join(s, err));
-            CU_TRY(cu_rope_store_lora(s->st, q, k, v, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm,
-                                      L->k_norm, eps, &s->rope, s->qr, &kv, &s->lora, l));
-        } else {
-            CU_TRY(cu_rope_store(s->st, q, k, v, 0, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm,
-                                 L->k_norm, eps, &s->rope, s->qr, &kv));
-        }
-        CU_TRY(cu_attention(s->st, s->qr, 1, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, hp->attn_scale,
-                            s->dec_splits, 1, &s->att, &s->a_attn));
-        if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, 1));
-        const cu_lora_segs og = lora_one(s, CERA_PROJ_O, s->x, s->n_embd, s->embd_pad);
-        CERA_TRY(cu_lora_apply_a(s, l, &og, &s->a_attn, fork, err));
-        cu_mv_seg o = {&L->wo, r.x, L->bo};
-        CU_TRY(cu_matvec(s->st, &o, 1, &s->a_attn, CU_MV_ADD, hp->residual_scale, NULL));
-        if (og.n) r.layer = l, r.proj = CERA_PROJ_O;
-        CERA_TRY(decode_ffn(s, l, L, fork, &r, err));
-    }
-    CERA_TRY(decode_norm(s, &r, s->output_norm, err));
-    cu_mv_seg out = {&s->output, s->logits, s->output_b};
-    CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, 1.0f / hp->logit_scale, NULL));
-    CU_TRY(cu_argmax(s->st, s->logits, s->n_vocab, s->d_argmax));
-    return CERA_OK;
-}
-
 /* Decode steps of at least this many sequences run their Q4_0/Q8_0 projections without a
  * bias on the tensor cores (cu_mma_q8), fewer through cu_matvec_rows: measured on the H200
  * (bench/RESULTS.md), mma at 8 rows about matches the several-row matvec and from 16 rows on
  * beats it 2-4x. */
 #define MMA_MIN_ROWS 8
+
+typedef enum run_mode { RUN_ONE, RUN_ROWS, RUN_PREFILL } run_mode;
+
+/* CERA_CUDA_PROFILE=1 times the prefill's phases (each launch synchronized: for diagnosis
+ * only) and prints them to stderr after each prefill. */
+typedef struct prof {
+    bool on;
+    cudaEvent_t a, b;
+    double ms[4]; /* gemm, attention, other, total */
+} prof;
+
+/* One pass over the plan. */
+typedef struct run {
+    cera_cuda_state *s;
+    run_mode mode;
+    int n;     /* tokens */
+    bool fork; /* one token, being captured: A·x on the side stream */
+    float *x;  /* the residual stream's home now (one token with adapters: s->x or s->x2) */
+    /* one token: a residual add's B·t that the next norm adds (proj < 0: none), and whether
+     * the last matmul left its B·t to the rope kernel */
+    int pend_layer, pend_proj;
+    float pend_mult;
+    bool lora_to_rope;
+    /* prefill */
+    bool one_seq;
+    const int32_t *out_rows;
+    int n_out, splits, qt;
+    prof pf;
+} run;
+
+static void prof_begin(prof *p, cudaStream_t st) {
+    if (p->on) cudaEventRecord(p->a, st);
+}
+
+static void prof_end(prof *p, cudaStream_t st, int slot) {
+    if (!p->on) return;
+    float ms = 0;
+    cudaEventRecord(p->b, st);
+    cudaEventSynchronize(p->b);
+    cudaEventElapsedTime(&ms, p->a, p->b);
+    p->ms[slot] += ms;
+    p->ms[3] += ms;
+}
+
+#define PROF(r, slot, call)                                                                                  \
+    do {                                                                                                     \
+        prof_begin(&(r)->pf, (r)->s->st);                                                                    \
+        call;                                                                                                \
+        prof_end(&(r)->pf, (r)->s->st, slot);                                                                \
+    } while (0)
+
+/* The rows of l (the residual stream's current home for X's). */
+static float *rows_at(const run *r, cu_loc l) {
+    float *base = l.st == CU_ST_F32(CERA_BUF_X) ? r->x : r->s->store[l.st].f;
+    return base + l.off;
+}
+
+/* The activation view of l (an ACT home). */
+static cu_act act_at(const run *r, cu_loc l) {
+    const cu_store *h = &r->s->store[l.st];
+    cu_act a;
+    a.f = h->f + l.off;
+    a.q = h->q;
+    a.d = h->d;
+    a.s = h->s;
+    a.k = l.k;
+    a.k_pad = l.stride;
+    return a;
+}
+
+/* Whether the launches are being captured (a decode graph): LoRA's A·x may then fork. */
+static bool capturing(const cera_cuda_state *s) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(s->st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive;
+}
+
+/* The KV slot's view of the paged cache for the current batch. */
+static cu_kv slot_kv(const cera_cuda_state *s, int slot) {
+    cu_kv kv;
+    kv.base = s->kv_base;
+    kv.tables = s->d_tables;
+    kv.tok_table = s->d_tok_tbl;
+    kv.n_layer = s->n_kv_layer;
+    kv.layer = slot;
+    kv.kv_dim = s->n_kv;
+    kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
+    return kv;
+}
+
+/* The RMS norm of rows src into act; one token with a residual add's B·t pending: that
+ * added first (cu_norm_lora), the new residual row in the stream's other home. */
+static cera_status norm_rows(run *r, cu_loc src, const float *w, float eps, const cu_act *act,
+                             cera_error *err) {
+    cera_cuda_state *s = r->s;
+    if (r->pend_proj < 0) {
+        CU_TRY(cu_rmsnorm_act(s->st, rows_at(r, src), src.stride, r->n, w, eps, act));
+        return CERA_OK;
+    }
+    float *other = r->x == s->x ? s->x2 : s->x;
+    CERA_TRY(cu_lora_join(s, err));
+    CU_TRY(
+        cu_norm_lora(s->st, r->x, other, w, eps, act, &s->lora, r->pend_layer, r->pend_proj, r->pend_mult));
+    r->x = other;
+    r->pend_proj = -1;
+    return CERA_OK;
+}
 
 /* y (rows y_stride apart) = (or +=, add) scale · (W x + bias) for n activation rows. */
 static cera_status rows_linear(cera_cuda_state *s, const cu_weight *w, const float *bias, const cu_act *x,
@@ -250,78 +146,290 @@ static cera_status rows_linear(cera_cuda_state *s, const cu_weight *w, const flo
     return CERA_OK;
 }
 
-/* A decode step of n tokens, each of its own sequence, without adapters (see the top of
- * the file): logits of every row into s->logits [n, n_vocab]. */
-static cera_status decode_rows(cera_cuda_state *s, int n, cera_error *err) {
-    const cera_hparams *hp = &s->hp;
-    const float eps = hp->rms_eps, rs = hp->residual_scale;
-    const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
-    const bool mma = n >= MMA_MIN_ROWS;
-    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cu_layer *L = &s->layers[l];
-        const cu_kv kv = layer_kv(s, l);
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd));
-        if (L->conv) {
-            CERA_TRY(rows_linear(s, &L->wcin, NULL, &s->a_embd, n, s->bcx, 3 * (int64_t)s->n_embd, false,
-                                 1.0f, err));
-            CERA_TRY(conv_step(s, l, n, err));
-            CERA_TRY(rows_linear(s, &L->wcout, NULL, &s->a_conv, n, s->x, s->embd_pad, true, 1.0f, err));
-        } else {
-            float *q = s->qkv, *k = s->qkv + s->n_q, *v = s->qkv + s->n_q + s->n_kv;
-            const cu_mv_seg qkv[3] = {{&L->wq, q, L->bq}, {&L->wk, k, L->bk}, {&L->wv, v, L->bv}};
-            if (!mma && L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
-                CU_TRY(cu_matvec_rows(s->st, qkv, 3, &s->a_embd, n, qkv_ld, CU_MV_STORE, 1.0f, NULL));
-            } else {
-                for (int i = 0; i < 3; i++)
-                    CERA_TRY(rows_linear(s, qkv[i].w, qkv[i].bias, &s->a_embd, n, qkv[i].y, qkv_ld, false,
-                                         1.0f, err));
-            }
-            CU_TRY(cu_rope_store(s->st, q, k, v, qkv_ld, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd,
-                                 L->q_norm, L->k_norm, eps, &s->rope, s->qr, &kv));
-            CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
-                                hp->attn_scale, s->dec_splits, 1, &s->att, &s->a_attn));
-            if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &s->a_attn, n));
-            CERA_TRY(rows_linear(s, &L->wo, L->bo, &s->a_attn, n, s->x, s->embd_pad, true, rs, err));
-        }
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd));
-        if (!mma && L->wgate.type == L->wup.type) {
-            const cu_mv_seg gu[2] = {{&L->wgate, NULL, L->bgate}, {&L->wup, NULL, L->bup}};
-            CU_TRY(cu_matvec_rows(s->st, gu, 2, &s->a_embd, n, 0, CU_MV_SWIGLU, 1.0f, &s->a_ff));
-        } else {
-            CERA_TRY(rows_linear(s, &L->wgate, NULL, &s->a_embd, n, s->gate, s->n_ff, false, 1.0f, err));
-            CERA_TRY(rows_linear(s, &L->wup, NULL, &s->a_embd, n, s->up, s->n_ff, false, 1.0f, err));
-            CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff));
-            CU_TRY(cu_quantize_act(s->st, &s->a_ff, n));
-        }
-        CERA_TRY(rows_linear(s, &L->wdown, L->bdown, &s->a_ff, n, s->x, s->embd_pad, true, rs, err));
+/* One token: y = W·x (+ bias) for every segment, in one launch when they share a type. */
+static cera_status one_store(cera_cuda_state *s, const cu_mv_seg *segs, int n_seg, const cu_act *x,
+                             cera_error *err) {
+    bool one_type = true;
+    for (int j = 1; j < n_seg; j++) one_type = one_type && segs[j].w->type == segs[0].w->type;
+    if (one_type) {
+        CU_TRY(cu_matvec(s->st, segs, n_seg, x, CU_MV_STORE, 1.0f, NULL));
+    } else {
+        for (int j = 0; j < n_seg; j++) CU_TRY(cu_matvec(s->st, &segs[j], 1, x, CU_MV_STORE, 1.0f, NULL));
     }
-    CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, s->output_norm, eps, &s->a_embd));
-    return rows_linear(s, &s->output, s->output_b, &s->a_embd, n, s->logits, s->n_vocab, false,
-                       1.0f / hp->logit_scale, err);
+    return CERA_OK;
 }
 
-/* Whether a batch takes decode_rows: n tokens of n sequences, no adapter, and few enough
- * rows that the several-row kernels beat dequantizing every weight for cuBLAS (Q4_0/Q8_0,
- * which the tensor-core matmul takes from MMA_MIN_ROWS on: up to DEC_ROWS_MAX). Measured
- * on the H200 (bench/RESULTS.md, the batched table): through cu_matvec_rows Q4_0 decode of 8
- * sequences 2.1x faster than cuBLAS, of 32 and 64 1.6x and 2.9x slower; F16 weights no
- * faster from 8 rows on. */
+/* A prompt chunk's adapters on one projection group: y += s·B(A·x) on the GEMM's output,
+ * before any bias, as llama.cpp's build_lora_mm. When every adapter of the batch covers all
+ * its rows at one scale (a session's prompt), two cuBLAS GEMMs per projection and adapter;
+ * else (sequences with different adapters) the plan's kernels. */
+static cera_status prefill_lora(cera_cuda_state *s, int l, const cu_lora_segs *g, const cu_act *x, int n,
+                                const cu_weight *last, cera_error *err) {
+    if (!g->n) return CERA_OK;
+    // cu_gemm left x in F16 (half_act) unless the group's last weight is F32 or BF16
+    const bool x_half = last->type != CERA_TYPE_F32 && last->type != CERA_TYPE_BF16;
+    if (x_half && s->lora_uniform) return cu_lora_prefill_gemm(s, l, g, x, n, err);
+    CERA_TRY(cu_lora_apply_a(s, l, g, x, false, err));
+    CU_TRY(cu_lora_b(s->st, &s->lora, l, g, n, 1.0f));
+    return CERA_OK;
+}
+
+/* A LINEAR step. One token with adapters: A·x right after the kernel that made the input
+ * (forked while capturing when B·t waits for a later kernel: it then runs beside the matvec,
+ * which takes longer, instead of after it); B·t where the plan put it. Measured on an H200
+ * (bench/RESULTS.md), fusing A·x into the norm and SwiGLU kernels as well was slower: their
+ * blocks then wait on the A loads in series. */
+static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const int n = r->n, ns = st->n_seg;
+    const cu_act in = act_at(r, st->src);
+    const bool add = st->epi == CU_MV_ADD, glu = st->epi == CU_MV_SWIGLU;
+    const cu_act out = glu ? act_at(r, st->dst) : in;
+    float *dst = add ? rows_at(r, st->dst) : NULL;
+    cu_mv_seg segs[3];
+    cera_proj proj[3];
+    float *y[3];
+    int64_t d[3];
+    for (int j = 0; j < ns; j++) {
+        y[j] = rows_at(r, st->seg[j].y);
+        segs[j] = (cu_mv_seg){st->seg[j].w, y[j], st->seg[j].bias};
+        proj[j] = st->seg[j].proj;
+        d[j] = st->seg[j].w->n;
+    }
+    const int64_t y_stride = st->seg[0].y.stride;
+    bool one_type = true;
+    for (int j = 1; j < ns; j++) one_type = one_type && segs[j].w->type == segs[0].w->type;
+
+    if (r->mode == RUN_PREFILL) {
+        for (int j = 0; j < ns; j++) PROF(r, 0, CERA_TRY(cu_gemm(s, segs[j].w, &in, n, y[j], y_stride, err)));
+        const cu_lora_segs g = cu_lora_group(s, proj, y, d, ns, y_stride);
+        PROF(r, 2, CERA_TRY(prefill_lora(s, st->layer, &g, &in, n, segs[ns - 1].w, err)));
+        if (add) {
+            PROF(r, 2,
+                 CU_TRY(cu_add_scaled(s->st, dst, st->dst.stride, y[0], y_stride, segs[0].bias, n, d[0],
+                                      st->scale)));
+        } else if (glu) {
+            PROF(r, 2, CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, &out)));
+        } else {
+            for (int j = 0; j < ns; j++)
+                if (segs[j].bias) CU_TRY(cu_bias_scale(s->st, y[j], y_stride, segs[j].bias, n, d[j], 1.0f));
+        }
+        return CERA_OK;
+    }
+
+    if (r->mode == RUN_ROWS) { /* no adapter here (use_decode_rows) */
+        const bool mma = n >= MMA_MIN_ROWS;
+        if (add)
+            return rows_linear(s, segs[0].w, segs[0].bias, &in, n, dst, st->dst.stride, true, st->scale, err);
+        if (glu && !mma) {
+            CU_TRY(cu_matvec_rows(s->st, segs, 2, &in, n, 0, CU_MV_SWIGLU, 1.0f, &out));
+            return CERA_OK;
+        }
+        if (!glu && ns > 1 && !mma && one_type) {
+            CU_TRY(cu_matvec_rows(s->st, segs, ns, &in, n, y_stride, CU_MV_STORE, 1.0f, NULL));
+            return CERA_OK;
+        }
+        for (int j = 0; j < ns; j++)
+            CERA_TRY(rows_linear(s, segs[j].w, glu ? NULL : segs[j].bias, &in, n, y[j], y_stride, false, 1.0f,
+                                 err));
+        if (glu) {
+            CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, &out));
+            CU_TRY(cu_quantize_act(s->st, &out, n));
+        }
+        return CERA_OK;
+    }
+
+    // one token; the adapters' rows are the residual row itself for an add
+    if (add) y[0] = dst;
+    const cu_lora_segs g = cu_lora_group(s, proj, y, d, ns, add ? st->dst.stride : y_stride);
+    const bool later = g.n && st->lora_at != CU_LORA_AT_ONCE;
+    CERA_TRY(cu_lora_apply_a(s, st->layer, &g, &in, r->fork && later, err));
+    if (add) {
+        const cu_mv_seg o = {segs[0].w, dst, segs[0].bias};
+        CU_TRY(cu_matvec(s->st, &o, 1, &in, CU_MV_ADD, st->scale, NULL));
+        if (later) {
+            r->pend_layer = st->layer;
+            r->pend_proj = (int)proj[0];
+            r->pend_mult = st->scale;
+        } else if (g.n) {
+            CERA_TRY(cu_lora_join(s, err));
+            CU_TRY(cu_lora_b(s->st, &s->lora, st->layer, &g, 1, st->scale));
+        }
+        return CERA_OK;
+    }
+    if (glu && !g.n) {
+        const cu_mv_seg gu[2] = {{segs[0].w, NULL, segs[0].bias}, {segs[1].w, NULL, segs[1].bias}};
+        CU_TRY(cu_matvec(s->st, gu, 2, &in, CU_MV_SWIGLU, 1.0f, &out));
+        return CERA_OK;
+    }
+    if (glu) {
+        // adapters on gate/up: the sums are needed before SwiGLU, so the matvec stores them
+        // (no bias) and one launch adds B·t and the biases, applies SwiGLU and quantizes
+        cu_mv_seg gu[2] = {{segs[0].w, y[0], NULL}, {segs[1].w, y[1], NULL}};
+        CERA_TRY(one_store(s, gu, 2, &in, err));
+        CERA_TRY(cu_lora_join(s, err));
+        if (later) {
+            CU_TRY(cu_lora_swiglu(s->st, &s->lora, st->layer, y[0], y[1], segs[0].bias, segs[1].bias, &out));
+        } else {
+            CU_TRY(cu_lora_b(s->st, &s->lora, st->layer, &g, 1, 1.0f));
+            CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, 1, &out));
+            CU_TRY(cu_quantize_act(s->st, &out, 1));
+        }
+        return CERA_OK;
+    }
+    CERA_TRY(one_store(s, segs, ns, &in, err));
+    if (later) {
+        r->lora_to_rope = true;
+    } else if (g.n) {
+        CERA_TRY(cu_lora_join(s, err));
+        CU_TRY(cu_lora_b(s->st, &s->lora, st->layer, &g, 1, 1.0f));
+    }
+    return CERA_OK;
+}
+
+static cera_status step_rope(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const cera_hparams *hp = &s->hp;
+    const cu_kv kv = slot_kv(s, st->kv);
+    cu_rope rope = s->rope;
+    rope.enabled = st->rope;
+    float *q = rows_at(r, st->src), *k = rows_at(r, st->k), *v = rows_at(r, st->v), *qo = rows_at(r, st->dst);
+    if (r->lora_to_rope) {
+        r->lora_to_rope = false;
+        CERA_TRY(cu_lora_join(s, err));
+        CU_TRY(cu_rope_store_lora(s->st, q, k, v, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, st->w, st->w2,
+                                  st->eps, &rope, qo, &kv, &s->lora, st->layer));
+        return CERA_OK;
+    }
+    PROF(r, 2,
+         CU_TRY(cu_rope_store(s->st, q, k, v, st->src.stride, r->n, s->d_pos, hp->n_head, hp->n_head_kv,
+                              s->hd, st->w, st->w2, st->eps, &rope, qo, &kv)));
+    return CERA_OK;
+}
+
+static cera_status step_attend(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const cera_hparams *hp = &s->hp;
+    const cu_kv kv = slot_kv(s, st->kv);
+    cu_act out = act_at(r, st->dst);
+    const float *q = rows_at(r, st->src);
+    if (r->mode == RUN_PREFILL) {
+        out.q = NULL; // the GEMM path reads f32 rows only (and so may the tensor-core attention)
+        PROF(r, 1,
+             CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, st->scale,
+                                 r->splits, r->qt, &s->att, &out)));
+        return CERA_OK;
+    }
+    CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, st->scale,
+                        s->dec_splits, 1, &s->att, &out));
+    if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &out, r->n));
+    return CERA_OK;
+}
+
+/* The short convolution of the batch's n tokens (rows B | C | X) into its activation, the
+ * sequences' states moved on. */
+static cera_status step_conv(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const cu_act out = act_at(r, st->dst);
+    const cu_conv_args a = {.src = rows_at(r, st->src),
+                            .src_stride = st->src.stride,
+                            .n_tok = r->n,
+                            .n_embd = (int)st->dst.k,
+                            .lc = st->lc,
+                            .pos = s->d_pos,
+                            .first = s->d_first,
+                            .slot = s->d_slot,
+                            .last = s->d_last,
+                            .w = st->w,
+                            .state = s->conv_state,
+                            .state_slot = s->conv_state_slot,
+                            .state_off = st->state_off};
+    PROF(r, 2, CU_TRY(cu_shortconv(s->st, &a, &out)));
+    CU_TRY(cu_quantize_act(s->st, &out, r->n));
+    return CERA_OK;
+}
+
+static cera_status prefill_logits(cera_cuda_state *s, const cu_step *st, const float *x, int n,
+                                  const int32_t *out_rows, int n_out, cera_error *err);
+
+static cera_status step_output(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    if (r->mode == RUN_PREFILL)
+        return r->n_out > 0 ? prefill_logits(s, st, rows_at(r, st->src), r->n, r->out_rows, r->n_out, err)
+                            : CERA_OK;
+    const cu_act h = act_at(r, st->dst);
+    CERA_TRY(norm_rows(r, st->src, st->w, st->eps, &h, err));
+    if (r->mode == RUN_ROWS)
+        return rows_linear(s, st->mw, st->bias, &h, r->n, s->logits, s->n_vocab, false, st->scale, err);
+    const cu_mv_seg out = {st->mw, s->logits, st->bias};
+    CU_TRY(cu_matvec(s->st, &out, 1, &h, CU_MV_STORE, st->scale, NULL));
+    CU_TRY(cu_argmax(s->st, s->logits, s->n_vocab, s->d_argmax));
+    return CERA_OK;
+}
+
+/* Every step of the plan, once, for r's batch. */
+static cera_status run_plan(run *r, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    r->x = s->x;
+    r->pend_proj = -1;
+    r->lora_to_rope = false;
+    s->lora_joined = true;
+    for (int i = 0; i < s->n_steps; i++) {
+        const cu_step *st = &s->steps[i];
+        switch (st->kind) {
+        case CU_STEP_EMBED:
+            CU_TRY(
+                cu_get_rows(s->st, st->mw, s->d_tok, r->n, rows_at(r, st->dst), st->dst.stride, st->scale));
+            break;
+        case CU_STEP_NORM: {
+            const cu_act h = act_at(r, st->dst);
+            PROF(r, 2, CERA_TRY(norm_rows(r, st->src, st->w, st->eps, &h, err)));
+            break;
+        }
+        case CU_STEP_LINEAR: CERA_TRY(step_linear(r, st, err)); break;
+        case CU_STEP_ROPE_KV: CERA_TRY(step_rope(r, st, err)); break;
+        case CU_STEP_ATTEND: CERA_TRY(step_attend(r, st, err)); break;
+        case CU_STEP_ADD:
+            PROF(r, 2,
+                 CU_TRY(cu_add_scaled(s->st, rows_at(r, st->dst), st->dst.stride, rows_at(r, st->src),
+                                      st->src.stride, NULL, r->n, st->dst.k, st->scale)));
+            break;
+        case CU_STEP_GLU: {
+            const cu_act h = act_at(r, st->dst);
+            PROF(r, 2,
+                 CU_TRY(cu_swiglu(s->st, rows_at(r, st->src), rows_at(r, st->src2), st->src.stride, NULL,
+                                  NULL, r->n, &h)));
+            if (r->mode != RUN_PREFILL) CU_TRY(cu_quantize_act(s->st, &h, r->n));
+            break;
+        }
+        case CU_STEP_CONV: CERA_TRY(step_conv(r, st, err)); break;
+        case CU_STEP_OUTPUT: CERA_TRY(step_output(r, st, err)); break;
+        }
+    }
+    return CERA_OK;
+}
+
+/* The launches of a decode step: one token (with its LoRA launches) or n tokens of n
+ * sequences; logits into s->logits [n, n_vocab]. */
+static cera_status step_launches(cera_cuda_state *s, int n, cera_error *err) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    r.n = n;
+    r.mode = n == 1 ? RUN_ONE : RUN_ROWS;
+    r.fork = n == 1 && s->lora_fork && capturing(s);
+    return run_plan(&r, err);
+}
+
+/* Whether a batch takes the several-sequence decode step: n tokens of n sequences, no
+ * adapter, and few enough rows (the plan's rows_max, plan.c) that the several-row kernels
+ * beat dequantizing every weight for cuBLAS. */
 static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl) {
-    const cera_type t = s->layers[0].wdown.type; /* every layer kind has an FFN */
-    const bool float_w = t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32;
-    const int most = cu_mma_supported(t) ? DEC_ROWS_MAX : float_w ? 7 : 12;
-    if (n < 2 || n > most || s->lora_mask || s->prm.force_gemm) return false;
+    if (n < 2 || n > s->rows_max || s->lora_mask || s->prm.force_gemm) return false;
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
             if (tok_tbl[i] == tok_tbl[j]) return false; /* two tokens of one sequence: a prompt chunk */
     return true;
-}
-
-/* The launches of a decode step: decode_launches (n = 1, with its LoRA launches) or
- * decode_rows (n tokens of n sequences). */
-static cera_status step_launches(cera_cuda_state *s, int n, cera_error *err) {
-    return n == 1 ? decode_launches(s, err) : decode_rows(s, n, err);
 }
 
 /* Launches bucket's graph of step_launches(n), capturing it first when it is not ready (the
@@ -354,7 +462,7 @@ static cera_status graph_launch(cera_cuda_state *s, int bucket, int n, cera_erro
     return CERA_OK;
 }
 
-/* decode_rows of n tokens through its bucket's graph. */
+/* The several-sequence decode step of n tokens through its bucket's graph. */
 static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     const int bucket = n - 1;
     if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
@@ -405,21 +513,21 @@ static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
 /* Logits of the listed rows: one normed row through the decode matvec each when few,
  * else every row through the GEMM and the listed ones gathered. Ends with the argmax of
  * the last listed row. */
-static cera_status prefill_logits(cera_cuda_state *s, int n, const int32_t *out_rows, int n_out,
-                                  cera_error *err) {
-    const cera_hparams *hp = &s->hp;
-    const float inv = 1.0f / hp->logit_scale;
+static cera_status prefill_logits(cera_cuda_state *s, const cu_step *st, const float *x, int n,
+                                  const int32_t *out_rows, int n_out, cera_error *err) {
+    const cu_store *hs = &s->store[st->dst.st];
+    const cu_act h = {hs->f, hs->q, hs->d, hs->s, st->dst.k, st->dst.stride};
+    const int64_t xs = st->src.stride;
     if (n_out <= 4 && n_out < n) {
         for (int i = 0; i < n_out; i++) {
-            CU_TRY(cu_rmsnorm_act(s->st, s->x + (size_t)out_rows[i] * s->embd_pad, s->embd_pad, 1,
-                                  s->output_norm, hp->rms_eps, &s->a_embd));
-            cu_mv_seg out = {&s->output, s->logits + (size_t)i * s->n_vocab, s->output_b};
-            CU_TRY(cu_matvec(s->st, &out, 1, &s->a_embd, CU_MV_STORE, inv, NULL));
+            CU_TRY(cu_rmsnorm_act(s->st, x + (size_t)out_rows[i] * xs, xs, 1, st->w, st->eps, &h));
+            cu_mv_seg out = {st->mw, s->logits + (size_t)i * s->n_vocab, st->bias};
+            CU_TRY(cu_matvec(s->st, &out, 1, &h, CU_MV_STORE, st->scale, NULL));
         }
     } else {
-        CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, s->output_norm, hp->rms_eps, &s->a_embd));
-        CERA_TRY(cu_gemm(s, &s->output, &s->a_embd, n, s->logits, s->n_vocab, err));
-        CU_TRY(cu_bias_scale(s->st, s->logits, s->n_vocab, s->output_b, n, s->n_vocab, inv));
+        CU_TRY(cu_rmsnorm_act(s->st, x, xs, n, st->w, st->eps, &h));
+        CERA_TRY(cu_gemm(s, st->mw, &h, n, s->logits, s->n_vocab, err));
+        CU_TRY(cu_bias_scale(s->st, s->logits, s->n_vocab, st->bias, n, s->n_vocab, st->scale));
         // compact the listed rows to the front (rows only move down: out_rows increase)
         for (int i = 0; i < n_out; i++)
             if (out_rows[i] != i)
@@ -431,135 +539,43 @@ static cera_status prefill_logits(cera_cuda_state *s, int n, const int32_t *out_
     return CERA_OK;
 }
 
-/* CERA_CUDA_PROFILE=1 times the prefill's phases (each launch synchronized: for diagnosis
- * only) and prints them to stderr after each prefill. */
-typedef struct prof {
-    bool on;
-    cudaEvent_t a, b;
-    double ms[4]; /* gemm, attention, other, total */
-} prof;
-
-static void prof_begin(prof *p, cudaStream_t st) {
-    if (p->on) cudaEventRecord(p->a, st);
-}
-
-static void prof_end(prof *p, cudaStream_t st, int slot) {
-    if (!p->on) return;
-    float ms = 0;
-    cudaEventRecord(p->b, st);
-    cudaEventSynchronize(p->b);
-    cudaEventElapsedTime(&ms, p->a, p->b);
-    p->ms[slot] += ms;
-    p->ms[3] += ms;
-}
-
-#define PROF(slot, call)                                                                                     \
-    do {                                                                                                     \
-        prof_begin(&pf, s->st);                                                                              \
-        call;                                                                                                \
-        prof_end(&pf, s->st, slot);                                                                          \
-    } while (0)
-
-/* A prompt chunk's adapters on one projection group: y += s·B(A·x) on the GEMM's output,
- * before any bias, as llama.cpp's build_lora_mm. When every adapter of the batch covers all
- * its rows at one scale (a session's prompt), two cuBLAS GEMMs per projection and adapter;
- * else (sequences with different adapters) the plan's kernels. */
-static cera_status prefill_lora(cera_cuda_state *s, int l, const cu_lora_segs *g, const cu_act *x, int n,
-                                const cu_weight *last, cera_error *err) {
-    if (!g->n) return CERA_OK;
-    // cu_gemm left x in F16 (half_act) unless the group's last weight is F32 or BF16
-    const bool x_half = last->type != CERA_TYPE_F32 && last->type != CERA_TYPE_BF16;
-    if (x_half && s->lora_uniform) return cu_lora_prefill_gemm(s, l, g, x, n, err);
-    CERA_TRY(cu_lora_apply_a(s, l, g, x, false, err));
-    CU_TRY(cu_lora_b(s->st, &s->lora, l, g, n, 1.0f));
-    return CERA_OK;
-}
-
+/* A prompt chunk (or a batch the several-sequence step does not take) through the plan. */
 static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_t *out_rows, int n_out,
                            cera_error *err) {
-    prof pf;
-    memset(&pf, 0, sizeof pf);
-    pf.on = getenv("CERA_CUDA_PROFILE") != NULL;
-    if (pf.on) {
-        cudaEventCreate(&pf.a);
-        cudaEventCreate(&pf.b);
-    }
     const cera_hparams *hp = &s->hp;
-    const float eps = hp->rms_eps;
-    const int64_t qkv_ld = s->n_q + 2 * s->n_kv;
-    CU_TRY(cu_get_rows(s->st, &s->tok_embd, s->d_tok, n, s->x, s->embd_pad, hp->embd_scale));
+    run r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    r.n = n;
+    r.mode = RUN_PREFILL;
+    r.one_seq = one_seq;
+    r.out_rows = out_rows;
+    r.n_out = n_out;
+    r.pf.on = s->profile;
+    if (r.pf.on) {
+        cudaEventCreate(&r.pf.a);
+        cudaEventCreate(&r.pf.b);
+    }
     // query tokens per attention block (they share each staged K/V tile), then enough
     // splits to fill the GPU, within the partials' room (n * splits <= ATT_TOK_SPLITS)
     const int G = hp->n_head / hp->n_head_kv;
-    const int qt = one_seq ? (16 / G > 0 ? 16 / G : 1) : 1;
-    const int blocks = hp->n_head_kv * ((n + qt - 1) / qt);
-    int splits = 1;
+    r.qt = one_seq ? (16 / G > 0 ? 16 / G : 1) : 1;
+    const int blocks = hp->n_head_kv * ((n + r.qt - 1) / r.qt);
+    r.splits = 1;
     if (blocks < 2 * s->n_sm) {
-        splits = (2 * s->n_sm + blocks - 1) / blocks;
-        if (splits > s->att.max_splits) splits = s->att.max_splits;
-        if (splits * n > ATT_TOK_SPLITS) splits = ATT_TOK_SPLITS / n;
-        if (splits < 1) splits = 1;
+        r.splits = (2 * s->n_sm + blocks - 1) / blocks;
+        if (r.splits > s->att.max_splits) r.splits = s->att.max_splits;
+        if (r.splits * n > ATT_TOK_SPLITS) r.splits = ATT_TOK_SPLITS / n;
+        if (r.splits < 1) r.splits = 1;
     }
-    cu_act attn_f = s->a_attn;
-    attn_f.q = NULL; // the GEMM path reads f32 rows only
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cu_layer *L = &s->layers[l];
-        const cu_kv kv = layer_kv(s, l);
-        PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->attn_norm, eps, &s->a_embd)));
-        if (L->conv) { /* LFM2: x += out_proj(conv(in_proj(h))) */
-            PROF(0, CERA_TRY(cu_gemm(s, &L->wcin, &s->a_embd, n, s->bcx, 3 * (int64_t)s->n_embd, err)));
-            const cu_lora_segs gi =
-                lora_one(s, CERA_PROJ_CONV_IN, s->bcx, 3 * (int64_t)s->n_embd, 3 * (int64_t)s->n_embd);
-            PROF(2, CERA_TRY(prefill_lora(s, l, &gi, &s->a_embd, n, &L->wcin, err)));
-            PROF(2, CERA_TRY(conv_step(s, l, n, err)));
-            cu_act conv_f = s->a_conv;
-            conv_f.q = NULL;
-            PROF(0, CERA_TRY(cu_gemm(s, &L->wcout, &s->a_conv, n, s->tmp, s->n_embd, err)));
-            const cu_lora_segs go = lora_one(s, CERA_PROJ_CONV_OUT, s->tmp, s->n_embd, s->n_embd);
-            PROF(2, CERA_TRY(prefill_lora(s, l, &go, &conv_f, n, &L->wcout, err)));
-            PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, NULL, n, s->n_embd,
-                                         1.0f)));
-            goto ffn;
-        }
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wq, &s->a_embd, n, s->qkv, qkv_ld, err)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wk, &s->a_embd, n, s->qkv + s->n_q, qkv_ld, err)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wv, &s->a_embd, n, s->qkv + s->n_q + s->n_kv, qkv_ld, err)));
-        const cu_lora_segs qkv = lora_qkv(s, qkv_ld);
-        PROF(2, CERA_TRY(prefill_lora(s, l, &qkv, &s->a_embd, n, &L->wv, err)));
-        if (L->bq) CU_TRY(cu_bias_scale(s->st, s->qkv, qkv_ld, L->bq, n, s->n_q, 1.0f));
-        if (L->bk) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q, qkv_ld, L->bk, n, s->n_kv, 1.0f));
-        if (L->bv) CU_TRY(cu_bias_scale(s->st, s->qkv + s->n_q + s->n_kv, qkv_ld, L->bv, n, s->n_kv, 1.0f));
-        PROF(2, CU_TRY(cu_rope_store(s->st, s->qkv, s->qkv + s->n_q, s->qkv + s->n_q + s->n_kv, qkv_ld, n,
-                                     s->d_pos, hp->n_head, hp->n_head_kv, s->hd, L->q_norm, L->k_norm, eps,
-                                     &s->rope, s->qr, &kv)));
-        PROF(1, CU_TRY(cu_attention(s->st, s->qr, n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv,
-                                    hp->attn_scale, splits, qt, &s->att, &attn_f)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wo, &s->a_attn, n, s->tmp, s->n_embd, err)));
-        const cu_lora_segs og = lora_one(s, CERA_PROJ_O, s->tmp, s->n_embd, s->n_embd);
-        PROF(2, CERA_TRY(prefill_lora(s, l, &og, &attn_f, n, &L->wo, err)));
-        PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bo, n, s->n_embd,
-                                     hp->residual_scale)));
-    ffn:
-        PROF(2, CU_TRY(cu_rmsnorm_act(s->st, s->x, s->embd_pad, n, L->ffn_norm, eps, &s->a_embd)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wgate, &s->a_embd, n, s->gate, s->n_ff, err)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wup, &s->a_embd, n, s->up, s->n_ff, err)));
-        const cu_lora_segs gu = lora_gate_up(s);
-        PROF(2, CERA_TRY(prefill_lora(s, l, &gu, &s->a_embd, n, &L->wup, err)));
-        PROF(2, CU_TRY(cu_swiglu(s->st, s->gate, s->up, s->n_ff, L->bgate, L->bup, n, &s->a_ff)));
-        PROF(0, CERA_TRY(cu_gemm(s, &L->wdown, &s->a_ff, n, s->tmp, s->n_embd, err)));
-        const cu_lora_segs dn = lora_one(s, CERA_PROJ_DOWN, s->tmp, s->n_embd, s->n_embd);
-        PROF(2, CERA_TRY(prefill_lora(s, l, &dn, &s->a_ff, n, &L->wdown, err)));
-        PROF(2, CU_TRY(cu_add_scaled(s->st, s->x, s->embd_pad, s->tmp, s->n_embd, L->bdown, n, s->n_embd,
-                                     hp->residual_scale)));
-    }
-    if (pf.on) {
+    const cera_status st = run_plan(&r, err);
+    if (r.pf.on) {
         fprintf(stderr, "cuda prefill %d tokens: gemm %.2f ms, attention %.2f ms, other %.2f ms (sum %.2f)\n",
-                n, pf.ms[0], pf.ms[1], pf.ms[2], pf.ms[3]);
-        cudaEventDestroy(pf.a);
-        cudaEventDestroy(pf.b);
+                n, r.pf.ms[0], r.pf.ms[1], r.pf.ms[2], r.pf.ms[3]);
+        cudaEventDestroy(r.pf.a);
+        cudaEventDestroy(r.pf.b);
     }
-    if (n_out > 0) CERA_TRY(prefill_logits(s, n, out_rows, n_out, err));
-    return CERA_OK;
+    return st;
 }
 
 /* Stages the conv's per-token arrays (conv.cu): each token's sequence slot, its sequence's
@@ -612,7 +628,7 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
                            s->st));
     s->kv_base = kv_base;
-    if (s->lc) CERA_TRY(stage_conv(s, pos, n, tok_tbl, tok_slot, err));
+    if (s->n_conv) CERA_TRY(stage_conv(s, pos, n, tok_tbl, tok_slot, err));
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1) {
         CERA_TRY(run_decode(s, pos[0], err));

@@ -1,8 +1,9 @@
 /*
- * init.c — bringing a model onto the GPU: checks that every weight has kernels, uploads
- * the weights once in their own types (cu_weight_import repacks Q4_0/Q8_0), builds the
- * RoPE tables, allocates the F16 KV cache and every scratch buffer for n_batch tokens.
- * After cera_cuda_init nothing is allocated until cera_cuda_free.
+ * init.c — bringing a model onto the GPU: compiles the model's op list into the plan
+ * (plan.c), which uploads the weights its steps use once in their own types
+ * (cu_weight_import repacks Q4_0/Q8_0); builds the RoPE tables; allocates the plan's homes,
+ * the KV cache and every scratch buffer for n_batch tokens. After cera_cuda_init nothing is
+ * allocated until cera_cuda_free.
  */
 #include <math.h>
 #include <stdio.h>
@@ -89,9 +90,8 @@ cera_status cu_upload_weight(cera_cuda_state *s, const cera_weight *mw, const ch
     return CERA_OK;
 }
 
-/* A 1-D F32 tensor (norm weight, bias) as n floats on the device; NULL when absent. */
-static cera_status upload_vec(cera_cuda_state *s, const cera_weight *mw, const char *what, int64_t n,
-                              float fill, float **out, cera_error *err) {
+cera_status cu_upload_vec(cera_cuda_state *s, const cera_weight *mw, const char *what, int64_t n, float fill,
+                          float **out, cera_error *err) {
     *out = NULL;
     if (!mw->t && !mw->data && !s->prm.synthetic_weights) return CERA_OK;
     if (s->prm.synthetic_weights && !mw->t && !mw->data && fill == 0.0f) return CERA_OK;
@@ -108,29 +108,26 @@ static cera_status upload_vec(cera_cuda_state *s, const cera_weight *mw, const c
     return CERA_OK;
 }
 
-static bool weight_present(const cera_cuda_state *s, const cera_weight *w) {
-    return w->t || w->data || (s->prm.synthetic_weights && w->n > 0);
-}
-
-static cera_status make_act(cu_act *a, int rows, int64_t k, bool quant, const char *what, cera_error *err) {
-    memset(a, 0, sizeof *a);
-    a->k = k;
-    a->k_pad = (k + 31) / 32 * 32;
-    CERA_TRY(dev_alloc((void **)&a->f, (size_t)rows * a->k_pad * sizeof(float), what, err));
+/* A home of the plan's rows (cuda_state.h: cu_store) for n_batch rows; quant: with the
+ * int8 rows of an activation. */
+static cera_status make_store(cu_store *h, int rows, bool quant, cera_error *err) {
+    if (h->width == 0) return CERA_OK;
+    const size_t r = (size_t)rows * (size_t)h->width;
+    CERA_TRY(dev_alloc((void **)&h->f, r * sizeof(float), "activations", err));
     if (quant) {
-        CERA_TRY(dev_alloc((void **)&a->q, (size_t)rows * a->k_pad, what, err));
-        CERA_TRY(dev_alloc((void **)&a->d, (size_t)rows * a->k_pad / 32 * sizeof(float), what, err));
-        CERA_TRY(dev_alloc((void **)&a->s, (size_t)rows * a->k_pad / 32 * sizeof(int32_t), what, err));
+        CERA_TRY(dev_alloc((void **)&h->q, r, "activations", err));
+        CERA_TRY(dev_alloc((void **)&h->d, r / 32 * sizeof(float), "activations", err));
+        CERA_TRY(dev_alloc((void **)&h->s, r / 32 * sizeof(int32_t), "activations", err));
     }
     return CERA_OK;
 }
 
-static void free_act(cu_act *a) {
-    cudaFree(a->f);
-    cudaFree(a->q);
-    cudaFree(a->d);
-    cudaFree(a->s);
-    memset(a, 0, sizeof *a);
+static void free_store(cu_store *h) {
+    cudaFree(h->f);
+    cudaFree(h->q);
+    cudaFree(h->d);
+    cudaFree(h->s);
+    memset(h, 0, sizeof *h);
 }
 
 /* RoPE tables as llama.cpp computes them: theta_i = pos * base^(-2i/n_rot) / factor_i, and
@@ -175,7 +172,7 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
     if (st != CERA_OK) return st;
     s->rope.n_rot = hp->n_rot;
     s->rope.neox = hp->rope_style == CERA_ROPE_NEOX;
-    s->rope.enabled = hp->use_rope && hp->n_rot > 0;
+    s->rope.enabled = hp->n_rot > 0; /* and per step: the op's rope (plan.c) */
     s->rope.inv_freq = s->rope_tab;
     s->rope.ramp = s->rope_tab + half;
     s->rope.freq_scale = hp->rope_freq_scale > 0.0f ? hp->rope_freq_scale : 1.0f;
@@ -187,9 +184,6 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
 
 static cera_status check_model(const cera_model *m, cera_error *err) {
     const cera_hparams *hp = &m->hp;
-    /* the decode and prefill steps here are the llama stack's and LFM2's (forward.c) */
-    if (hp->n_conv_layer && hp->residual_scale != 1.0f)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: conv layers with a residual scale");
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);
@@ -222,178 +216,61 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     s->hd = hp->head_dim;
     s->n_q = hp->n_head * hp->head_dim;
     s->n_kv = hp->n_head_kv * hp->head_dim;
-    s->n_ff = hp->n_ff;
     s->n_vocab = hp->n_vocab;
-    /* a synthetic benchmark model (no op list) has KV in every layer */
-    s->n_kv_layer = hp->n_kv_layer ? hp->n_kv_layer : hp->n_layer;
-    s->lc = hp->n_conv_layer ? hp->conv_l_cache : 0;
 
-    // the largest raw tensor sizes the staging buffer, the largest dequantized one the GEMM operand
-    size_t staging_bytes = raw_bytes(&m->tok_embd);
-    size_t deq_elems = 0;
-    const cera_weight *all[CERA_PROJ_COUNT + 1];
-    for (int l = 0; l < hp->n_layer; l++) {
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) all[p] = &m->layers[l].proj[p];
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
-            staging_bytes = max_sz(staging_bytes, raw_bytes(all[p]));
-            deq_elems = max_sz(deq_elems, (size_t)all[p]->n * (size_t)((all[p]->k + 31) / 32 * 32));
-        }
-    }
-    if (!m->output.t && !m->output.data && !s->prm.synthetic_weights && !hp->tied_output)
-        return cera_fail(err, CERA_ERR_NOT_FOUND, "cuda: the model has no output weight");
-    const cera_weight *outw = hp->tied_output ? &m->tok_embd : &m->output;
-    staging_bytes = max_sz(staging_bytes, raw_bytes(outw));
-    deq_elems = max_sz(deq_elems, (size_t)outw->n * (size_t)((outw->k + 31) / 32 * 32));
+    // the plan: its steps, and every weight they use uploaded through one staging buffer
     void *staging = NULL;
-    if (!s->prm.synthetic_weights) CERA_TRY(dev_alloc(&staging, staging_bytes, "staging", err));
+    if (!s->prm.synthetic_weights && m->graph)
+        CERA_TRY(dev_alloc(&staging, cu_plan_staging_bytes(m), "staging", err));
+    cera_status st = cu_plan_compile(s, m, staging, err);
+    if (staging) cudaFree(staging);
+    if (st != CERA_OK) return st;
+    CERA_TRY(build_rope(s, m, err));
 
-    cera_status st = CERA_OK;
-    char what[96];
-#define UPLOAD(mw, name, out)                                                                                \
-    do {                                                                                                     \
-        st = cu_upload_weight(s, (mw), (name), (out), staging, err);                                         \
-        if (st != CERA_OK) goto done;                                                                        \
-    } while (0)
-#define UPLOAD_VEC(mw, name, n, fill, out)                                                                   \
-    do {                                                                                                     \
-        st = upload_vec(s, (mw), (name), (n), (fill), (out), err);                                           \
-        if (st != CERA_OK) goto done;                                                                        \
-    } while (0)
-
-    UPLOAD(&m->tok_embd, "token_embd.weight", &s->tok_embd);
-    s->weight_bytes = 0; // one row of the embedding is read per token: not part of the stream
-    if (hp->tied_output) {
-        s->output = s->tok_embd;
-        s->output_tied = true;
-        int64_t db, sb, kp, rb;
-        cu_weight_bytes(s->tok_embd.type, s->tok_embd.k, s->tok_embd.n, &db, &sb, &kp, &rb);
-        s->weight_bytes += (size_t)(db + sb);
-    } else {
-        UPLOAD(&m->output, "output.weight", &s->output);
-    }
-    UPLOAD_VEC(&m->output_norm, "output_norm.weight", hp->n_embd, 1.0f, &s->output_norm);
-    UPLOAD_VEC(&m->output_b, "output.bias", hp->n_vocab, 0.0f, &s->output_b);
-
-    s->layers = calloc((size_t)hp->n_layer, sizeof(cu_layer));
-    if (!s->layers) {
-        st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: layer table");
-        goto done;
-    }
-    for (int l = 0; l < hp->n_layer; l++) {
-        const cera_layer *ml = &m->layers[l];
-        cu_layer *L = &s->layers[l];
-        L->conv = hp->n_kv_layer && ml->n_head_kv == 0;
-        L->kv_index = hp->n_kv_layer ? ml->kv_index : l;
-        L->conv_index = L->conv ? ml->conv_index : -1;
-        cu_weight *dst[CERA_PROJ_COUNT] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
-                                           &L->wup, &L->wdown, &L->wcin, &L->wcout};
-        for (int p = 0; p < CERA_PROJ_COUNT; p++) {
-            if (!weight_present(s, &ml->proj[p])) continue; /* a projection this layer's kind lacks */
-            snprintf(what, sizeof what, "blk.%d.%s.weight", l, cera_proj_name((cera_proj)p));
-            UPLOAD(&ml->proj[p], what, dst[p]);
-        }
-        if (L->conv) {
-            snprintf(what, sizeof what, "blk.%d.shortconv.conv.weight", l);
-            UPLOAD_VEC(&ml->conv, what, (int64_t)s->n_embd * s->lc, 0.0f, &L->conv_w);
-        }
-        if (L->wgate.n != L->wup.n || L->wgate.k != L->wup.k) {
-            st = cera_fail(err, CERA_ERR_FORMAT, "cuda: blk.%d: ffn_gate and ffn_up differ in shape", l);
-            goto done;
-        }
-        snprintf(what, sizeof what, "blk.%d.attn_norm.weight", l);
-        UPLOAD_VEC(&ml->attn_norm, what, hp->n_embd, 1.0f, &L->attn_norm);
-        snprintf(what, sizeof what, "blk.%d.ffn_norm.weight", l);
-        UPLOAD_VEC(&ml->ffn_norm, what, hp->n_embd, 1.0f, &L->ffn_norm);
-        const struct {
-            const cera_weight *w;
-            const char *name;
-            int64_t n;
-            float **out;
-        } vecs[] = {
-            {&ml->bq, "attn_q.bias", s->n_q, &L->bq},
-            {&ml->bk, "attn_k.bias", s->n_kv, &L->bk},
-            {&ml->bv, "attn_v.bias", s->n_kv, &L->bv},
-            {&ml->bo, "attn_output.bias", s->n_embd, &L->bo},
-            {&ml->b_gate, "ffn_gate.bias", s->n_ff, &L->bgate},
-            {&ml->b_up, "ffn_up.bias", s->n_ff, &L->bup},
-            {&ml->b_down, "ffn_down.bias", s->n_embd, &L->bdown},
-            {&ml->q_norm, "attn_q_norm.weight", s->hd, &L->q_norm},
-            {&ml->k_norm, "attn_k_norm.weight", s->hd, &L->k_norm},
-        };
-        for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
-            if (!weight_present(s, vecs[i].w) || s->prm.synthetic_weights) continue;
-            snprintf(what, sizeof what, "blk.%d.%s", l, vecs[i].name);
-            UPLOAD_VEC(vecs[i].w, what, vecs[i].n, 0.0f, vecs[i].out);
-        }
-    }
-#undef UPLOAD
-#undef UPLOAD_VEC
-
-    st = build_rope(s, m, err);
-    if (st != CERA_OK) goto done;
-
-    // activations and scratch, sized for n_batch tokens
-    // block tables: up to 16 sequences of a full context in one batch
+    // the plan's homes, sized for n_batch tokens
+    for (int h = 0; h < CU_ST_COUNT; h++)
+        CERA_TRY(make_store(&s->store[h], B, h >= CU_ST_ACT(0) && h < CU_ST_ROT, err));
+    s->x = s->store[CU_ST_F32(CERA_BUF_X)].f;
+    s->embd_pad = s->store[CU_ST_F32(CERA_BUF_X)].width;
+    // block tables: up to 64 sequences of a full context in one batch
     s->own_blocks = (s->prm.n_ctx + CU_KV_BLOCK - 1) / CU_KV_BLOCK;
-    s->tables_cap = 64 * (s->own_blocks + 1); /* a batch of up to 64 full-context sequences */
-    s->embd_pad = (s->n_embd + 31) / 32 * 32;
-    s->q_pad = (s->n_q + 31) / 32 * 32;
-    s->ff_pad = (s->n_ff + 31) / 32 * 32;
-    if ((st = make_act(&s->a_embd, B, s->n_embd, true, "activations", err)) != CERA_OK) goto done;
-    if ((st = make_act(&s->a_attn, B, s->n_q, true, "activations", err)) != CERA_OK) goto done;
-    if ((st = make_act(&s->a_ff, B, s->n_ff, true, "activations", err)) != CERA_OK) goto done;
+    s->tables_cap = 64 * (s->own_blocks + 1);
     {
-        // the tensor-core matmul's workspace: the largest any weight needs for DEC_ROWS_MAX rows
-        int64_t wb = cu_mma_supported(s->output.type) ? cu_mma_work_bytes(&s->output, DEC_ROWS_MAX) : 0;
-        for (int l = 0; l < hp->n_layer; l++) {
-            const cu_layer *L = &s->layers[l];
-            const cu_weight *ws[] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
-                                     &L->wup, &L->wdown, &L->wcin, &L->wcout};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                if (ws[i]->data && cu_mma_supported(ws[i]->type)) {
-                    const int64_t b = cu_mma_work_bytes(ws[i], DEC_ROWS_MAX);
-                    if (b > wb) wb = b;
-                }
+        // the tensor-core matmul's workspace (the largest any matmul needs for DEC_ROWS_MAX rows)
+        // and the GEMM's dequantized weight (the largest)
+        int64_t wb = 0;
+        size_t deq_elems = 0;
+        for (int i = 0; i < s->n_wts; i++) {
+            const cu_weight *w = &s->wts[i].w;
+            if (!s->wts[i].streamed) continue;
+            if (cu_mma_supported(w->type) && cu_mma_work_bytes(w, DEC_ROWS_MAX) > wb)
+                wb = cu_mma_work_bytes(w, DEC_ROWS_MAX);
+            deq_elems = max_sz(deq_elems, (size_t)w->n * (size_t)((w->k + 31) / 32 * 32));
         }
         s->mma_work_bytes = wb;
-        if ((st = dev_alloc((void **)&s->mma_work, (size_t)wb, "mma workspace", err)) != CERA_OK) goto done;
+        CERA_TRY(dev_alloc((void **)&s->mma_work, (size_t)wb, "mma workspace", err));
+        CERA_TRY(dev_alloc(&s->deq, deq_elems * 2, "scratch", err));
     }
-    if (s->lc) {
-        if ((st = make_act(&s->a_conv, B, s->n_embd, true, "activations", err)) != CERA_OK ||
-            (st = dev_alloc((void **)&s->bcx, (size_t)B * 3 * s->n_embd * sizeof(float), "conv", err)) !=
-                CERA_OK ||
-            (st = dev_alloc((void **)&s->d_first, (size_t)B * 3 * sizeof(int32_t), "conv", err)) != CERA_OK)
-            goto done;
+    if (s->n_conv) {
+        CERA_TRY(dev_alloc((void **)&s->d_first, (size_t)B * 3 * sizeof(int32_t), "conv", err));
         s->d_slot = s->d_first + B;
         s->d_last = s->d_slot + B;
-        s->conv_state_slot = (int64_t)hp->n_conv_layer * (s->lc - 1) * s->n_embd;
-        if ((st = dev_alloc((void **)&s->own_state, (size_t)s->conv_state_slot * sizeof(float), "conv state",
-                            err)) != CERA_OK)
-            goto done;
+        CERA_TRY(
+            dev_alloc((void **)&s->own_state, (size_t)s->conv_state_slot * sizeof(float), "conv state", err));
         s->conv_state = s->own_state;
         if (cudaMallocHost((void **)&s->h_conv, (size_t)B * 3 * sizeof(int32_t)) != cudaSuccess) {
             s->h_conv = NULL;
-            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned conv staging");
-            goto done;
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned conv staging");
         }
     }
     {
         const size_t f = sizeof(float);
-        const int64_t kmax = s->embd_pad > s->q_pad ? (s->embd_pad > s->ff_pad ? s->embd_pad : s->ff_pad)
-                                                    : (s->q_pad > s->ff_pad ? s->q_pad : s->ff_pad);
         struct {
             void **p;
             size_t bytes;
         } bufs[] = {
-            {(void **)&s->x, (size_t)B * s->embd_pad * f},
-            {(void **)&s->qkv, (size_t)B * (s->n_q + 2 * s->n_kv) * f},
-            {(void **)&s->qr, (size_t)B * s->n_q * f},
-            {(void **)&s->gate, (size_t)B * s->n_ff * f},
-            {(void **)&s->up, (size_t)B * s->n_ff * f},
-            {(void **)&s->tmp, (size_t)B * s->n_embd * f},
             {(void **)&s->logits, (size_t)B * s->n_vocab * f},
-            {&s->half_act, (size_t)B * kmax * 2},
-            {&s->deq, deq_elems * 2},
+            {&s->half_act, (size_t)B * s->k_max * 2},
             {(void **)&s->d_tok, (size_t)B * sizeof(int32_t)},
             {(void **)&s->d_pos, (size_t)B * sizeof(int32_t)},
             {(void **)&s->d_argmax, sizeof(int32_t)},
@@ -402,7 +279,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             {&s->own_kv, s->prm.external_kv ? 0 : (size_t)s->own_blocks * cu_kv_block_bytes(s)},
         };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            if ((st = dev_alloc(bufs[i].p, bufs[i].bytes, "scratch", err)) != CERA_OK) goto done;
+            CERA_TRY(dev_alloc(bufs[i].p, bufs[i].bytes, "scratch", err));
         // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
         s->att.max_splits = 64;
         const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
@@ -411,12 +288,10 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             (size_t)(ATT_TOK_SPLITS > DEC_ROWS_MAX * s->dec_splits ? ATT_TOK_SPLITS
                                                                    : DEC_ROWS_MAX * s->dec_splits);
         const size_t parts = pairs * (size_t)hp->n_head;
-        if ((st = dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err)) !=
-                CERA_OK ||
-            (st = dev_alloc((void **)&s->att.part_ml, parts * 2 * f, "attention partials", err)) != CERA_OK ||
-            (st = dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head * sizeof(int32_t), "attention",
-                            err)) != CERA_OK)
-            goto done;
+        CERA_TRY(dev_alloc((void **)&s->att.part_acc, parts * s->hd * f, "attention partials", err));
+        CERA_TRY(dev_alloc((void **)&s->att.part_ml, parts * 2 * f, "attention partials", err));
+        CERA_TRY(
+            dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head * sizeof(int32_t), "attention", err));
     }
     {
         // staging (tokens, positions, table offsets, argmax, tables), then the standalone
@@ -424,22 +299,18 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         const size_t n_io = 3 * (size_t)B + 1 + (size_t)s->tables_cap + (size_t)s->own_blocks + 2 * (size_t)B;
         cudaError_t e = cudaMallocHost((void **)&s->h_io, n_io * sizeof(int32_t));
         if (e != cudaSuccess) {
-            st = cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned buffer: %s", cudaGetErrorString(e));
-            goto done;
+            s->h_io = NULL;
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned buffer: %s", cudaGetErrorString(e));
         }
     }
-    if ((st = cu_lora_init(s, err)) != CERA_OK) goto done;
+    CERA_TRY(cu_lora_init(s, err));
     {
         const char *fk = getenv("CERA_CUDA_LORA_FORK");
         s->lora_fork = !(fk && fk[0] == '0');
+        s->profile = getenv("CERA_CUDA_PROFILE") != NULL;
     }
-    {
-        cudaError_t e = cudaStreamSynchronize(s->st);
-        if (e != cudaSuccess) st = cera_fail(err, CERA_ERR_DEVICE, "cuda: upload: %s", cudaGetErrorString(e));
-    }
-done:
-    if (staging) cudaFree(staging);
-    return st;
+    CU_TRY(cudaStreamSynchronize(s->st));
+    return CERA_OK;
 }
 
 cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_cuda_state **out,
@@ -483,36 +354,15 @@ void cera_cuda_free(cera_cuda_state *s) {
     if (s->st) cudaStreamSynchronize(s->st);
     for (int b = 0; b < DEC_BUCKETS; b++)
         if (s->graph_ready[b]) cudaGraphExecDestroy(s->graph[b]);
-    if (s->layers) {
-        for (int l = 0; l < s->hp.n_layer; l++) {
-            cu_layer *L = &s->layers[l];
-            cu_weight *ws[] = {&L->wq,  &L->wk,    &L->wv,   &L->wo,   &L->wgate,
-                               &L->wup, &L->wdown, &L->wcin, &L->wcout};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) cu_free_weight(ws[i]);
-            float *vs[] = {L->attn_norm, L->ffn_norm, L->bq,    L->bk,     L->bv,     L->bo,
-                           L->bgate,     L->bup,      L->bdown, L->q_norm, L->k_norm, L->conv_w};
-            for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) cudaFree(vs[i]);
-        }
-        free(s->layers);
-    }
-    if (!s->output_tied) cu_free_weight(&s->output);
-    cu_free_weight(&s->tok_embd);
-    cudaFree(s->output_norm);
-    cudaFree(s->output_b);
+    cu_plan_free(s);
+    for (int h = 0; h < CU_ST_COUNT; h++) free_store(&s->store[h]);
     cudaFree(s->rope_tab);
-    free_act(&s->a_embd);
-    free_act(&s->a_attn);
-    free_act(&s->a_ff);
-    free_act(&s->a_conv);
-    cudaFree(s->bcx);
     cudaFree(s->d_first);
     cudaFree(s->own_state);
     cudaFree(s->mma_work);
     if (s->h_conv) cudaFreeHost(s->h_conv);
-    void *bufs[] = {s->x,         s->qkv,      s->qr,           s->gate,        s->up,
-                    s->tmp,       s->logits,   s->half_act,     s->deq,         s->d_tok,
-                    s->d_pos,     s->d_argmax, s->att.part_acc, s->att.part_ml, s->att.counters,
-                    s->d_tok_tbl, s->d_tables, s->own_kv};
+    void *bufs[] = {s->logits,       s->half_act,    s->deq,          s->d_tok,     s->d_pos,    s->d_argmax,
+                    s->att.part_acc, s->att.part_ml, s->att.counters, s->d_tok_tbl, s->d_tables, s->own_kv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
     cu_lora_free(s);

@@ -172,9 +172,7 @@ cera_status cu_lora_init(cera_cuda_state *s, cera_error *err) {
     s->lora.n_ent = dev;
     s->lora.row_first = (const int32_t *)dev + 1;
     s->lora.ent = (const cu_lora_ent *)((char *)dev + s->lora_head_bytes);
-    const int64_t kmax = s->embd_pad > s->q_pad ? (s->embd_pad > s->ff_pad ? s->embd_pad : s->ff_pad)
-                                                : (s->q_pad > s->ff_pad ? s->q_pad : s->ff_pad);
-    s->lora.n_chunk = (int)((kmax + LORA_KC - 1) / LORA_KC);
+    s->lora.n_chunk = (int)((s->k_max + LORA_KC - 1) / LORA_KC);
     CU_TRY(cudaMalloc((void **)&s->lora.count, sizeof(int32_t) * 3 * (size_t)s->lora_max_ent));
     CU_TRY(cudaMemset(s->lora.count, 0, sizeof(int32_t) * 3 * (size_t)s->lora_max_ent));
     const size_t n_pairs = (size_t)s->hp.n_layer * CU_LORA_PROJ;
@@ -215,6 +213,8 @@ void cu_lora_free(cera_cuda_state *s) {
 /* The plan segment of each projection: Q, K, V share one input (segments 0..2), gate and up
  * another (0, 1); O and down are alone. */
 static const int proj_seg[CU_LORA_PROJ] = {0, 1, 2, 0, 0, 1, 0};
+
+int cu_lora_slot(cera_proj p) { return p >= 0 && p < CU_LORA_PROJ ? proj_seg[p] : 0; }
 
 /* Decode: the item table of batch row 0 (its entries in plan order). It depends only on the
  * row's adapters and scales, so it is built and uploaded only when those change (a decode step
