@@ -6,7 +6,9 @@
 # unpacks on the device.
 #   BUILD (default build-cuda-dev) is configured with -DCERA_CUDA=ON and
 #   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines). CARRY (default .devcarry)
-#   names the folder, so that two engineers can pack different builds. WERROR=ON keeps a build
+#   names the folder, so that two engineers can pack different builds. TOOLS (default
+#   "cuda_bench cuda_lora_bench cera") names the programs packed besides the tests (fewer keep
+#   the pack under the limit). WERROR=ON keeps a build
 #   folder configured with -DCERA_WERROR=ON as it is (no rebuild of everything).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,13 +21,14 @@ grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR="${WERROR:-OFF}" -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
 TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows test_cuda_batch"}
-cmake --build "$BUILD" --target $TESTS cuda_bench cuda_lora_bench cera -j"${JOBS:-2}"
+TOOLS=${TOOLS-"cuda_bench cuda_lora_bench cera"}
+cmake --build "$BUILD" --target $TESTS $TOOLS -j"${JOBS:-2}"
 FINAL=$C
 C=$(mktemp -d /tmp/devpack.XXXXXX)
 trap 'rm -rf "$C"' EXIT
 mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden" "$C/shared/vocab"
 for t in $TESTS; do cp "$BUILD/tests/cuda/$t" "$C/bin/"; done
-cp "$BUILD/bench/cuda/cuda_bench" "$BUILD/bench/cuda/cuda_lora_bench" "$BUILD/tools/cera/cera" "$C/bin/"
+for t in $TOOLS; do cp "$BUILD/$([ "$t" = cera ] && echo tools/cera || echo bench/cuda)/$t" "$C/bin/"; done
 strip "$C"/bin/* # symbols are not needed there
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson|libedit|libbsd|libmd/ {print $3}'); do
     cp -L "$p" "$C/lib/"
@@ -39,6 +42,7 @@ for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-
     cp "$f" "$C/shared/golden/"
 done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
+cp tests/lora/data/lfm2-lora.gguf "$C/shared/golden/" # the LFM2 adapter (test_cuda_lora)
 cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
 chmod -R u+w "$C/shared"
 if [ -d "$FINAL" ]; then chmod -R u+w "$FINAL"; fi
