@@ -284,8 +284,18 @@ cera_status cera_batch_eval(cera_engine *e, const cera_batch_item *items, int n_
             continue;
         }
         /* back to where it was: the blocks taken go back, the pending token stays, the
-         * last eval's logits are gone (their buffer may have been written) */
-        cera_kv_seq_truncate(&runs[i].s->seq, runs[i].n_past0);
+         * last eval's logits are gone (their buffer may have been written). A sliding
+         * window that later chunks moved past n_past0 cannot come back: then the session
+         * starts over from 0, and the error says so. */
+        cera_kv_seq *q = &runs[i].s->seq;
+        if (cera_kv_seq_can_truncate(q, runs[i].n_past0)) {
+            cera_kv_seq_truncate(q, runs[i].n_past0);
+        } else {
+            cera_kv_seq_truncate(q, 0);
+            if (e->backend->seq_state && q->pool->state_bytes)
+                e->backend->seq_state(e->backend, q->id, -1, NULL);
+            cera_error_prefix(err, "the session was reset to 0 (its sliding window had moved on)");
+        }
         runs[i].s->n_logit_rows = 0;
     }
     pthread_mutex_unlock(&e->forward_lock);

@@ -18,7 +18,7 @@
 static const cera_arch_def *const arch_table[CERA_ARCH_COUNT] = {
     [CERA_ARCH_LLAMA] = &cera_arch_llama, [CERA_ARCH_QWEN2] = &cera_arch_qwen2,
     [CERA_ARCH_QWEN3] = &cera_arch_qwen3, [CERA_ARCH_GRANITE] = &cera_arch_granite,
-    [CERA_ARCH_LFM2] = &cera_arch_lfm2,
+    [CERA_ARCH_LFM2] = &cera_arch_lfm2,   [CERA_ARCH_GEMMA3] = &cera_arch_gemma3,
 };
 
 static const char *const proj_names[CERA_PROJ_COUNT] = {
@@ -302,9 +302,9 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     for (int a = 0; a < CERA_ARCH_COUNT; a++)
         if (!strcmp(arch, arch_table[a]->name)) ai = arch_table[a];
     if (!ai)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2)",
-                         arch);
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, gemma3)", arch);
     loader ld = {f, ai->name, m, err, calloc((size_t)f->n_tensors, sizeof(bool))};
     if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
     cera_hparams *hp = &m->hp;

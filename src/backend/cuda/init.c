@@ -190,6 +190,13 @@ static cera_status check_model(const cera_model *m, cera_error *err) {
     /* the decode and prefill steps here are the llama stack's and LFM2's (forward.c) */
     if (hp->n_conv_layer && hp->residual_scale != 1.0f)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: conv layers with a residual scale");
+    /* the KV pool it reads has one row width and no window (kv/kv_cache.h); Gemma 3 runs on the CPU */
+    for (int il = 0; il < hp->n_layer; il++)
+        if (hp->arch == CERA_ARCH_GEMMA3 || m->layers[il].swa ||
+            (m->layers[il].n_head_kv && m->layers[il].n_head_kv != hp->n_head_kv))
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "cuda: %s (sliding-window layers, per-layer KV widths) runs on the CPU backend",
+                             cera_arch_name(hp->arch));
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);
