@@ -205,10 +205,33 @@ static void test_exhaustion(void) {
           "a device pool with a sliding group");
 }
 
+/* Every layer sliding (no full group): only the sliding blocks are taken, and bounded. */
+static void test_all_sliding(void) {
+    const int r[2] = {64, 32};
+    const bool all[2] = {true, true};
+    cera_kv_layout lay = {2, r, all, 20, {0, 4}};
+    cera_kv_pool *p = NULL;
+    cera_error err = {0};
+    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 1, 4096, 0, true, &p, &err) == CERA_OK, "pool: %s",
+          err.message);
+    if (!p) return;
+    CHECK(p->group[CERA_KV_FULL].n_layer == 0 && p->n_blocks == 4, "groups of an all-sliding pool");
+    cera_kv_seq s;
+    CHECK(cera_kv_seq_open(p, &s, &err) == CERA_OK, "open: %s", err.message);
+    cera_kv_copy c;
+    int nc, n = 0;
+    while (n < 3000 && cera_kv_seq_reserve(&s, n + 1, &c, &nc, &err) == CERA_OK) s.n_pos = ++n;
+    CHECK(n == 3000, "stopped at %d: %s", n, err.message);
+    cera_kv_seq_close(&s);
+    CHECK(p->group[CERA_KV_SWA].n_free == 4 && p->n_free_seq == 1, "the pool is not empty at the end");
+    cera_kv_pool_free(p);
+}
+
 int main(void) {
     test_layout();
     test_window();
     test_fork();
     test_exhaustion();
+    test_all_sliding();
     return test_finish();
 }
