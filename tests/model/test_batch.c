@@ -424,6 +424,33 @@ static void test_gemma3(void) {
     cera_session_free(s);
     CHECK(e->kv->group[CERA_KV_FULL].n_free == 3 && e->kv->group[CERA_KV_SWA].n_free == 3, "blocks back");
     cera_engine_close(e);
+
+    /* one sequence, 6 full blocks and 3 sliding: after 100 positions an eval of 100 more in
+     * chunks of 25 runs out of full blocks at its fourth chunk, when the window has moved
+     * past position 100: the session cannot go back there and starts over from 0 */
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 2, ep.n_ctx = 256, ep.n_batch = 32, ep.n_seq_max = 1, ep.device = CERA_DEVICE_CPU;
+    ep.kv_bytes = 6 * full + 3 * sw;
+    e = NULL;
+    CHECK(cera_engine_open(shared_path("golden/synth-gemma3-q8_0.gguf"), &ep, &e, &err) == CERA_OK,
+          "engine: %s", err.message);
+    if (!e) return;
+    CHECK(e->kv->group[CERA_KV_FULL].n_blocks == 6 && e->kv->group[CERA_KV_SWA].n_blocks == 3,
+          "a pool of %d + %d blocks", e->kv->group[CERA_KV_FULL].n_blocks,
+          e->kv->group[CERA_KV_SWA].n_blocks);
+    s = new_session(e);
+    if (!s) return;
+    cera_token t[200];
+    make_tokens(t, 200, 79, nv);
+    CHECK(!cera_session_eval(s, t, 100, false, &err), "100 positions: %s", err.message);
+    const cera_status st = cera_session_eval(s, t + 100, 100, false, &err);
+    CHECK(st == CERA_ERR_CONTEXT_FULL && strstr(err.message, "reset to 0") && cera_session_n_past(s) == 0,
+          "a failed chunk past the window: status %d, n_past %d: %s", (int)st, cera_session_n_past(s),
+          err.message);
+    CHECK(e->kv->group[CERA_KV_FULL].n_free == 6 && e->kv->group[CERA_KV_SWA].n_free == 3, "blocks back");
+    CHECK(!cera_session_eval(s, t, 40, false, &err), "the reset session evaluates again: %s", err.message);
+    cera_session_free(s);
+    cera_engine_close(e);
 }
 
 int main(void) {
