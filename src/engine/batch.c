@@ -278,15 +278,29 @@ cera_status cera_batch_eval(cera_engine *e, const cera_batch_item *items, int n_
         n_runs++;
     }
     if (!st) st = run_all(e, runs, n_runs, err);
+    bool reset = false;
     for (int i = 0; i < n_runs; i++) {
         if (!st) {
             finish_run(&runs[i]);
             continue;
         }
         /* back to where it was: the blocks taken go back, the pending token stays, the
-         * last eval's logits are gone (their buffer may have been written) */
-        cera_kv_seq_truncate(&runs[i].s->seq, runs[i].n_past0);
-        runs[i].s->n_logit_rows = 0;
+         * last eval's logits are gone (their buffer may have been written). A sliding
+         * window that later chunks moved past n_past0 cannot come back: then the session
+         * starts over from 0, and the error says so. */
+        cera_session *s = runs[i].s;
+        if (cera_kv_seq_can_truncate(&s->seq, runs[i].n_past0)) {
+            cera_kv_seq_truncate(&s->seq, runs[i].n_past0);
+        } else {
+            cera_kv_seq_truncate(&s->seq, 0);
+            if (e->backend->seq_state && s->seq.pool->state_bytes)
+                e->backend->seq_state(e->backend, s->seq.id, -1, NULL);
+            s->pending_eval = s->pending_sampled = -1;
+            cera_sampler_reset(s->sampler);
+            if (!reset) cera_error_prefix(err, "a session was reset to 0 (its sliding window had moved on)");
+            reset = true;
+        }
+        s->n_logit_rows = 0;
     }
     pthread_mutex_unlock(&e->forward_lock);
     return st;

@@ -70,28 +70,79 @@ static void read_ahead(const gguf_file *f, void (*progress)(float, void *), void
     (void)sink;
 }
 
+/* Blocks of each group for the engine's KV pool. Without kv_bytes: n_seq_max full
+ * contexts. A sliding-window group needs at most min(n_ctx, W - 1 + n_batch) positions
+ * plus a block per sequence (its window before a batch and the batch itself), so it gets
+ * that many per slot; with kv_bytes, the sliding group takes that share first (or, when
+ * the budget is smaller, one sliding block beside each full one) and the full group the
+ * rest. */
+static void plan_blocks(const cera_engine_params *p, size_t full_bytes, size_t swa_bytes, int window,
+                        size_t n_blocks[CERA_KV_GROUPS]) {
+    const size_t per_ctx = ((size_t)p->n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
+    size_t swa_per_seq = 0;
+    if (swa_bytes) {
+        swa_per_seq = ((size_t)window - 1 + (size_t)p->n_batch + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK + 1;
+        if (swa_per_seq > per_ctx) swa_per_seq = per_ctx;
+    }
+    const size_t swa_need = swa_per_seq * (size_t)p->n_seq_max;
+    n_blocks[CERA_KV_FULL] = full_bytes ? per_ctx * (size_t)p->n_seq_max : 0;
+    n_blocks[CERA_KV_SWA] = swa_need;
+    if (!p->kv_bytes) return;
+    if (!full_bytes) {
+        n_blocks[CERA_KV_SWA] = p->kv_bytes / swa_bytes;
+    } else if (swa_need && p->kv_bytes / (full_bytes + swa_bytes) < swa_need) {
+        n_blocks[CERA_KV_FULL] = n_blocks[CERA_KV_SWA] = p->kv_bytes / (full_bytes + swa_bytes);
+    } else {
+        n_blocks[CERA_KV_FULL] = (p->kv_bytes - swa_need * swa_bytes) / full_bytes;
+    }
+}
+
 /* The engine's KV pool: n_seq_max slots, kv_bytes of blocks (or n_seq_max full contexts),
- * storage on the host for the CPU backend (pages taken as they are written) or in the
- * device backend's memory. */
+ * each KV layer with its own row width and, for sliding-window layers, a group of its own
+ * (kv/kv_cache.h); storage on the host for the CPU backend (pages taken as they are
+ * written) or in the device backend's memory. */
 static cera_status open_kv(cera_engine *e, cera_error *err) {
-    const cera_hparams *hp = &e->model.hp;
+    const cera_model *m = &e->model;
+    const cera_hparams *hp = &m->hp;
     const cera_engine_params *p = &e->params;
-    const size_t elem = p->kv_type == CERA_KV_F32 ? 4 : 2; /* Q8_0: counted as F16 (a bound) */
-    const size_t block_bytes =
-        (size_t)hp->n_kv_layer * 2 * CERA_KV_BLOCK * (size_t)hp->n_head_kv * hp->head_dim * elem;
+    int *row = calloc((size_t)hp->n_kv_layer, sizeof *row);
+    bool *swa = calloc((size_t)hp->n_kv_layer, sizeof *swa);
+    if (!row || !swa) {
+        free(row);
+        free(swa);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "KV layout");
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cera_layer *L = &m->layers[il];
+        if (L->kv_index < 0) continue;
+        row[L->kv_index] = L->n_head_kv * hp->head_dim;
+        swa[L->kv_index] = L->swa;
+    }
+    cera_kv_layout lay = {hp->n_kv_layer, row, swa, hp->n_swa, {0, 0}};
+    /* Q8_0: counted as F16 (a bound) */
+    const cera_kv_type bt = p->kv_type == CERA_KV_F32 ? CERA_KV_F32 : CERA_KV_F16;
+    const size_t full_bytes = cera_kv_group_block_bytes(&lay, bt, CERA_KV_FULL),
+                 swa_bytes = cera_kv_group_block_bytes(&lay, bt, CERA_KV_SWA);
     /* LFM2: each conv layer keeps the last l_cache - 1 rows of its B ⊙ X per sequence */
     const size_t state_bytes = hp->n_conv_layer ? (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) *
                                                       hp->n_embd * sizeof(float)
                                                 : 0;
-    const int per_ctx = (p->n_ctx + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
-    size_t n_blocks = p->kv_bytes ? p->kv_bytes / block_bytes : (size_t)per_ctx * (size_t)p->n_seq_max;
-    if (n_blocks < 1)
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "kv_bytes %zu holds no KV block (%zu bytes each)",
-                         p->kv_bytes, block_bytes);
-    if (n_blocks > (size_t)INT32_MAX / 2) n_blocks = (size_t)INT32_MAX / 2;
-    cera_status st =
-        cera_kv_pool_new(p->kv_type, hp->n_kv_layer, hp->n_head_kv * hp->head_dim, (int)n_blocks,
-                         p->n_seq_max, p->n_ctx, state_bytes, e->backend->kv_on_host, &e->kv, err);
+    size_t n_blocks[CERA_KV_GROUPS];
+    plan_blocks(p, full_bytes, swa_bytes, hp->n_swa, n_blocks);
+    cera_status st = CERA_OK;
+    for (int g = 0; g < CERA_KV_GROUPS && !st; g++) {
+        const size_t bytes = g == CERA_KV_FULL ? full_bytes : swa_bytes;
+        if (bytes && n_blocks[g] < 1)
+            st = cera_fail(err, CERA_ERR_INVALID_ARG, "kv_bytes %zu holds no KV block (%zu bytes each)",
+                           p->kv_bytes, full_bytes + swa_bytes);
+        if (n_blocks[g] > (size_t)INT32_MAX / 4) n_blocks[g] = (size_t)INT32_MAX / 4;
+        lay.n_blocks[g] = (int)n_blocks[g];
+    }
+    if (!st)
+        st = cera_kv_pool_new(p->kv_type, &lay, p->n_seq_max, p->n_ctx, state_bytes, e->backend->kv_on_host,
+                              &e->kv, err);
+    free(row);
+    free(swa);
     if (st) return st;
     if (e->backend->kv_init) return e->backend->kv_init(e->backend, e->kv, err);
     return CERA_OK;

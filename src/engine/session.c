@@ -147,6 +147,13 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
                          "truncate: %s keeps a recurrent state that follows the last position: a session can "
                          "only be cut back to 0 (asked: %d of %d)",
                          cera_arch_name(s->engine->model.hp.arch), n_keep, s->seq.n_pos);
+    if (!cera_kv_seq_can_truncate(&s->seq, n_keep))
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "truncate: %s's sliding-window layers keep only the last %d positions, and the "
+                         "window of position %d was already dropped: a session can be cut back to 0 or to "
+                         "a point whose window it still holds (asked: %d of %d)",
+                         cera_arch_name(s->engine->model.hp.arch), s->engine->model.hp.n_swa, n_keep, n_keep,
+                         s->seq.n_pos);
     if (n_keep < s->seq.n_pos) {
         cera_engine *e = s->engine;
         pthread_mutex_lock(&e->forward_lock);

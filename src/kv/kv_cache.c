@@ -1,4 +1,4 @@
-/* kv_cache.c — the paged KV pool's blocks, sequence slots and block tables (see kv_cache.h). */
+/* kv_cache.c — the paged KV pool's groups, blocks, sequence slots and block tables (see kv_cache.h). */
 #include "kv/kv_cache.h"
 
 #include <stdlib.h>
@@ -6,41 +6,90 @@
 
 #include "core/error.h"
 
-cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_blocks, int n_seq_max,
-                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
-                             cera_error *err) {
+static size_t elem_size_of(cera_kv_type type) { return type == CERA_KV_F32 ? 4 : 2; }
+
+/* The group a layout's layer belongs to. */
+static int layer_group(const cera_kv_layout *l, int i) {
+    return l->swa && l->swa[i] ? CERA_KV_SWA : CERA_KV_FULL;
+}
+
+size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, cera_kv_type type, int g) {
+    size_t bytes = 0;
+    for (int i = 0; i < layout->n_layer; i++)
+        if (layer_group(layout, i) == g)
+            bytes += 2 * CERA_KV_BLOCK * (size_t)layout->row[i] * elem_size_of(type);
+    return bytes;
+}
+
+cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, int n_seq_max, int max_pos,
+                             size_t state_bytes, bool host_storage, cera_kv_pool **out, cera_error *err) {
     *out = NULL;
     if (type != CERA_KV_F16 && type != CERA_KV_F32 && type != CERA_KV_Q8_0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)type);
-    if (n_layer <= 0 || kv_dim <= 0 || n_blocks <= 0 || n_seq_max <= 0 || max_pos <= 0)
+    if (layout->n_layer <= 0 || n_seq_max <= 0 || max_pos <= 0 || layout->window < 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
+    int n_in[CERA_KV_GROUPS] = {0};
+    for (int i = 0; i < layout->n_layer; i++) {
+        if (layout->row[i] <= 0)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: layer %d has no row", i);
+        n_in[layer_group(layout, i)]++;
+    }
+    if (n_in[CERA_KV_SWA] && layout->window <= 0)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: sliding layers without a window");
+    for (int g = 0; g < CERA_KV_GROUPS; g++)
+        if (n_in[g] && layout->n_blocks[g] <= 0)
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
     if (type == CERA_KV_Q8_0 && host_storage)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "a Q8_0 KV cache lives on a device backend only");
+    if (!host_storage && (n_in[CERA_KV_SWA] || !n_in[CERA_KV_FULL]))
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "a device KV cache holds one group of full-attention layers");
     cera_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache pool");
     p->type = type;
-    p->elem_size = type == CERA_KV_F32 ? 4 : 2;
-    p->n_layer = n_layer;
-    p->kv_dim = kv_dim;
-    p->n_blocks = n_blocks;
+    p->elem_size = elem_size_of(type);
+    p->n_layer = layout->n_layer;
     p->max_pos = max_pos;
     p->n_seq_max = n_seq_max;
-    p->block_bytes = (size_t)n_layer * 2 * CERA_KV_BLOCK * (size_t)kv_dim * p->elem_size;
-    p->refcount = calloc((size_t)n_blocks, sizeof *p->refcount);
-    p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
-    p->free_seq = malloc((size_t)n_seq_max * sizeof *p->free_seq);
     p->state_bytes = state_bytes;
-    if (host_storage) p->data = calloc((size_t)n_blocks, p->block_bytes);
-    if (host_storage && state_bytes) p->state = calloc((size_t)n_seq_max, state_bytes);
-    if (!p->refcount || !p->free_ids || !p->free_seq || (host_storage && !p->data) ||
-        (host_storage && state_bytes && !p->state)) {
-        const size_t bytes = p->block_bytes;
-        cera_kv_pool_free(p);
-        return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d blocks of %zu bytes", n_blocks, bytes);
+    p->layers = calloc((size_t)layout->n_layer, sizeof *p->layers);
+    p->free_seq = malloc((size_t)n_seq_max * sizeof *p->free_seq);
+    bool ok = p->layers && p->free_seq;
+    /* each group's layers in KV-layer order, K then V: a single group of equal rows is
+     * [n_layer][K|V][CERA_KV_BLOCK][kv_dim] */
+    p->kv_dim = n_in[CERA_KV_SWA] ? 0 : layout->row[0];
+    for (int i = 0; ok && i < layout->n_layer; i++) {
+        cera_kv_layer *L = &p->layers[i];
+        L->group = layer_group(layout, i);
+        L->row = layout->row[i];
+        L->row_bytes = (size_t)L->row * p->elem_size;
+        L->offset = p->group[L->group].block_bytes;
+        p->group[L->group].block_bytes += 2 * CERA_KV_BLOCK * L->row_bytes;
+        p->group[L->group].n_layer++;
+        if (L->row != layout->row[0]) p->kv_dim = 0;
     }
-    /* stacks popped from the end: block 0 and slot 0 are handed out first */
-    for (int i = 0; i < n_blocks; i++) p->free_ids[i] = n_blocks - 1 - i;
-    p->n_free = n_blocks;
+    for (int g = 0; ok && g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &p->group[g];
+        if (!G->n_layer) continue;
+        G->window = g == CERA_KV_SWA ? layout->window : 0;
+        G->n_blocks = layout->n_blocks[g];
+        p->n_blocks += G->n_blocks;
+        G->refcount = calloc((size_t)G->n_blocks, sizeof *G->refcount);
+        G->free_ids = malloc((size_t)G->n_blocks * sizeof *G->free_ids);
+        if (host_storage) G->data = calloc((size_t)G->n_blocks, G->block_bytes);
+        ok = G->refcount && G->free_ids && (!host_storage || G->data);
+        /* stacks popped from the end: block 0 is handed out first */
+        for (int i = 0; ok && i < G->n_blocks; i++) G->free_ids[i] = G->n_blocks - 1 - i;
+        G->n_free = G->n_blocks;
+    }
+    if (ok && host_storage && state_bytes) ok = (p->state = calloc((size_t)n_seq_max, state_bytes)) != NULL;
+    if (!ok) {
+        cera_kv_pool_free(p);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d + %d blocks of %zu + %zu bytes",
+                         layout->n_blocks[CERA_KV_FULL], layout->n_blocks[CERA_KV_SWA],
+                         cera_kv_group_block_bytes(layout, type, CERA_KV_FULL),
+                         cera_kv_group_block_bytes(layout, type, CERA_KV_SWA));
+    }
     for (int i = 0; i < n_seq_max; i++) p->free_seq[i] = n_seq_max - 1 - i;
     p->n_free_seq = n_seq_max;
     *out = p;
@@ -49,12 +98,19 @@ cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_b
 
 void cera_kv_pool_free(cera_kv_pool *pool) {
     if (!pool) return;
-    free(pool->data);
-    free(pool->refcount);
-    free(pool->free_ids);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        free(pool->group[g].data);
+        free(pool->group[g].refcount);
+        free(pool->group[g].free_ids);
+    }
+    free(pool->layers);
     free(pool->free_seq);
     free(pool->state);
     free(pool);
+}
+
+static int32_t *table(const cera_kv_seq *seq, int g) {
+    return seq->blocks + (size_t)g * (size_t)seq->max_blocks;
 }
 
 cera_status cera_kv_seq_open(cera_kv_pool *pool, cera_kv_seq *seq, cera_error *err) {
@@ -63,16 +119,23 @@ cera_status cera_kv_seq_open(cera_kv_pool *pool, cera_kv_seq *seq, cera_error *e
         return cera_fail(err, CERA_ERR_NO_MEMORY,
                          "every one of the engine's %d sequence slots is taken (n_seq_max)", pool->n_seq_max);
     seq->max_blocks = (pool->max_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
-    seq->blocks = malloc((size_t)seq->max_blocks * sizeof *seq->blocks);
+    seq->blocks = malloc((size_t)CERA_KV_GROUPS * (size_t)seq->max_blocks * sizeof *seq->blocks);
     if (!seq->blocks) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV block table");
+    for (size_t i = 0; i < (size_t)CERA_KV_GROUPS * (size_t)seq->max_blocks; i++) seq->blocks[i] = -1;
     seq->pool = pool;
     seq->id = pool->free_seq[--pool->n_free_seq];
     if (pool->state) memset(cera_kv_seq_state(seq), 0, pool->state_bytes);
     return CERA_OK;
 }
 
-static void put_block(cera_kv_pool *p, int32_t b) {
-    if (--p->refcount[b] == 0) p->free_ids[p->n_free++] = b;
+static void put_block(cera_kv_group *G, int32_t b) {
+    if (--G->refcount[b] == 0) G->free_ids[G->n_free++] = b;
+}
+
+static int32_t take_block(cera_kv_group *G) {
+    const int32_t b = G->free_ids[--G->n_free];
+    G->refcount[b] = 1;
+    return b;
 }
 
 void cera_kv_seq_close(cera_kv_seq *seq) {
@@ -86,14 +149,28 @@ void cera_kv_seq_close(cera_kv_seq *seq) {
 cera_status cera_kv_seq_fork(const cera_kv_seq *src, cera_kv_seq *dst, cera_error *err) {
     cera_status st = cera_kv_seq_open(src->pool, dst, err);
     if (st) return st;
-    for (int i = 0; i < src->n_blocks; i++) {
-        dst->blocks[i] = src->blocks[i];
-        src->pool->refcount[src->blocks[i]]++;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &src->pool->group[g];
+        if (!G->n_layer) continue;
+        const int32_t *s = table(src, g);
+        int32_t *d = table(dst, g);
+        for (int i = src->first[g]; i < src->n_blocks; i++) {
+            d[i] = s[i];
+            G->refcount[s[i]]++;
+        }
+        dst->first[g] = src->first[g];
     }
     dst->n_blocks = src->n_blocks;
     dst->n_pos = src->n_pos;
     if (src->pool->state) memcpy(cera_kv_seq_state(dst), cera_kv_seq_state(src), src->pool->state_bytes);
     return CERA_OK;
+}
+
+/* The first block the window of position pos needs (blocks before it hold only keys no
+ * query at pos or later sees); 0 for a group without a window. */
+static int window_first_block(const cera_kv_group *G, int pos) {
+    if (!G->window || pos - G->window + 1 <= 0) return 0;
+    return (pos - G->window + 1) / CERA_KV_BLOCK;
 }
 
 cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy, int *n_copy,
@@ -104,40 +181,78 @@ cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy,
         return cera_fail(err, CERA_ERR_CONTEXT_FULL, "context full: %d positions needed, %d available", n_pos,
                          seq->max_blocks * CERA_KV_BLOCK);
     cera_kv_pool *p = seq->pool;
+    /* the sliding blocks wholly before the window of the next position go back first */
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &p->group[g];
+        if (!G->n_layer || !G->window) continue;
+        int32_t *t = table(seq, g);
+        const int drop = window_first_block(G, seq->n_pos);
+        for (; seq->first[g] < drop && seq->first[g] < seq->n_blocks; seq->first[g]++) {
+            put_block(G, t[seq->first[g]]);
+            t[seq->first[g]] = -1;
+        }
+    }
     /* the block the first new position goes to, when the sequence holds it already and
      * shares it, is written only after it has been copied */
     const int first = seq->n_pos / CERA_KV_BLOCK;
-    const bool cow = n_pos > seq->n_pos && first < seq->n_blocks && p->refcount[seq->blocks[first]] > 1;
-    const int take = (need > seq->n_blocks ? need - seq->n_blocks : 0) + (cow ? 1 : 0);
-    if (take > p->n_free)
-        return cera_fail(err, CERA_ERR_CONTEXT_FULL,
-                         "the engine's KV pool is exhausted (%d blocks free, %d needed): free sessions or "
-                         "open the engine with a larger kv_size",
-                         p->n_free, take);
-    if (cow) {
-        const int32_t old = seq->blocks[first], b = p->free_ids[--p->n_free];
-        p->refcount[b] = 1;
-        if (p->data)
-            memcpy(p->data + (size_t)b * p->block_bytes, p->data + (size_t)old * p->block_bytes,
-                   p->block_bytes);
-        copy->src = old;
-        copy->dst = b;
-        *n_copy = 1;
-        seq->blocks[first] = b;
-        put_block(p, old);
+    bool cow[CERA_KV_GROUPS] = {false};
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &p->group[g];
+        if (!G->n_layer) continue;
+        cow[g] = n_pos > seq->n_pos && first < seq->n_blocks && G->refcount[table(seq, g)[first]] > 1;
+        const int take = (need > seq->n_blocks ? need - seq->n_blocks : 0) + (cow[g] ? 1 : 0);
+        if (take > G->n_free)
+            return cera_fail(err, CERA_ERR_CONTEXT_FULL,
+                             "the engine's KV pool is exhausted (%d %sblocks free, %d needed): free sessions "
+                             "or open the engine with a larger kv_size",
+                             G->n_free, g == CERA_KV_SWA ? "sliding-window " : "", take);
     }
-    while (seq->n_blocks < need) {
-        const int32_t b = p->free_ids[--p->n_free];
-        p->refcount[b] = 1;
-        seq->blocks[seq->n_blocks++] = b;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &p->group[g];
+        if (!G->n_layer) continue;
+        int32_t *t = table(seq, g);
+        if (cow[g]) {
+            const int32_t old = t[first], b = take_block(G);
+            if (G->data)
+                memcpy(G->data + (size_t)b * G->block_bytes, G->data + (size_t)old * G->block_bytes,
+                       G->block_bytes);
+            else /* a device pool has one group */
+                *copy = (cera_kv_copy){old, b}, *n_copy = 1;
+            t[first] = b;
+            put_block(G, old);
+        }
+        for (int i = seq->n_blocks; i < need; i++) t[i] = take_block(G);
     }
+    if (need > seq->n_blocks) seq->n_blocks = need;
     return CERA_OK;
+}
+
+bool cera_kv_seq_can_truncate(const cera_kv_seq *seq, int n_pos) {
+    if (n_pos <= 0 || n_pos >= seq->n_pos) return true;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        const cera_kv_group *G = &seq->pool->group[g];
+        if (G->n_layer && window_first_block(G, n_pos) < seq->first[g]) return false;
+    }
+    return true;
 }
 
 void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos) {
     if (n_pos < 0) n_pos = 0;
     const int keep = (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
-    while (seq->n_blocks > keep) put_block(seq->pool, seq->blocks[--seq->n_blocks]);
+    cera_kv_pool *p = seq->pool;
+    if (keep < seq->n_blocks) {
+        for (int g = 0; g < CERA_KV_GROUPS; g++) {
+            cera_kv_group *G = &p->group[g];
+            if (!G->n_layer) continue;
+            int32_t *t = table(seq, g);
+            for (int i = seq->n_blocks - 1; i >= keep; i--) {
+                if (t[i] >= 0) put_block(G, t[i]);
+                t[i] = -1;
+            }
+            if (seq->first[g] > keep) seq->first[g] = keep;
+        }
+        seq->n_blocks = keep;
+    }
     if (seq->n_pos > n_pos) seq->n_pos = n_pos;
-    if (n_pos == 0 && seq->pool->state) memset(cera_kv_seq_state(seq), 0, seq->pool->state_bytes);
+    if (n_pos == 0 && p->state) memset(cera_kv_seq_state(seq), 0, p->state_bytes);
 }

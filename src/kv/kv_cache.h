@@ -4,23 +4,43 @@
  *
  * One pool per engine (and device), sized at engine open; every session's sequence takes
  * its blocks from it, so memory follows the tokens actually held, not sessions x n_ctx.
- * A block holds CERA_KV_BLOCK consecutive positions of one sequence for every layer: for
- * layer l, K then V, each [CERA_KV_BLOCK][n_head_kv * head_dim] in the pool's element type.
- * Position p of a sequence lives in block blocks[p / CERA_KV_BLOCK], row p % CERA_KV_BLOCK.
- * Attention reads K/V only through the block table.
+ * A block holds CERA_KV_BLOCK consecutive positions of one sequence. Position p of a
+ * sequence lives in block table[p / CERA_KV_BLOCK], row p % CERA_KV_BLOCK. Attention reads
+ * K/V only through the block table (cera_kv_row).
+ *
+ * Layout per layer: each KV layer has its own row width (its n_head_kv x head_dim), and
+ * belongs to one of two groups, each with blocks of its own size and its own table per
+ * sequence:
+ *   - the full group (CERA_KV_FULL): layers that attend to every earlier position; they
+ *     keep every position of the sequence;
+ *   - the sliding group (CERA_KV_SWA), present only when some layer has a sliding window
+ *     W (a query at position p sees keys p-W+1 .. p, Gemma 3's local layers): these keep
+ *     only their window. As a sequence advances (cera_kv_seq_reserve), its sliding blocks
+ *     that lie wholly before the window of its next position return to the pool, so a
+ *     sequence holds about W + one batch of positions there, whatever its length. A
+ *     dropped block's table entry is -1 (seq->first[g] is the group's first held block);
+ *     a sequence can be cut back only to a point whose window it still holds
+ *     (cera_kv_seq_can_truncate).
+ * A group's block holds, for each of its layers in KV-layer order, K then V, each
+ * [CERA_KV_BLOCK][row] in the pool's element type: a block's bytes are the sum over its
+ * layers. A model with one row width and no window (every model but Gemma 3) has one
+ * group whose blocks are laid out exactly as [n_layer][K|V][CERA_KV_BLOCK][kv_dim], which
+ * is what device backends address (pool->kv_dim, seq->blocks).
  *
  * A model with recurrent layers (LFM2's short convolutions) also keeps a fixed-size state
  * per sequence slot (state_bytes, zeroed when a sequence opens or is cut back to 0,
  * copied by a fork); it follows the sequence's last position, so such a sequence can only
  * be cut back to 0 (the engine refuses anything else).
  *
- * Blocks are shared by reference counting: a fork shares every block of its source, and
- * the first write into a shared block (the partly filled tail of a fork or of a truncated
- * sequence) copies it first (copy on write, cera_kv_seq_reserve). Each sequence also holds
- * a slot id (0 .. n_seq_max-1) that backends index their per-sequence state by (a GPU's
- * kept logits row). Nothing here allocates after cera_kv_pool_new but a sequence's block
- * table; the pool's storage lives in host memory (data) for the CPU backend, or in the
- * device backend's own memory, addressed by the same block ids.
+ * Blocks are shared by reference counting: a fork shares every held block of its source
+ * (both groups), and the first write into a shared block (the partly filled tail of a fork
+ * or of a truncated sequence) copies it first (copy on write, cera_kv_seq_reserve). Each
+ * sequence also holds a slot id (0 .. n_seq_max-1) that backends index their per-sequence
+ * state by (a GPU's kept logits row). A full pool is a status (CERA_ERR_CONTEXT_FULL),
+ * never a crash; a closed sequence returns every block. Nothing here allocates after
+ * cera_kv_pool_new but a sequence's block table; the pool's storage lives in host memory
+ * (group data) for the CPU backend, or in the device backend's own memory, addressed by
+ * the same block ids (one group only).
  *
  * The pool is not locked: the engine serializes calls on it.
  */
@@ -35,17 +55,44 @@
 
 #define CERA_KV_BLOCK 32 /* positions per block */
 
-typedef struct cera_kv_pool {
-    cera_kv_type type;
-    size_t elem_size; /* 2 (F16) or 4 (F32); Q8_0 lives on a device only */
-    int n_layer;
-    int kv_dim; /* n_head_kv * head_dim: one K (or V) row */
+enum { CERA_KV_FULL, CERA_KV_SWA, CERA_KV_GROUPS };
+
+/* What the pool is made for: the model's KV layers, their rows and windows. */
+typedef struct cera_kv_layout {
+    int n_layer;                  /* KV layers (a model layer's cera_layer.kv_index) */
+    const int *row;               /* [n_layer] K (= V) row width: the layer's n_head_kv * head_dim */
+    const bool *swa;              /* [n_layer] layers with the sliding window, or NULL: none */
+    int window;                   /* the sliding layers' window W (positions), 0 when none slides */
+    int n_blocks[CERA_KV_GROUPS]; /* blocks of each group (the sliding one's: 0 when none slides) */
+} cera_kv_layout;
+
+/* Where a KV layer's rows are inside its group's blocks. */
+typedef struct cera_kv_layer {
+    int group;        /* CERA_KV_FULL or CERA_KV_SWA */
+    int row;          /* elements per K (or V) row */
+    size_t offset;    /* bytes from the block's start to its K rows; V follows them */
+    size_t row_bytes; /* row * elem_size */
+} cera_kv_layer;
+
+typedef struct cera_kv_group {
+    int n_layer; /* KV layers in this group; 0: the group is unused */
+    int window;  /* 0: keeps every position; else the window W, older blocks are dropped */
     int n_blocks;
-    size_t block_bytes; /* n_layer * 2 * CERA_KV_BLOCK * kv_dim * elem_size */
-    uint8_t *data;      /* [n_blocks][n_layer][K|V][CERA_KV_BLOCK][kv_dim], or NULL on a device */
+    size_t block_bytes; /* sum over its layers of 2 * CERA_KV_BLOCK * row * elem_size */
+    uint8_t *data;      /* [n_blocks][block_bytes] in host storage, or NULL on a device */
     int32_t *refcount;  /* [n_blocks] */
     int32_t *free_ids;  /* [n_blocks]: a stack of unused block ids */
     int n_free;
+} cera_kv_group;
+
+typedef struct cera_kv_pool {
+    cera_kv_type type;
+    size_t elem_size;      /* 2 (F16) or 4 (F32); Q8_0 lives on a device only */
+    int n_layer;           /* KV layers, both groups */
+    int kv_dim;            /* the one row width of a single-group pool of equal rows, else 0 */
+    int n_blocks;          /* blocks of both groups (a single-group pool's: its group's) */
+    cera_kv_layer *layers; /* [n_layer] */
+    cera_kv_group group[CERA_KV_GROUPS];
     int max_pos;       /* positions a sequence may hold (the engine's n_ctx) */
     int n_seq_max;     /* sequence slots */
     int32_t *free_seq; /* [n_seq_max]: a stack of unused slots */
@@ -58,10 +105,13 @@ typedef struct cera_kv_pool {
 typedef struct cera_kv_seq {
     cera_kv_pool *pool; /* NULL when closed */
     int id;             /* the slot, 0 .. n_seq_max-1 */
-    int32_t *blocks;    /* [max_blocks] block table */
+    /* [CERA_KV_GROUPS][max_blocks] block tables, group g's at blocks + g * max_blocks (the
+     * full group's first: what a device backend reads); -1 where a block was dropped */
+    int32_t *blocks;
     int max_blocks;
-    int n_blocks; /* blocks in use */
-    int n_pos;    /* positions filled: 0 .. n_pos-1 */
+    int n_blocks;              /* table entries in use (each group): positions < n_blocks * CERA_KV_BLOCK */
+    int first[CERA_KV_GROUPS]; /* each group's first held block (0 but for the sliding group) */
+    int n_pos;                 /* positions filled: 0 .. n_pos-1 */
 } cera_kv_seq;
 
 /* A block to copy before a write (copy on write): the device backend copies src to dst. */
@@ -69,30 +119,39 @@ typedef struct cera_kv_copy {
     int32_t src, dst;
 } cera_kv_copy;
 
-/* A pool of n_blocks blocks for n_seq_max sequences of at most max_pos positions each;
- * host_storage allocates the blocks' memory here (zeroed pages, taken by the OS as they are
- * first written). */
-cera_status cera_kv_pool_new(cera_kv_type type, int n_layer, int kv_dim, int n_blocks, int n_seq_max,
-                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
-                             cera_error *err);
+/* Bytes of one block of group g for a layout (0 for a group without layers). */
+size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, cera_kv_type type, int g);
+
+/* A pool for n_seq_max sequences of at most max_pos positions each, with layout's
+ * layers and block counts; host_storage allocates the blocks' memory here (zeroed pages,
+ * taken by the OS as they are first written). A device pool (no host storage) must have
+ * a single group. */
+cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, int n_seq_max, int max_pos,
+                             size_t state_bytes, bool host_storage, cera_kv_pool **out, cera_error *err);
 void cera_kv_pool_free(cera_kv_pool *pool);
 
-/* Opens an empty sequence (a slot and its block table); CERA_ERR_NO_MEMORY naming
+/* Opens an empty sequence (a slot and its block tables); CERA_ERR_NO_MEMORY naming
  * n_seq_max when every slot is taken. */
 cera_status cera_kv_seq_open(cera_kv_pool *pool, cera_kv_seq *seq, cera_error *err);
 /* Returns the sequence's blocks and its slot (a closed or zeroed sequence: nothing). */
 void cera_kv_seq_close(cera_kv_seq *seq);
-/* Opens dst as a copy of src's timeline: the same positions, every block shared. */
+/* Opens dst as a copy of src's timeline: the same positions, every held block shared. */
 cera_status cera_kv_seq_fork(const cera_kv_seq *src, cera_kv_seq *dst, cera_error *err);
 
-/* Makes room to write positions seq->n_pos .. n_pos - 1: takes blocks from the pool and,
- * when the first of them is shared, replaces it by a private copy (with host storage the
- * rows are copied here; *copy says which device block to copy, *n_copy = 0 or 1).
+/* Makes room to write positions seq->n_pos .. n_pos - 1: first returns the sliding
+ * blocks wholly before the window of position seq->n_pos (no query from there on sees
+ * them), then takes blocks from the pool and, when the block the first new position goes
+ * to is shared, replaces it by a private copy (with host storage the rows are copied
+ * here; for a device pool *copy says which block to copy, *n_copy = 0 or 1).
  * CERA_ERR_CONTEXT_FULL when the sequence's table (max_pos) or the pool has no room, with
- * nothing changed. Does not change seq->n_pos. */
+ * nothing else changed. Does not change seq->n_pos. */
 cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy, int *n_copy,
                                 cera_error *err);
-/* Drops positions >= n_pos, returning blocks no longer needed. */
+/* Whether the sequence can be cut back to n_pos: 0, or a point whose window (the sliding
+ * positions the next query sees) it still holds. */
+bool cera_kv_seq_can_truncate(const cera_kv_seq *seq, int n_pos);
+/* Drops positions >= n_pos, returning blocks no longer needed (the caller has checked
+ * cera_kv_seq_can_truncate). */
 void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos);
 
 /* The sequence's recurrent state in host storage, or NULL. */
@@ -101,13 +160,15 @@ static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
 }
 
 /* Row `pos` of KV layer `layer`'s K (kv = 0) or V (kv = 1) in host storage (layer: the
- * model layer's cera_layer.kv_index). */
+ * model layer's cera_layer.kv_index). The rows of one block are consecutive: the next
+ * position's row follows at pool->layers[layer].row elements. */
 static inline void *cera_kv_row(const cera_kv_seq *seq, int layer, int kv, int pos) {
     const cera_kv_pool *p = seq->pool;
-    const int32_t b = seq->blocks[pos / CERA_KV_BLOCK];
-    return p->data + (size_t)b * p->block_bytes +
-           ((size_t)(layer * 2 + kv) * CERA_KV_BLOCK + (size_t)(pos % CERA_KV_BLOCK)) * (size_t)p->kv_dim *
-               p->elem_size;
+    const cera_kv_layer *L = &p->layers[layer];
+    const cera_kv_group *g = &p->group[L->group];
+    const int32_t b = seq->blocks[(size_t)L->group * (size_t)seq->max_blocks + (size_t)(pos / CERA_KV_BLOCK)];
+    return g->data + (size_t)b * g->block_bytes + L->offset +
+           ((size_t)kv * CERA_KV_BLOCK + (size_t)(pos % CERA_KV_BLOCK)) * L->row_bytes;
 }
 
 #endif

@@ -277,7 +277,7 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
         st_to_f32(as[i], pa, (size_t)(rank * k));
         st_to_f32(bs[i], pb, (size_t)(rank * d));
         if (permute && (p == CERA_PROJ_Q || p == CERA_PROJ_K)) {
-            const int n_head = p == CERA_PROJ_Q ? m->hp.n_head : m->hp.n_head_kv;
+            const int n_head = p == CERA_PROJ_Q ? m->hp.n_head : m->layers[layer].n_head_kv;
             if (n_head <= 0 || d % (2 * n_head)) {
                 st = cera_fail(err, CERA_ERR_INVALID_ARG, "%s: '%s': %lld rows do not split into %d heads",
                                source, bs[i]->name, (long long)d, n_head);

@@ -45,10 +45,16 @@ typedef enum cera_op_kind {
     CERA_OP_ROPE_KV,   /* rope Q and K at each token's position (when rope), K and V into the cache */
     CERA_OP_ATTEND,    /* dst = softmax(Q Kᵀ · scale) V over the token's sequence, causal, GQA */
     CERA_OP_ADD,       /* dst += src · scale */
-    CERA_OP_GLU,       /* dst(= src) = silu(src) ⊙ src2 */
+    CERA_OP_GLU,       /* dst(= src) = act(src) ⊙ src2, act silu or gelu */
     CERA_OP_SHORTCONV, /* LFM2: dst = C ⊙ conv(B ⊙ X), src = B | C | X, w: the taps; a state per sequence */
     CERA_OP_OUTPUT, /* logits = (rms_norm(src) · w) · w2ᵀ (+ b) · scale, for the tokens that want them */
 } cera_op_kind;
+
+/* The gate's activation of a GLU. */
+typedef enum cera_glu_act {
+    CERA_GLU_SILU, /* SwiGLU */
+    CERA_GLU_GELU, /* GEGLU, GELU's tanh approximation (Gemma) */
+} cera_glu_act;
 
 typedef struct cera_linear_seg {
     const cera_weight *w; /* [n rows of k] */
@@ -64,10 +70,13 @@ typedef struct cera_op {
     const cera_weight *w, *w2, *b;
     int n_seg;
     cera_linear_seg seg[3];
-    float scale;
-    float eps;    /* NORM, OUTPUT */
-    int head_dim; /* NORM per head: the head size (0: the whole row) */
-    bool rope;    /* ROPE_KV: rotate (false only for granite without rope) */
+    float scale;      /* ROPE_KV: Q multiplied by it after the rotation when not 0 (Gemma 3) */
+    float eps;        /* NORM, OUTPUT */
+    int head_dim;     /* NORM per head: the head size (0: the whole row) */
+    bool rope;        /* ROPE_KV: rotate (false only for granite without rope) */
+    bool rope_swa;    /* ROPE_KV: with the sliding layers' base (hparams rope_base_swa) */
+    int window;       /* ATTEND: a query at p sees keys p - window + 1 .. p (0: every earlier one) */
+    cera_glu_act act; /* GLU */
 } cera_op;
 
 typedef struct cera_graph {

@@ -46,6 +46,6 @@ typedef struct cera_arch_def {
 } cera_arch_def;
 
 extern const cera_arch_def cera_arch_llama, cera_arch_qwen2, cera_arch_qwen3, cera_arch_granite,
-    cera_arch_lfm2;
+    cera_arch_lfm2, cera_arch_gemma3;
 
 #endif

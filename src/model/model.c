@@ -18,7 +18,7 @@
 static const cera_arch_def *const arch_table[CERA_ARCH_COUNT] = {
     [CERA_ARCH_LLAMA] = &cera_arch_llama, [CERA_ARCH_QWEN2] = &cera_arch_qwen2,
     [CERA_ARCH_QWEN3] = &cera_arch_qwen3, [CERA_ARCH_GRANITE] = &cera_arch_granite,
-    [CERA_ARCH_LFM2] = &cera_arch_lfm2,
+    [CERA_ARCH_LFM2] = &cera_arch_lfm2,   [CERA_ARCH_GEMMA3] = &cera_arch_gemma3,
 };
 
 static const char *const proj_names[CERA_PROJ_COUNT] = {
@@ -151,7 +151,7 @@ cera_status cera_load_layer_tensor(const loader *ld, int il, const char *suffix,
     } while (0)
 
 /* attention.head_count_kv, a number or one per layer: each layer's count (0 for a conv
- * layer where the architecture has them), and the one count the attention layers share. */
+ * layer where the architecture has them; each must divide head_count), and the largest. */
 static cera_status read_head_count_kv(const loader *ld, const cera_arch_def *ai, cera_model *m) {
     cera_hparams *hp = &m->hp;
     char key[160];
@@ -175,10 +175,11 @@ static cera_status read_head_count_kv(const loader *ld, const cera_arch_def *ai,
         if (v < 0 || v > hp->n_head || (v == 0 && !ai->conv_layers))
             return cera_fail(ld->err, CERA_ERR_FORMAT, "key '%s': %lld KV heads for block %d (1..%d)", key,
                              (long long)v, il, hp->n_head);
-        if (v && hp->n_head_kv && v != hp->n_head_kv)
-            return cera_fail(ld->err, CERA_ERR_UNSUPPORTED,
-                             "key '%s': per-layer values differ (not supported)", key);
-        if (v) hp->n_head_kv = (int)v;
+        if (v && hp->n_head % v)
+            return cera_fail(ld->err, CERA_ERR_FORMAT,
+                             "%s: head_count %d is not a multiple of head_count_kv %lld (block %d)", ld->arch,
+                             hp->n_head, (long long)v, il);
+        if (v > hp->n_head_kv) hp->n_head_kv = (int)v;
         cera_layer *L = &m->layers[il];
         L->n_head_kv = (int)v;
         L->kv_index = v ? hp->n_kv_layer++ : -1;
@@ -210,9 +211,6 @@ static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return cera_fail(ld->err, CERA_ERR_NO_MEMORY, "model layers");
     TRY(read_head_count_kv(ld, ai, m));
-    if (hp->n_head % hp->n_head_kv)
-        return cera_fail(ld->err, CERA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
-                         ld->arch, hp->n_head, hp->n_head_kv);
     int head_k, head_v;
     TRY(cera_load_int(ld, "attention.key_length", false, hp->n_embd / hp->n_head, &head_k));
     TRY(cera_load_int(ld, "attention.value_length", false, hp->n_embd / hp->n_head, &head_v));
@@ -302,9 +300,9 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     for (int a = 0; a < CERA_ARCH_COUNT; a++)
         if (!strcmp(arch, arch_table[a]->name)) ai = arch_table[a];
     if (!ai)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2)",
-                         arch);
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, gemma3)", arch);
     loader ld = {f, ai->name, m, err, calloc((size_t)f->n_tensors, sizeof(bool))};
     if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
     cera_hparams *hp = &m->hp;

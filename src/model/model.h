@@ -2,7 +2,7 @@
  * model.h — the model shared by every backend: hyperparameters, weight handles, and the
  * forward pass written once as a short list of coarse ops (model/graph.h) that each
  * backend compiles into its own plan. Architectures: llama/mistral, qwen2, qwen3,
- * granite and lfm2, one file each under model/arch/ (reading their metadata and tensors
+ * granite, lfm2 and gemma3, one file each under model/arch/ (reading their metadata and tensors
  * and emitting their ops from the shared blocks of model/arch/blocks.c).
  *
  * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
@@ -25,6 +25,7 @@ typedef enum cera_arch {
     CERA_ARCH_QWEN3,
     CERA_ARCH_GRANITE,
     CERA_ARCH_LFM2,
+    CERA_ARCH_GEMMA3,
     CERA_ARCH_COUNT
 } cera_arch;
 
@@ -40,7 +41,7 @@ typedef struct cera_hparams {
     int n_embd;
     int n_layer;
     int n_head;
-    int n_head_kv;    /* of the layers with attention (per layer: cera_layer.n_head_kv) */
+    int n_head_kv;    /* the most of any attention layer (per layer: cera_layer.n_head_kv) */
     int n_kv_layer;   /* layers with a KV cache (attention layers) */
     int n_conv_layer; /* LFM2's short-convolution layers, each with a per-sequence state */
     int conv_l_cache; /* LFM2: taps of the causal convolution (lfm2.shortconv.l_cache) */
@@ -62,6 +63,13 @@ typedef struct cera_hparams {
     float attn_scale;
     float logit_scale; /* logits are divided by this */
     bool tied_output;  /* output reuses token_embd */
+    /* Gemma 3: Q is multiplied by attn_scale after the rotation (then the scores by 1),
+     * which rounds differently from scaling the scores */
+    bool attn_scale_on_q;
+    /* sliding-window attention (Gemma 3's local layers, cera_layer.swa): a query at p sees
+     * keys p - n_swa + 1 .. p; those layers rotate with their own base and no scaling */
+    int n_swa; /* 0: no layer slides */
+    float rope_base_swa;
 } cera_hparams;
 
 typedef struct cera_weight {
@@ -101,6 +109,8 @@ typedef struct cera_layer {
     /* optional biases llama.cpp also accepts for llama (rare), or absent */
     cera_weight bo, b_gate, b_up, b_down;
     cera_weight conv; /* LFM2 shortconv.conv [n_embd rows of conv_l_cache taps], or absent */
+    cera_weight post_attn_norm, post_ffn_norm; /* Gemma 3's norms of each branch [n_embd], or absent */
+    bool swa;                                  /* a sliding-window layer (hparams n_swa) */
 } cera_layer;
 
 struct cera_graph;

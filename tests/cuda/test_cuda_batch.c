@@ -111,7 +111,7 @@ static void test_decode(const char *rel, int n_seq, double bound) {
         CHECK(worst <= bound, "%s: batched decode steps differ from the same steps alone by %.3g", rel,
               worst);
     for (int i = 0; i < n_seq; i++) cera_session_free(s[i]), cera_session_free(r[i]);
-    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken");
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks, "blocks left taken");
     cera_engine_close(e);
 }
 
@@ -191,7 +191,7 @@ static void test_mixed_and_fork(const char *rel, double bound) {
     cera_session_free(f);
     cera_session_free(fa);
     cera_session_free(fc);
-    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken");
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks, "blocks left taken");
     cera_engine_close(e);
 }
 

@@ -114,8 +114,8 @@ static void test_invariance(int n_batch) {
            rows);
     CHECK(bad == 0, "n_batch %d: %d rows differ from the sessions evaluated alone", n_batch, bad);
     for (int i = 0; i < 4; i++) cera_session_free(s[i]), cera_session_free(ref[i]);
-    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken: %d of %d free", e->kv->n_free,
-          e->kv->n_blocks);
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks, "blocks left taken: %d of %d free",
+          e->kv->group[0].n_free, e->kv->n_blocks);
     cera_engine_close(e);
 }
 
@@ -133,10 +133,11 @@ static void test_fork(void) {
     cera_session *src = new_session(e), *fork = NULL;
     if (!src) return;
     CHECK(!cera_session_eval(src, a, 45, false, &err), "prefix");
-    const int free_before = e->kv->n_free;
+    const int free_before = e->kv->group[0].n_free;
     CHECK(!cera_session_fork(src, &fork, &err), "fork: %s", err.message);
     if (!fork) return;
-    CHECK(e->kv->n_free == free_before, "a fork took blocks (%d -> %d free)", free_before, e->kv->n_free);
+    CHECK(e->kv->group[0].n_free == free_before, "a fork took blocks (%d -> %d free)", free_before,
+          e->kv->group[0].n_free);
     CHECK(cera_session_n_past(fork) == 45, "fork n_past %d", cera_session_n_past(fork));
     CHECK(same_row(cera_session_logits(fork, -1), cera_session_logits(src, -1), nv), "fork's logits");
     const cera_batch_item items[2] = {{src, a + 45, 45, true}, {fork, b + 45, 45, true}};
@@ -163,8 +164,8 @@ static void test_fork(void) {
     cera_session_free(fork);
     cera_session_free(ra);
     cera_session_free(rb);
-    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken: %d of %d free", e->kv->n_free,
-          e->kv->n_blocks);
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks, "blocks left taken: %d of %d free",
+          e->kv->group[0].n_free, e->kv->n_blocks);
     cera_engine_close(e);
 }
 
@@ -172,7 +173,7 @@ static void test_fork(void) {
 static void test_pool_churn(void) {
     cera_engine *probe = open_engine(32, 1, 0);
     if (!probe) return;
-    const size_t block = probe->kv->block_bytes;
+    const size_t block = probe->kv->group[0].block_bytes;
     cera_engine_close(probe);
     cera_engine *e = open_engine(32, 64, 64 * 8 * block); /* every session may fill its context */
     if (!e) return;
@@ -226,9 +227,9 @@ static void test_pool_churn(void) {
     while (n_live > 0) cera_session_free(live[--n_live]);
     printf("pool churn: %d batches, %d forks, %d sessions refused past n_seq_max, %d of %d blocks free at "
            "the end\n",
-           evals, forks, refused, e->kv->n_free, e->kv->n_blocks);
-    CHECK(e->kv->n_free == e->kv->n_blocks && e->kv->n_free_seq == e->kv->n_seq_max,
-          "the pool is not empty at the end: %d of %d blocks, %d of %d slots free", e->kv->n_free,
+           evals, forks, refused, e->kv->group[0].n_free, e->kv->n_blocks);
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks && e->kv->n_free_seq == e->kv->n_seq_max,
+          "the pool is not empty at the end: %d of %d blocks, %d of %d slots free", e->kv->group[0].n_free,
           e->kv->n_blocks, e->kv->n_free_seq, e->kv->n_seq_max);
     cera_engine_close(e);
 }
@@ -237,7 +238,7 @@ static void test_pool_churn(void) {
 static void test_exhaustion(void) {
     cera_engine *probe = open_engine(64, 2, 0);
     if (!probe) return;
-    const size_t block = probe->kv->block_bytes;
+    const size_t block = probe->kv->group[0].block_bytes;
     cera_engine_close(probe);
     cera_engine *e = open_engine(64, 2, 2 * block);
     if (!e) return;
@@ -252,12 +253,12 @@ static void test_exhaustion(void) {
     const cera_status st = cera_session_eval(s2, t, 60, false, &err);
     CHECK(st == CERA_ERR_CONTEXT_FULL && strstr(err.message, "KV pool"), "a prompt past the pool: %d %s", st,
           err.message);
-    CHECK(cera_session_n_past(s2) == 0 && e->kv->n_free == 1, "after the refusal: n_past %d, %d blocks free",
-          cera_session_n_past(s2), e->kv->n_free);
+    CHECK(cera_session_n_past(s2) == 0 && e->kv->group[0].n_free == 1,
+          "after the refusal: n_past %d, %d blocks free", cera_session_n_past(s2), e->kv->group[0].n_free);
     CHECK(!cera_session_eval(s2, t, 20, false, &err), "a prompt that fits: %s", err.message);
     cera_session_free(s);
     cera_session_free(s2);
-    CHECK(e->kv->n_free == 2, "blocks back");
+    CHECK(e->kv->group[0].n_free == 2, "blocks back");
     cera_engine_close(e);
 }
 
@@ -324,7 +325,131 @@ static void test_lfm2(void) {
     cera_session_free(f);
     cera_session_free(fa);
     cera_session_free(fc);
-    CHECK(e->kv->n_free == e->kv->n_blocks, "blocks left taken");
+    CHECK(e->kv->group[0].n_free == e->kv->n_blocks, "blocks left taken");
+    cera_engine_close(e);
+}
+
+/* Gemma 3 (five sliding-window layers of window 16, one global): a session keeps only its
+ * window in the sliding group; step-by-step decode, chunks, a mixed batch and a fork give
+ * the same bits; a cut back before the window is refused, one inside it works; freed
+ * sessions return every block of both groups; a full pool is a status. */
+static void test_gemma3(void) {
+    cera_engine *e = open_model("golden/synth-gemma3-q8_0.gguf", 32, 8, 0);
+    if (!e) return;
+    const cera_kv_group *F = &e->kv->group[CERA_KV_FULL], *G = &e->kv->group[CERA_KV_SWA];
+    CHECK(F->n_layer == 1 && G->n_layer == 5 && G->window == 16,
+          "gemma3 groups: %d full, %d sliding (window %d)", F->n_layer, G->n_layer, G->window);
+    const int nv = cera_engine_n_vocab(e);
+    enum { N = 160 };
+    cera_token a[N], c[N];
+    make_tokens(a, N, 77, nv);
+    memcpy(c, a, 150 * sizeof *a);
+    make_tokens(c + 150, 10, 78, nv);
+    cera_error err = {0};
+    cera_session *s = new_session(e), *r = new_session(e), *fa = new_session(e), *fc = new_session(e);
+    float *steps = malloc((size_t)N * (size_t)nv * sizeof(float));
+    if (!s || !r || !fa || !fc || !steps) return;
+    /* s: a prompt of 40, then one token at a time; r: chunks of 30 */
+    CHECK(!cera_session_eval(s, a, 40, false, &err), "prompt: %s", err.message);
+    int most = 0;
+    for (int i = 40; i < 150; i++) {
+        CHECK(!cera_session_eval(s, a + i, 1, false, &err), "step: %s", err.message);
+        const float *l = cera_session_logits(s, -1);
+        if (l) memcpy(steps + (size_t)i * nv, l, (size_t)nv * sizeof(float));
+        if (G->n_blocks - G->n_free > most) most = G->n_blocks - G->n_free;
+    }
+    CHECK(most <= 2, "one decoding session held %d sliding blocks (a window of 16 needs at most 2)", most);
+    CHECK(F->n_blocks - F->n_free == 5, "the global layer keeps all 150 positions");
+    int bad = 0;
+    for (int i = 0; i < 150; i += 30) {
+        CHECK(!cera_session_eval(r, a + i, 30, true, &err), "chunk: %s", err.message);
+        for (int j = 0; j < 30; j++)
+            if (i + j >= 40) bad += !same_row(cera_session_logits(r, j), steps + (size_t)(i + j) * nv, nv);
+    }
+    CHECK(bad == 0, "gemma3: %d of 110 rows of chunks of 30 differ from one-by-one decode", bad);
+    /* a fork of s goes on differently in one batch with s; both equal fresh sessions */
+    cera_session *f = NULL;
+    CHECK(!cera_session_fork(s, &f, &err), "fork: %s", err.message);
+    const cera_batch_item go[2] = {{s, a + 150, 10, true}, {f, c + 150, 10, true}};
+    CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
+    for (int i = 0; i < N; i += 32) {
+        const size_t m = N - i < 32 ? (size_t)(N - i) : 32;
+        CHECK(!cera_session_eval(fa, a + i, m, true, &err) && !cera_session_eval(fc, c + i, m, true, &err),
+              "fresh: %s", err.message);
+    }
+    bad = 0;
+    for (int i = 0; i < 10; i++) {
+        /* the fresh sessions' last chunk holds positions 128..159 */
+        bad += !same_row(cera_session_logits(s, i), cera_session_logits(fa, 22 + i), nv);
+        bad += !same_row(cera_session_logits(f, i), cera_session_logits(fc, 22 + i), nv);
+    }
+    CHECK(bad == 0, "gemma3: %d of 20 rows of a batch with a fork differ from fresh sessions", bad);
+    /* cut back: before the window refused, inside it allowed (and the same rows again) */
+    CHECK(cera_session_truncate(s, 100, &err) == CERA_ERR_UNSUPPORTED && strstr(err.message, "sliding"),
+          "gemma3 truncate to 100: %s", err.message);
+    CHECK(cera_session_n_past(s) == N, "the refused cut changed nothing");
+    CHECK(!cera_session_truncate(s, 155, &err), "truncate to 155: %s", err.message);
+    CHECK(!cera_session_eval(s, a + 155, 5, true, &err), "after the cut: %s", err.message);
+    bad = 0;
+    for (int i = 0; i < 5; i++)
+        bad += !same_row(cera_session_logits(s, i), cera_session_logits(fa, 27 + i), nv);
+    CHECK(bad == 0, "gemma3: %d of 5 rows after a cut inside the window differ", bad);
+    CHECK(!cera_session_truncate(s, 0, &err) && !cera_session_eval(s, a, 32, true, &err), "truncate to 0");
+    cera_session_free(s);
+    cera_session_free(r);
+    cera_session_free(f);
+    cera_session_free(fa);
+    cera_session_free(fc);
+    free(steps);
+    CHECK(F->n_free == F->n_blocks && G->n_free == G->n_blocks, "blocks left taken: %d of %d, %d of %d free",
+          F->n_free, F->n_blocks, G->n_free, G->n_blocks);
+    const size_t full = F->block_bytes, sw = G->block_bytes;
+    cera_engine_close(e);
+
+    /* a pool of 3 blocks in each group (96 positions): a prompt of 100 is refused, the
+     * session unchanged; one token at a time the window stays in its blocks until the
+     * global layer's run out */
+    e = open_model("golden/synth-gemma3-q8_0.gguf", 32, 8, 3 * (full + sw));
+    if (!e) return;
+    CHECK(e->kv->group[CERA_KV_FULL].n_blocks == 3 && e->kv->group[CERA_KV_SWA].n_blocks == 3,
+          "a pool of %d + %d blocks", e->kv->group[CERA_KV_FULL].n_blocks,
+          e->kv->group[CERA_KV_SWA].n_blocks);
+    s = new_session(e);
+    if (!s) return;
+    CHECK(cera_session_eval(s, a, 100, false, &err) == CERA_ERR_CONTEXT_FULL && cera_session_n_past(s) == 0,
+          "a prompt past the pool: %s", err.message);
+    int n = 0;
+    while (n < 120 && cera_session_eval(s, a + n, 1, false, &err) == CERA_OK) n++;
+    CHECK(n == 96, "%d positions before the pool ran out (96 expected): %s", n, err.message);
+    cera_session_free(s);
+    CHECK(e->kv->group[CERA_KV_FULL].n_free == 3 && e->kv->group[CERA_KV_SWA].n_free == 3, "blocks back");
+    cera_engine_close(e);
+
+    /* one sequence, 6 full blocks and 3 sliding: after 100 positions an eval of 100 more in
+     * chunks of 25 runs out of full blocks at its fourth chunk, when the window has moved
+     * past position 100: the session cannot go back there and starts over from 0 */
+    cera_engine_params ep = cera_engine_default_params();
+    ep.n_threads = 2, ep.n_ctx = 256, ep.n_batch = 32, ep.n_seq_max = 1, ep.device = CERA_DEVICE_CPU;
+    ep.kv_bytes = 6 * full + 3 * sw;
+    e = NULL;
+    CHECK(cera_engine_open(shared_path("golden/synth-gemma3-q8_0.gguf"), &ep, &e, &err) == CERA_OK,
+          "engine: %s", err.message);
+    if (!e) return;
+    CHECK(e->kv->group[CERA_KV_FULL].n_blocks == 6 && e->kv->group[CERA_KV_SWA].n_blocks == 3,
+          "a pool of %d + %d blocks", e->kv->group[CERA_KV_FULL].n_blocks,
+          e->kv->group[CERA_KV_SWA].n_blocks);
+    s = new_session(e);
+    if (!s) return;
+    cera_token t[200];
+    make_tokens(t, 200, 79, nv);
+    CHECK(!cera_session_eval(s, t, 100, false, &err), "100 positions: %s", err.message);
+    const cera_status st = cera_session_eval(s, t + 100, 100, false, &err);
+    CHECK(st == CERA_ERR_CONTEXT_FULL && strstr(err.message, "reset to 0") && cera_session_n_past(s) == 0,
+          "a failed chunk past the window: status %d, n_past %d: %s", (int)st, cera_session_n_past(s),
+          err.message);
+    CHECK(e->kv->group[CERA_KV_FULL].n_free == 6 && e->kv->group[CERA_KV_SWA].n_free == 3, "blocks back");
+    CHECK(!cera_session_eval(s, t, 40, false, &err), "the reset session evaluates again: %s", err.message);
+    cera_session_free(s);
     cera_engine_close(e);
 }
 
@@ -336,5 +461,6 @@ int main(void) {
     test_pool_churn();
     test_exhaustion();
     test_lfm2();
+    test_gemma3();
     return test_finish();
 }

@@ -82,6 +82,8 @@ static const golden_case cases[] = {
     {"golden/synth-granite-q8_0.gguf", "synth-granite-q8_0", K_QUANT, true, true},
     {"golden/synth-lfm2-f32.gguf", "synth-lfm2-f32", K_F32, false, true},
     {"golden/synth-lfm2-q8_0.gguf", "synth-lfm2-q8_0", K_QUANT, true, true},
+    {"golden/synth-gemma3-f32.gguf", "synth-gemma3-f32", K_F32, false, true},
+    {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", K_QUANT, true, true},
 };
 
 static double tol_rel(kind k) {

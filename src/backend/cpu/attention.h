@@ -7,7 +7,9 @@
  * (ggml_compute_forward_flash_attn_ext_f16), which made the goldens. llama.cpp picks one
  * by the number of queries in its batch; cera picks it per sequence, by that sequence's
  * number of tokens in the batch (its run), so that a sequence's rows never depend on the
- * other sequences of a batch:
+ * other sequences of a batch (a sliding-window layer, window W, sees only keys
+ * pos - W + 1 .. pos; masked keys are skipped as llama.cpp skips -inf mask entries, and
+ * in the F32 mode tiles stay aligned to position 0, as llama.cpp's cache cells):
  *   - F16 (F16 KV cache; every decode step and runs under 64 tokens): Q is rounded
  *     to F16 before the K·Q dot products and the V accumulator is kept in F16, rounded
  *     after every update (one key at a time, online softmax);
@@ -42,11 +44,12 @@ typedef struct cera_attn_args {
     const float *q; /* [n_tokens, n_head * head_dim], roped */
     float *out;     /* [n_tokens, n_head * head_dim] */
     int n_tokens, n_head, n_head_kv, head_dim;
-    const int32_t *pos;       /* [n_tokens] */
-    const int32_t *seq;       /* [n_tokens]: index into seqs */
-    cera_kv_seq *const *seqs; /* K/V of every position <= pos already written */
-    int layer;
+    const int32_t *pos;          /* [n_tokens] */
+    const int32_t *seq;          /* [n_tokens]: index into seqs */
+    cera_kv_seq *const *seqs;    /* K/V of every position <= pos already written */
+    int layer;                   /* the KV layer: its rows' width is pool->layers[layer].row */
     float scale;                 /* applied to K·Q before the softmax */
+    int window;                  /* a sliding window (positions), 0: every earlier position */
     const cera_attn_span *spans; /* the batch's tokens, in order (cera_attention_spans) */
     int n_spans;
 } cera_attn_args;

@@ -80,6 +80,12 @@ ATTN_TARGET static void ATTN(acc_axpy_f16)(cera_f16 *acc, const cera_f16 *v, flo
     for (; d < D; d++) acc[d] = CVT_F16(fmaf(CVT_F32(v[d]), vs, CVT_F32(acc[d])));
 }
 
+/* The first position token t sees: 0, or the start of its window. */
+ATTN_TARGET static inline int ATTN(window_lo)(const cera_attn_args *a, int t) {
+    const int lo = a->window ? a->pos[t] - a->window + 1 : 0;
+    return lo > 0 ? lo : 0;
+}
+
 ATTN_TARGET static void ATTN(row_f16)(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h,
                                       void *scratch) {
     const int D = a->head_dim;
@@ -94,12 +100,13 @@ ATTN_TARGET static void ATTN(row_f16)(const cera_attn_args *a, const cera_kv_seq
     }
     float S = 0.0f, M = -INFINITY;
     const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += CERA_KV_BLOCK) {
+    const int lo = ATTN(window_lo)(a, t); /* the first key it sees */
+    const size_t stride = (size_t)seq->pool->layers[a->layer].row;
+    for (int p0 = lo - lo % CERA_KV_BLOCK; p0 < n_pos; p0 += CERA_KV_BLOCK) {
         const cera_f16 *kb = (const cera_f16 *)cera_kv_row(seq, a->layer, 0, p0) + kv_off;
         const cera_f16 *vb = (const cera_f16 *)cera_kv_row(seq, a->layer, 1, p0) + kv_off;
         const int n = n_pos - p0 < CERA_KV_BLOCK ? n_pos - p0 : CERA_KV_BLOCK;
-        const size_t stride = (size_t)seq->pool->kv_dim;
-        for (int j = 0; j < n; j++) {
+        for (int j = p0 < lo ? lo - p0 : 0; j < n; j++) {
             const float s = ATTN(dot_f16)(kb + j * stride, q16, D) * a->scale;
             const cera_f16 *v = vb + j * stride;
             float ms = 1.0f, vs = 1.0f;
@@ -292,9 +299,17 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
     }
     memset(acc, 0, (size_t)nq * D * sizeof *acc);
     const int max_pos = a->pos[t1 - 1];
-    for (int p0 = 0; p0 <= max_pos; p0 += ATTN_TILE) {
+    /* the span's first key (its first token's window); tiles before it are skipped, and
+     * positions before it in a tile, whose blocks may be gone, are read as zeros */
+    const int lo0 = ATTN(window_lo)(a, t0);
+    for (int p0 = lo0 - lo0 % ATTN_TILE; p0 <= max_pos; p0 += ATTN_TILE) {
         const int n = max_pos + 1 - p0 < ATTN_TILE ? max_pos + 1 - p0 : ATTN_TILE;
         for (int j = 0; j < n; j++) {
+            if (p0 + j < lo0) {
+                for (int d = 0; d < D; d++) kt[d * ATTN_TILE + j] = 0.0f;
+                memset(vt + (size_t)j * D, 0, (size_t)D * sizeof *vt);
+                continue;
+            }
             const uint8_t *k = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p0 + j) + kv_off;
             for (int d = 0; d < D; d++) kt[d * ATTN_TILE + j] = ATTN(kv_get)(k, d, f16);
             ATTN(kv_to_f32)
@@ -302,12 +317,17 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
         }
         for (int r = 0; r < nq; r++) {
             const int t = t0 + r;
-            int vis = a->pos[t] + 1 - p0; /* positions of this tile the row may see */
-            if (vis <= 0) continue;       /* all masked: llama.cpp leaves the row as it is */
+            int vis = a->pos[t] + 1 - p0;               /* positions of this tile the row may see */
+            const int hid = ATTN(window_lo)(a, t) - p0; /* and those before its window */
+            if (vis <= 0 || hid >= ATTN_TILE) continue; /* all masked: llama.cpp leaves the row as it is */
             if (vis > ATTN_TILE) vis = ATTN_TILE;
             const float *q = a->q + ((size_t)t * a->n_head + h) * D;
             float *ar = acc + (size_t)r * D;
-            const float tile_max = ATTN(tile_scores)(kt, q, D, vis, a->scale, p);
+            float tile_max = ATTN(tile_scores)(kt, q, D, vis, a->scale, p);
+            if (hid > 0) { /* masked as -inf: out of the maximum, exp 0 */
+                tile_max = -INFINITY;
+                for (int j = hid; j < vis; j++) tile_max = p[j] > tile_max ? p[j] : tile_max;
+            }
             const float m_old = ms_[r], m_new = m_old > tile_max ? m_old : tile_max;
             if (m_new > m_old) {
                 const float ms = expf(m_old - m_new);
@@ -316,6 +336,7 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
             }
             ms_[r] = m_new;
             ATTN(tile_exp)(p, vis, m_new);
+            for (int j = 0; j < hid; j++) p[j] = 0.0f;
             for (int j = vis; j < ATTN_TILE; j++) p[j] = 0.0f; /* exp(-inf) of the masked */
             double sum = 0.0;
             for (int j0 = 0; j0 < ATTN_TILE; j0 += 16) sum += (double)ATTN(reduce16)(p + j0);

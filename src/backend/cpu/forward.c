@@ -51,12 +51,14 @@ typedef struct cpu_backend {
     cera_pool *pool;
     int n_batch;
     cera_rope rope;
+    cera_rope rope_swa; /* the sliding layers' (Gemma 3), when a layer slides */
     step *steps;
     int n_steps;
     row_op *rows;
     int n_rows;
     float *buf[CERA_BUF_COUNT]; /* activations, [n_batch rows of graph.width[b]] */
     float *rope_cache;          /* [n_batch, n_rot] cos/sin per token */
+    float *rope_cache_swa;      /* [n_batch, n_rot] the same with rope_swa, or NULL */
     float *conv_bx;             /* [n_batch, n_embd]: a conv block's B ⊙ X (LFM2) */
     float *conv_state;          /* [n_batch, (l_cache - 1) * n_embd]: new states before they are kept */
     int32_t *out_rows;          /* [n_batch] tokens that want logits */
@@ -156,6 +158,7 @@ static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size
         if (op->scale != 1.0f)
             for (int64_t i = 0; i < op->w->k; i++) dst[i] *= op->scale;
         if (hp->use_rope) cera_rope_cache(&be->rope, b->pos[t], be->rope_cache + t * hp->n_rot);
+        if (be->rope_cache_swa) cera_rope_cache(&be->rope_swa, b->pos[t], be->rope_cache_swa + t * hp->n_rot);
         break;
     case CERA_OP_NORM: {
         const float *src = be->buf[op->src] + t * width(be, op->src);
@@ -176,10 +179,13 @@ static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size
         float *kt = be->buf[CERA_BUF_K] + t * width(be, CERA_BUF_K);
         const float *vt = be->buf[CERA_BUF_V] + t * width(be, CERA_BUF_V);
         if (op->rope) {
-            const float *rc = be->rope_cache + t * hp->n_rot;
-            cera_rope_apply(&be->rope, rc, qt, hp->n_head, hd);
-            cera_rope_apply(&be->rope, rc, kt, L->n_head_kv, hd);
+            const cera_rope *ro = op->rope_swa ? &be->rope_swa : &be->rope;
+            const float *rc = (op->rope_swa ? be->rope_cache_swa : be->rope_cache) + t * hp->n_rot;
+            cera_rope_apply(ro, rc, qt, hp->n_head, hd);
+            cera_rope_apply(ro, rc, kt, L->n_head_kv, hd);
         }
+        if (op->scale != 0.0f)
+            for (int i = 0; i < hp->n_head * hd; i++) qt[i] *= op->scale;
         cera_kv_seq *s = b->seqs[b->seq[t]];
         store_kv(s, L->kv_index, 0, b->pos[t], kt, n_kv);
         store_kv(s, L->kv_index, 1, b->pos[t], vt, n_kv);
@@ -188,10 +194,15 @@ static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size
     case CERA_OP_ADD:
         cera_add_scaled_f32(dst, be->buf[op->src] + t * width(be, op->src), op->scale, (int)hp->n_embd);
         break;
-    case CERA_OP_GLU:
-        cera_swiglu_f32(dst, be->buf[op->src] + t * width(be, op->src),
-                        be->buf[op->src2] + t * width(be, op->src2), hp->n_ff);
+    case CERA_OP_GLU: {
+        const float *g = be->buf[op->src] + t * width(be, op->src),
+                    *u = be->buf[op->src2] + t * width(be, op->src2);
+        if (op->act == CERA_GLU_GELU)
+            cera_geglu_f32(dst, g, u, hp->n_ff);
+        else
+            cera_swiglu_f32(dst, g, u, hp->n_ff);
         break;
+    }
     default: break; /* not row-local: never in a ROWS step */
     }
 }
@@ -377,7 +388,9 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         }
         case STEP_ATTEND:
             aj.args.layer = m->layers[op->layer].kv_index;
+            aj.args.n_head_kv = m->layers[op->layer].n_head_kv;
             aj.args.scale = op->scale;
+            aj.args.window = op->window;
             cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
             break;
         case STEP_CONV: run_conv(be, b, op); break;
@@ -440,6 +453,7 @@ static void cpu_free(cera_backend *base) {
     free(be->steps);
     free(be->rows);
     free(be->rope_cache);
+    free(be->rope_cache_swa);
     free(be->conv_bx);
     free(be->conv_state);
     free(be->out_rows);
@@ -491,6 +505,13 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->m = m;
     be->n_batch = nb;
     cera_rope_init(&be->rope, hp, m->rope_freqs.data);
+    if (hp->n_swa) { /* llama.cpp: the sliding layers' own base, without the model's rope scaling */
+        cera_hparams hs = *hp;
+        hs.rope_base = hp->rope_base_swa;
+        hs.rope_freq_scale = 1.0f;
+        cera_rope_init(&be->rope_swa, &hs, m->rope_freqs.data);
+    }
+    cera_gelu_init();
 
     size_t act_max = 0;
     cera_status st = CERA_OK;
@@ -516,6 +537,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     for (int b = 0; b < CERA_BUF_COUNT && ok; b++)
         if (g->width[b]) ok = (be->buf[b] = malloc(rows * (size_t)g->width[b] * sizeof(float))) != NULL;
     be->rope_cache = malloc(rows * hp->n_rot * sizeof(float));
+    if (hp->n_swa) ok = ok && (be->rope_cache_swa = malloc(rows * hp->n_rot * sizeof(float))) != NULL;
     if (hp->n_conv_layer) {
         be->conv_bx = malloc(rows * hp->n_embd * sizeof(float));
         be->conv_state = malloc(rows * (size_t)(hp->conv_l_cache - 1) * hp->n_embd * sizeof(float));

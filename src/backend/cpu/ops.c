@@ -1,11 +1,13 @@
-/* ops.c — RMS norm, RoPE, SwiGLU and adds for the CPU backend (see ops.h). */
+/* ops.c — RMS norm, RoPE, SwiGLU, GEGLU and adds for the CPU backend (see ops.h). */
 #include "backend/cpu/ops.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "core/fp16.h"
 
 void cera_rms_norm_f32(float *y, const float *x, const float *w, int n, float eps) {
     /* llama.cpp sums the squares in double, takes the mean in double and rounds it
@@ -149,6 +151,35 @@ void cera_swiglu_f32(float *y, const float *g, const float *u, int n) {
     }
 #endif
     swiglu_portable(y, g, u, n);
+}
+
+/* gelu(f16 x) rounded to F16, for every F16 bit pattern (llama.cpp's table) */
+static cera_f16 gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_build(void) {
+    for (int i = 0; i < 1 << 16; i++) {
+        const float x = cera_f16_to_f32((cera_f16)i);
+        /* 0.5 x (1 + tanh(√(2/π) x (1 + 0.044715 x²))), the inner 1 + a·x·x contracted to one
+         * fused multiply-add as llama.cpp's build compiles it */
+        const float inner = fmaf(0.044715f * x, x, 1.0f);
+        gelu_table[i] =
+            cera_f32_to_f16(0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * inner)));
+    }
+}
+
+void cera_gelu_init(void) { pthread_once(&gelu_once, gelu_build); }
+
+void cera_geglu_f32(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i];
+        if (x <= -10.0f)
+            y[i] = 0.0f;
+        else if (x >= 10.0f)
+            y[i] = x * u[i];
+        else
+            y[i] = cera_f16_to_f32(gelu_table[cera_f32_to_f16(x)]) * u[i];
+    }
 }
 
 void cera_add_scaled_f32(float *y, const float *x, float s, int n) {

@@ -1,6 +1,6 @@
 /*
  * ops.h — the CPU backend's element-wise and row operations (everything but the
- * matmuls and the attention): RMS norm, rotary embedding, SwiGLU, residual adds.
+ * matmuls and the attention): RMS norm, rotary embedding, SwiGLU and GEGLU, residual adds.
  *
  * Each mirrors the arithmetic of llama.cpp's CPU op (order of operations, where it
  * sums in double), so F32 models agree with llama.cpp to float rounding.
@@ -39,6 +39,13 @@ float cera_expf_ggml(float x);
 
 /* y = silu(g) * u, n elements (y may alias g). */
 void cera_swiglu_f32(float *y, const float *g, const float *u, int n);
+
+/* Builds the GELU table cera_geglu_f32 reads (once per process; thread-safe). */
+void cera_gelu_init(void);
+/* y = gelu(g) * u, n elements (y may alias g), GELU's tanh approximation as llama.cpp's CPU
+ * computes it: 0 for g <= -10, g for g >= 10, else a table of F16 results indexed by g
+ * rounded to F16 (cera_gelu_init first). */
+void cera_geglu_f32(float *y, const float *g, const float *u, int n);
 
 /* y += x * s over n elements (s == 1 is a plain add). */
 void cera_add_scaled_f32(float *y, const float *x, float s, int n);

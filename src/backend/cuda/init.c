@@ -184,6 +184,14 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
 
 static cera_status check_model(const cera_model *m, cera_error *err) {
     const cera_hparams *hp = &m->hp;
+    /* the KV pool it reads has one row width and no window (kv/kv_cache.h): such models run
+     * on the CPU backend */
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layers[il].swa || (m->layers[il].n_head_kv && m->layers[il].n_head_kv != hp->n_head_kv))
+            return cera_fail(
+                err, CERA_ERR_UNSUPPORTED,
+                "cuda: %s has sliding-window layers or per-layer KV widths; the CPU backend runs it",
+                cera_arch_name(hp->arch));
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);

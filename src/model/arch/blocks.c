@@ -97,18 +97,27 @@ void cera_emit_attention(cera_builder *b, int il) {
                                {&L->proj[CERA_PROJ_V], opt(&L->bv), CERA_BUF_V, CERA_PROJ_V}}});
     if (L->q_norm.data) emit_norm(b, il, CERA_BUF_Q, CERA_BUF_Q, &L->q_norm, hp->head_dim);
     if (L->k_norm.data) emit_norm(b, il, CERA_BUF_K, CERA_BUF_K, &L->k_norm, hp->head_dim);
-    emit(b, &(cera_op){.kind = CERA_OP_ROPE_KV, .layer = il, .src = CERA_BUF_Q, .rope = hp->use_rope});
+    emit(b, &(cera_op){.kind = CERA_OP_ROPE_KV,
+                       .layer = il,
+                       .src = CERA_BUF_Q,
+                       .rope = hp->use_rope,
+                       .rope_swa = L->swa,
+                       .scale = hp->attn_scale_on_q ? hp->attn_scale : 0.0f});
     emit(b, &(cera_op){.kind = CERA_OP_ATTEND,
                        .layer = il,
                        .src = CERA_BUF_Q,
                        .dst = CERA_BUF_ATT,
-                       .scale = hp->attn_scale});
+                       .scale = hp->attn_scale_on_q ? 1.0f : hp->attn_scale,
+                       .window = L->swa ? hp->n_swa : 0});
     if (b->st == CERA_OK) cera_graph_need(b->g, CERA_BUF_ATT, (int64_t)hp->n_head * hp->head_dim);
     emit_linear1(b, il, CERA_BUF_ATT, CERA_PROJ_O, &L->bo, CERA_BUF_O);
+    if (L->post_attn_norm.data) emit_norm(b, il, CERA_BUF_O, CERA_BUF_O, &L->post_attn_norm, 0);
     emit_residual(b, il);
 }
 
-void cera_emit_ffn_swiglu(cera_builder *b, int il) {
+void cera_emit_ffn_swiglu(cera_builder *b, int il) { cera_emit_ffn_glu(b, il, CERA_GLU_SILU); }
+
+void cera_emit_ffn_glu(cera_builder *b, int il, cera_glu_act act) {
     const cera_layer *L = &b->m->layers[il];
     emit_norm(b, il, CERA_BUF_X, CERA_BUF_H, &L->ffn_norm, 0);
     emit(b, &(cera_op){.kind = CERA_OP_LINEAR,
@@ -121,8 +130,10 @@ void cera_emit_ffn_swiglu(cera_builder *b, int il) {
                        .layer = il,
                        .src = CERA_BUF_GATE,
                        .src2 = CERA_BUF_UP,
-                       .dst = CERA_BUF_GATE});
+                       .dst = CERA_BUF_GATE,
+                       .act = act});
     emit_linear1(b, il, CERA_BUF_GATE, CERA_PROJ_DOWN, &L->b_down, CERA_BUF_O);
+    if (L->post_ffn_norm.data) emit_norm(b, il, CERA_BUF_O, CERA_BUF_O, &L->post_ffn_norm, 0);
     emit_residual(b, il);
 }
 

@@ -24,11 +24,16 @@ typedef struct cera_builder {
 /* X = tok_embd[token] · embd_scale. */
 void cera_emit_embed(cera_builder *b);
 /* x += attention(rms_norm(x) · attn_norm) · residual_scale, as llama.cpp's llm_build_llama:
- * Q/K/V (+ biases), per-head Q/K norms when the layer has them, rope, the KV store, GQA
- * attention scaled by attn_scale, the output projection (+ bias). */
+ * Q/K/V (+ biases), per-head Q/K norms when the layer has them, rope (the sliding layers'
+ * base on a sliding layer), the KV store, GQA attention scaled by attn_scale (on Q after
+ * the rotation when hparams attn_scale_on_q) within the layer's window, the output
+ * projection (+ bias), then the layer's post_attn_norm when it has one (Gemma 3). */
 void cera_emit_attention(cera_builder *b, int il);
 /* x += down(silu(gate(h)) ⊙ up(h)) · residual_scale, h = rms_norm(x) · ffn_norm. */
 void cera_emit_ffn_swiglu(cera_builder *b, int il);
+/* The same with the gate's activation act, and the layer's post_ffn_norm on the branch
+ * when it has one (Gemma 3: GELU, normed). */
+void cera_emit_ffn_glu(cera_builder *b, int il, cera_glu_act act);
 /* LFM2's gated short convolution: x += out_proj(C ⊙ conv(B ⊙ X)), B | C | X = in_proj(h),
  * h = rms_norm(x) · attn_norm. */
 void cera_emit_shortconv(cera_builder *b, int il);
