@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A rank=([core]=0 [tensor]=1 [gguf]=1 [tokenizer]=2 [model]=2 [sample]=2 [kv]=2 [template]=2
                  [lora]=3 [backend]=4 [engine]=5)
+rank[grammar]=2 # structured output: GBNF, its matcher, JSON Schema → GBNF
 bad=0
 while IFS= read -r file; do
     dir=${file#src/}

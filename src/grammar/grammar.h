@@ -1,0 +1,85 @@
+/*
+ * grammar.h — structured output: GBNF grammars (llama.cpp's syntax and semantics), a
+ * matcher over them, and JSON Schema → GBNF.
+ *
+ * A grammar text is parsed once into an immutable cera_grammar (rules of elements, as
+ * llama.cpp's llama_grammar_parser builds them: repetitions expanded into helper rules,
+ * groups into anonymous rules). A cera_grammar_matcher holds the set of parse stacks
+ * over one grammar and is advanced code point by code point exactly as llama.cpp's
+ * llama_grammar_accept: it is dead once no stack can take a code point, and complete
+ * when some stack is empty. cera_grammar_check runs a whole input the way llama.cpp's
+ * test-gbnf-validator does (rejection position in code points).
+ *
+ * Grammars and inputs are untrusted: parsing is bounded in size and nesting, and every
+ * refusal is an error with line, column and what was expected; the matcher bounds the
+ * number of stacks and the work per code point (an ambiguous grammar gets CERA_ERR_UNSUPPORTED
+ * instead of a hang).
+ */
+#ifndef CERA_GRAMMAR_H
+#define CERA_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct cera_grammar cera_grammar;
+typedef struct cera_grammar_matcher cera_grammar_matcher;
+
+/* Resolves `<text>` token elements: the id of the single token text[0..len) is, or -1
+ * when the text is not exactly one token. Without a vocabulary such elements are refused
+ * (as llama.cpp does); `<[id]>` needs none. */
+typedef struct cera_grammar_vocab {
+    void *user;
+    int32_t (*token_of_text)(void *user, const char *text, size_t len);
+} cera_grammar_vocab;
+
+/* Parses a GBNF text (len bytes; it ends at the first NUL, as llama.cpp reads it). The
+ * start rule is `root`. vocab may be NULL. Errors: CERA_ERR_FORMAT with "line L, column C:
+ * what was expected", or the grammar-level refusals (undefined rule, left recursion, no
+ * root); CERA_ERR_UNSUPPORTED for sizes past the limits. */
+cera_status cera_grammar_parse(const char *text, size_t len, const cera_grammar_vocab *vocab,
+                               cera_grammar **out, cera_error *err);
+void cera_grammar_free(cera_grammar *g);
+/* Number of rules (named, groups and repetition helpers). */
+size_t cera_grammar_n_rules(const cera_grammar *g);
+
+/* Limits of a matcher (zero fields take the defaults). */
+typedef struct cera_grammar_limits {
+    size_t max_stacks; /* live parse stacks after a code point (default 65536) */
+    size_t max_work;   /* stack expansions per code point (default 4 million) */
+} cera_grammar_limits;
+
+/* A matcher at the start of the grammar (llama.cpp's initial stacks). limits may be NULL. */
+cera_status cera_grammar_matcher_new(const cera_grammar *g, const cera_grammar_limits *limits,
+                                     cera_grammar_matcher **out, cera_error *err);
+void cera_grammar_matcher_free(cera_grammar_matcher *m);
+/* A copy of the matcher's state (for speculation or a sampler trying candidates). */
+cera_status cera_grammar_matcher_clone(const cera_grammar_matcher *m, cera_grammar_matcher **out,
+                                       cera_error *err);
+/* Feeds one code point. CERA_OK whether or not it was taken (see _dead); an error only
+ * when a limit was passed (the matcher is then dead). */
+cera_status cera_grammar_matcher_accept(cera_grammar_matcher *m, uint32_t cp, cera_error *err);
+/* True when no parse remains (the last code point was rejected). */
+bool cera_grammar_matcher_dead(const cera_grammar_matcher *m);
+/* True when some parse is complete (the input so far is a whole match). */
+bool cera_grammar_matcher_complete(const cera_grammar_matcher *m);
+/* Number of live parse stacks. */
+size_t cera_grammar_matcher_n_stacks(const cera_grammar_matcher *m);
+
+/* Runs a whole UTF-8 input as llama.cpp's validator: *accepted, and when rejected
+ * *reject_pos = the 0-based code point where no parse could go on (the input's length in
+ * code points when it ended too early). Invalid UTF-8 bytes read as U+FFFD each. */
+cera_status cera_grammar_check(const cera_grammar *g, const char *input, size_t len, bool *accepted,
+                               size_t *reject_pos, cera_error *err);
+
+/* Converts a JSON Schema (JSON text) into GBNF as llama.cpp's json_schema_to_grammar
+ * does: *out is malloc'ed, NUL-terminated, one `name ::= body` line per rule in name
+ * order. A schema it refuses (unanchored patterns, external or missing $refs, unknown
+ * types, malformed JSON) is CERA_ERR_UNSUPPORTED / CERA_ERR_FORMAT with the reason. The
+ * grammar may still fail to load (patterns with escapes GBNF lacks, such as \d), as
+ * llama.cpp's does. */
+cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, cera_error *err);
+
+#endif

@@ -1,0 +1,133 @@
+/*
+ * grammar.c — `cera grammar`: GBNF grammars and JSON Schema conversion (src/grammar).
+ *
+ *   cera grammar --grammar FILE --check INPUT   exit 0: INPUT is accepted; 1: rejected, with
+ *                                               "reject at N" (N: 0-based code point) on
+ *                                               stdout; 2: the grammar does not load
+ *   cera grammar --grammar FILE                 loads the grammar (exit 0) or says why not (2)
+ *   cera grammar --json-schema SCHEMA.json      prints the GBNF grammar of the schema
+ *   cera grammar --json-schema SCHEMA.json --check INPUT   converts, then checks INPUT
+ *
+ * Verdicts are those of llama.cpp's test-gbnf-validator. Both files are read byte for byte.
+ * A matcher limit (a grammar too ambiguous for the input) exits 3.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "grammar/grammar.h"
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: cera grammar (--grammar FILE | --json-schema FILE) [--check INPUT]\n"
+                 "\n"
+                 "Loads a GBNF grammar (llama.cpp's syntax) or converts a JSON Schema to one\n"
+                 "(as llama.cpp's json_schema_to_grammar), and checks a text against it.\n"
+                 "\n"
+                 "  -g, --grammar FILE    a GBNF grammar (start rule: root)\n"
+                 "  -j, --json-schema FILE  a JSON Schema; without --check the grammar is printed\n"
+                 "  -c, --check FILE      the text to check (UTF-8): exit 0 accepted, 1 rejected\n"
+                 "                        (stdout: reject at N, N the 0-based code point), 2 the\n"
+                 "                        grammar does not load, 3 a matcher limit was reached\n"
+                 "  -h, --help            this help\n");
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 12, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *b = realloc(buf, (cap *= 2) + 1);
+        if (!b) free(buf);
+        buf = b;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int cmd_grammar(int argc, char **argv) {
+    const char *gpath = NULL, *spath = NULL, *check = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-g") || !strcmp(a, "--grammar")) && has_val) {
+            gpath = argv[++i];
+        } else if ((!strcmp(a, "-j") || !strcmp(a, "--json-schema")) && has_val) {
+            spath = argv[++i];
+        } else if ((!strcmp(a, "-c") || !strcmp(a, "--check")) && has_val) {
+            check = argv[++i];
+        } else {
+            usage(stderr);
+            return cli_usage_error("grammar", "unknown or incomplete option '%s'", a);
+        }
+    }
+    if ((gpath != NULL) + (spath != NULL) != 1)
+        return cli_usage_error("grammar", "give exactly one of --grammar FILE, --json-schema FILE");
+
+    cera_error err = {0};
+    int rc = 2;
+    size_t len = 0, in_len = 0;
+    char *text = NULL, *gbnf = NULL, *input = NULL;
+    cera_grammar *g = NULL;
+    const char *src = gpath ? gpath : spath;
+    if (!(text = read_all(src, &len))) {
+        fprintf(stderr, "cera: %s: %s\n", src, strerror(errno));
+        goto done;
+    }
+    if (spath) {
+        if (cera_json_schema_to_gbnf(text, len, &gbnf, &err) != CERA_OK) {
+            fprintf(stderr, "cera: %s: %s\n", spath, err.message);
+            goto done;
+        }
+        if (!check) {
+            rc = fputs(gbnf, stdout) >= 0 && fflush(stdout) == 0 ? 0 : 1;
+            goto done;
+        }
+    }
+    if (cera_grammar_parse(gbnf ? gbnf : text, gbnf ? strlen(gbnf) : len, NULL, &g, &err) != CERA_OK) {
+        fprintf(stderr, "cera: %s: %s\n", src, err.message);
+        goto done;
+    }
+    if (!check) {
+        rc = 0;
+        goto done;
+    }
+    if (!(input = read_all(check, &in_len))) {
+        fprintf(stderr, "cera: %s: %s\n", check, strerror(errno));
+        rc = 2;
+        goto done;
+    }
+    bool ok;
+    size_t at;
+    if (cera_grammar_check(g, input, in_len, &ok, &at, &err) != CERA_OK) {
+        fprintf(stderr, "cera: %s: %s\n", check, err.message);
+        rc = 3;
+        goto done;
+    }
+    if (ok) {
+        rc = 0;
+    } else {
+        printf("reject at %zu\n", at);
+        rc = 1;
+    }
+done:
+    cera_grammar_free(g);
+    free(input);
+    free(gbnf);
+    free(text);
+    return rc;
+}
