@@ -74,6 +74,36 @@ size_t cera_grammar_matcher_n_stacks(const cera_grammar_matcher *m);
 cera_status cera_grammar_check(const cera_grammar *g, const char *input, size_t len, bool *accepted,
                                size_t *reject_pos, cera_error *err);
 
+/* ---- constrained sampling: tokens ---- */
+
+/* A vocabulary for masks: token i's text is pieces[i] (lens[i] bytes); is_eog (may be
+ * NULL) marks end-of-generation tokens. Built once per model (a byte trie). */
+typedef struct cera_grammar_tokens cera_grammar_tokens;
+cera_status cera_grammar_tokens_new(const char *const *pieces, const size_t *lens, const bool *is_eog,
+                                    int32_t n_vocab, cera_grammar_tokens **out, cera_error *err);
+void cera_grammar_tokens_free(cera_grammar_tokens *t);
+int32_t cera_grammar_tokens_n_vocab(const cera_grammar_tokens *t);
+
+/* Feeds bytes of UTF-8 text; a code point may be split across calls. Invalid UTF-8 kills
+ * the matcher (it matches nothing). */
+cera_status cera_grammar_matcher_accept_bytes(cera_grammar_matcher *m, const char *bytes, size_t n,
+                                              cera_error *err);
+/* Accepts a sampled token (as llama.cpp's grammar sampler): its text through the character
+ * stacks, or a token element on top taking it by id. An end-of-generation token needs a
+ * complete parse (else CERA_ERR_INVALID_ARG) and leaves the state as it is. */
+cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cera_grammar_tokens *t,
+                                              int32_t token, cera_error *err);
+/* The tokens allowed next: bit i%32 of mask[i/32] for token i ((n_vocab + 31) / 32 words),
+ * as llama.cpp's grammar sampler decides: text tokens some stack takes whole, token
+ * elements by id, end-of-generation tokens when a parse is complete, empty pieces never.
+ * Masks are cached per state inside the matcher. */
+cera_status cera_grammar_matcher_mask(cera_grammar_matcher *m, const cera_grammar_tokens *t, uint32_t *mask,
+                                      cera_error *err);
+
+/* Whether the next token may be `token` (1 yes, 0 no, -1 error): the same decision as the
+ * mask, made for one token directly (the reference the mask is tested against). */
+int cera_grammar_matcher_allows(cera_grammar_matcher *m, const cera_grammar_tokens *t, int32_t token);
+
 /* Converts a JSON Schema (JSON text) into GBNF as llama.cpp's json_schema_to_grammar
  * does: *out is malloc'ed, NUL-terminated, one `name ::= body` line per rule in name
  * order. A schema it refuses (unanchored patterns, external or missing $refs, unknown

@@ -45,6 +45,55 @@ struct cera_grammar {
 
 static inline bool gelem_is_eos(const gelem *e) { return e->type == GE_END || e->type == GE_ALT; }
 
+/* ---- the matcher's state (match.c), shared with tokens.c ---- */
+
+#define EMPTY_STACK 0u
+#define NO_NODE     UINT32_MAX
+
+typedef struct node_pool {
+    uint32_t *elem, *parent; /* [cap] node i: top element and the stack below it */
+    uint32_t n, cap;
+    uint32_t *table; /* [table_cap] node id + 1 by hash of (elem, parent); 0 = free */
+    size_t table_cap;
+} node_pool;
+
+struct cera_grammar_matcher {
+    const cera_grammar *g;
+    cera_grammar_limits lim;
+    node_pool pool;
+    uint32_t *stacks, *next; /* the live stacks; the ones being built */
+    size_t n_stacks, n_next, cap_stacks, cap_next;
+    uint32_t *mark; /* [mark_cap >= pool.n] == gen: expanded during this code point */
+    size_t mark_cap;
+    uint32_t gen;
+    uint32_t *todo;
+    size_t n_todo, cap_todo;
+    size_t work;
+    uint32_t compact_at;      /* pool size that triggers the next compaction */
+    uint32_t epoch;           /* bumped when the pool is compacted (node ids change) */
+    uint32_t partial_value;   /* the bits of a code point whose UTF-8 bytes are not all in */
+    int partial_remain;       /* bytes it still needs (0: none pending) */
+    struct mask_cache *cache; /* tokens.c: allowed-token masks by state */
+    bool failed;
+    cera_status status; /* of the failure */
+    cera_error *err;    /* of the call in progress */
+};
+
+bool gm_grow_u32(uint32_t **v, size_t *cap, size_t need);
+uint32_t gm_push(cera_grammar_matcher *m, uint32_t parent, uint32_t elem);
+bool gm_fail(cera_grammar_matcher *m, cera_status st, const char *msg);
+/* Maps stacks in[0..n) through code point cp into m->next[0..n_next) (a fresh set). */
+bool gm_step(cera_grammar_matcher *m, const uint32_t *in, size_t n, uint32_t cp);
+/* Expands stack s (a rule reference on top) into m->next, within the current step. */
+bool gm_advance(cera_grammar_matcher *m, uint32_t s);
+void gm_new_step(cera_grammar_matcher *m);
+/* Makes m->next the live set; compacts the pool when it has grown. */
+bool gm_commit(cera_grammar_matcher *m);
+/* Whether some code point completing the partial UTF-8 (value, n_remain) fits the character
+ * set at el[pos] (llama.cpp's match_partial_char). */
+bool gm_match_partial(const gelem *el, uint32_t pos, uint32_t value, int n_remain);
+void gm_cache_free(struct mask_cache *c);
+
 /* Growable NUL-terminated text; on allocation failure it sets oom and stays valid. */
 typedef struct gstr {
     char *s;

@@ -20,35 +20,7 @@
 
 #include "grammar/internal.h"
 
-#define EMPTY_STACK 0u
-#define NO_NODE     UINT32_MAX
-
-typedef struct node_pool {
-    uint32_t *elem, *parent; /* [cap] node i: top element and the stack below it */
-    uint32_t n, cap;
-    uint32_t *table; /* [table_cap] node id + 1 by hash of (elem, parent); 0 = free */
-    size_t table_cap;
-} node_pool;
-
-struct cera_grammar_matcher {
-    const cera_grammar *g;
-    cera_grammar_limits lim;
-    node_pool pool;
-    uint32_t *stacks, *next; /* the live stacks; the ones being built */
-    size_t n_stacks, n_next, cap_stacks, cap_next;
-    uint32_t *mark; /* [mark_cap >= pool.n] == gen: expanded during this code point */
-    size_t mark_cap;
-    uint32_t gen;
-    uint32_t *todo;
-    size_t n_todo, cap_todo;
-    size_t work;
-    uint32_t compact_at; /* pool size that triggers the next compaction */
-    bool failed;
-    cera_status status; /* of the failure */
-    cera_error *err;    /* of the call in progress */
-};
-
-static bool grow_u32(uint32_t **v, size_t *cap, size_t need) {
+bool gm_grow_u32(uint32_t **v, size_t *cap, size_t need) {
     if (need <= *cap) return true;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
@@ -124,7 +96,7 @@ static uint32_t pool_push(node_pool *p, uint32_t parent, uint32_t elem) {
     return id;
 }
 
-static bool fail(cera_grammar_matcher *m, cera_status st, const char *msg) {
+bool gm_fail(cera_grammar_matcher *m, cera_status st, const char *msg) {
     if (!m->failed) {
         cera_fail(m->err, st, "%s", msg);
         m->status = st;
@@ -133,13 +105,13 @@ static bool fail(cera_grammar_matcher *m, cera_status st, const char *msg) {
     return false;
 }
 
-static uint32_t push(cera_grammar_matcher *m, uint32_t parent, uint32_t elem) {
+uint32_t gm_push(cera_grammar_matcher *m, uint32_t parent, uint32_t elem) {
     uint32_t id = pool_push(&m->pool, parent, elem);
-    if (id == NO_NODE) return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory"), NO_NODE;
+    if (id == NO_NODE) return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory"), NO_NODE;
     if (id >= m->mark_cap) {
         size_t old = m->mark_cap;
-        if (!grow_u32(&m->mark, &m->mark_cap, (size_t)id + 1))
-            return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory"), NO_NODE;
+        if (!gm_grow_u32(&m->mark, &m->mark_cap, (size_t)id + 1))
+            return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory"), NO_NODE;
         memset(m->mark + old, 0, (m->mark_cap - old) * sizeof *m->mark);
     }
     return id;
@@ -147,23 +119,24 @@ static uint32_t push(cera_grammar_matcher *m, uint32_t parent, uint32_t elem) {
 
 static bool add_next(cera_grammar_matcher *m, uint32_t s) {
     if (m->n_next >= m->lim.max_stacks)
-        return fail(m, CERA_ERR_UNSUPPORTED, "grammar too ambiguous: too many parse stacks (limit reached)");
-    if (!grow_u32(&m->next, &m->cap_next, m->n_next + 1))
-        return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
+        return gm_fail(m, CERA_ERR_UNSUPPORTED,
+                       "grammar too ambiguous: too many parse stacks (limit reached)");
+    if (!gm_grow_u32(&m->next, &m->cap_next, m->n_next + 1))
+        return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
     m->next[m->n_next++] = s;
     return true;
 }
 
 static bool todo_push(cera_grammar_matcher *m, uint32_t s) {
-    if (!grow_u32(&m->todo, &m->cap_todo, m->n_todo + 1))
-        return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
+    if (!gm_grow_u32(&m->todo, &m->cap_todo, m->n_todo + 1))
+        return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
     m->todo[m->n_todo++] = s;
     return true;
 }
 
 /* Expands stack s until every stack has a terminal on top (or is empty), adding those to
  * m->next; stacks already expanded during this code point are skipped. */
-static bool advance(cera_grammar_matcher *m, uint32_t s) {
+bool gm_advance(cera_grammar_matcher *m, uint32_t s) {
     const gelem *el = m->g->el;
     if (!todo_push(m, s)) return false;
     while (m->n_todo) {
@@ -171,7 +144,7 @@ static bool advance(cera_grammar_matcher *m, uint32_t s) {
         if (m->mark[x] == m->gen) continue;
         m->mark[x] = m->gen;
         if (++m->work > m->lim.max_work)
-            return fail(m, CERA_ERR_UNSUPPORTED, "grammar too ambiguous: too much work for one character");
+            return gm_fail(m, CERA_ERR_UNSUPPORTED, "grammar too ambiguous: too much work for one character");
         if (x == EMPTY_STACK) {
             if (!add_next(m, x)) return false;
             continue;
@@ -183,11 +156,11 @@ static bool advance(cera_grammar_matcher *m, uint32_t s) {
             continue;
         }
         uint32_t base = m->pool.parent[x];
-        if (!gelem_is_eos(e + 1) && (base = push(m, base, pos + 1)) == NO_NODE) return false;
+        if (!gelem_is_eos(e + 1) && (base = gm_push(m, base, pos + 1)) == NO_NODE) return false;
         uint32_t sub = m->g->rule_off[e->value];
         for (;;) {
             uint32_t ns = base;
-            if (!gelem_is_eos(el + sub) && (ns = push(m, base, sub)) == NO_NODE) return false;
+            if (!gelem_is_eos(el + sub) && (ns = gm_push(m, base, sub)) == NO_NODE) return false;
             if (!todo_push(m, ns)) return false;
             while (!gelem_is_eos(el + sub)) sub++;
             if (el[sub].type != GE_ALT) break;
@@ -216,7 +189,7 @@ static bool match_char(const gelem *el, uint32_t pos, uint32_t cp, uint32_t *aft
     return found == positive;
 }
 
-static void new_step(cera_grammar_matcher *m) {
+void gm_new_step(cera_grammar_matcher *m) {
     m->n_next = 0;
     m->work = 0;
     if (++m->gen == 0) {
@@ -243,7 +216,7 @@ static bool compact(cera_grammar_matcher *m) {
     if (!remap || !pool_init(&np)) {
         free(remap);
         pool_free(&np);
-        return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
+        return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
     }
     memset(remap, 0xff, (size_t)m->pool.n * sizeof *remap);
     remap[0] = 0;
@@ -263,12 +236,13 @@ static bool compact(cera_grammar_matcher *m) {
     pool_free(&m->pool);
     m->pool = np;
     memset(m->mark, 0, m->mark_cap * sizeof *m->mark);
-    m->compact_at = m->pool.n * 4 > (1u << 16) ? m->pool.n * 4 : (1u << 16);
+    m->compact_at = m->pool.n * 8 > (1u << 21) ? m->pool.n * 8 : (1u << 21);
+    m->epoch++;
     return true;
 oom:
     free(remap);
     pool_free(&np);
-    return fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
+    return gm_fail(m, CERA_ERR_NO_MEMORY, "grammar matcher: out of memory");
 }
 
 static cera_grammar_matcher *matcher_alloc(const cera_grammar *g, const cera_grammar_limits *limits) {
@@ -278,8 +252,8 @@ static cera_grammar_matcher *matcher_alloc(const cera_grammar *g, const cera_gra
     if (limits) m->lim = *limits;
     if (!m->lim.max_stacks) m->lim.max_stacks = 65536;
     if (!m->lim.max_work) m->lim.max_work = 4u << 20;
-    m->compact_at = 1u << 16;
-    if (!pool_init(&m->pool) || !grow_u32(&m->mark, &m->mark_cap, m->pool.cap)) {
+    m->compact_at = 1u << 21;
+    if (!pool_init(&m->pool) || !gm_grow_u32(&m->mark, &m->mark_cap, m->pool.cap)) {
         cera_grammar_matcher_free(m);
         return NULL;
     }
@@ -294,13 +268,13 @@ cera_status cera_grammar_matcher_new(const cera_grammar *g, const cera_grammar_l
     cera_grammar_matcher *m = matcher_alloc(g, limits);
     if (!m) return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     m->err = err;
-    new_step(m);
+    gm_new_step(m);
     const gelem *el = g->el;
     uint32_t pos = g->rule_off[g->root];
     for (;;) {
         uint32_t s = EMPTY_STACK;
-        if (!gelem_is_eos(el + pos) && (s = push(m, EMPTY_STACK, pos)) == NO_NODE) break;
-        if (!advance(m, s)) break;
+        if (!gelem_is_eos(el + pos) && (s = gm_push(m, EMPTY_STACK, pos)) == NO_NODE) break;
+        if (!gm_advance(m, s)) break;
         while (!gelem_is_eos(el + pos)) pos++;
         if (el[pos].type != GE_ALT) break;
         pos++;
@@ -318,6 +292,7 @@ cera_status cera_grammar_matcher_new(const cera_grammar *g, const cera_grammar_l
 
 void cera_grammar_matcher_free(cera_grammar_matcher *m) {
     if (!m) return;
+    gm_cache_free(m->cache);
     pool_free(&m->pool);
     free(m->stacks);
     free(m->next);
@@ -342,6 +317,7 @@ cera_status cera_grammar_matcher_clone(const cera_grammar_matcher *m, cera_gramm
     c->todo = NULL;
     c->cap_todo = c->n_todo = 0;
     c->gen = 1;
+    c->cache = NULL;
     if (!c->pool.elem || !c->pool.parent || !c->pool.table || !c->mark || !c->stacks) {
         cera_grammar_matcher_free(c);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
@@ -354,37 +330,68 @@ cera_status cera_grammar_matcher_clone(const cera_grammar_matcher *m, cera_gramm
     return CERA_OK;
 }
 
-cera_status cera_grammar_matcher_accept(cera_grammar_matcher *m, uint32_t cp, cera_error *err) {
-    if (!m) return cera_fail(err, CERA_ERR_INVALID_ARG, "no matcher");
-    if (m->failed) return cera_fail(err, CERA_ERR_UNSUPPORTED, "grammar matcher stopped at an earlier limit");
-    if (m->n_stacks == 0) return CERA_OK;
-    m->err = err;
-    new_step(m);
+bool gm_step(cera_grammar_matcher *m, const uint32_t *in, size_t n, uint32_t cp) {
+    gm_new_step(m);
     const gelem *el = m->g->el;
-    for (size_t i = 0; i < m->n_stacks && !m->failed; i++) {
-        uint32_t s = m->stacks[i];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = in[i];
         if (s == EMPTY_STACK) continue;
         uint32_t pos = m->pool.elem[s], after;
         uint32_t t = el[pos].type;
         if (t == GE_TOKEN || t == GE_TOKEN_NOT) continue; /* a token never matches a character */
         if (!match_char(el, pos, cp, &after)) continue;
         uint32_t ns = m->pool.parent[s];
-        if (!gelem_is_eos(el + after) && (ns = push(m, ns, after)) == NO_NODE) break;
-        advance(m, ns);
+        if (!gelem_is_eos(el + after) && (ns = gm_push(m, ns, after)) == NO_NODE) return false;
+        if (!gm_advance(m, ns)) return false;
     }
-    if (m->failed) {
-        m->n_stacks = 0;
-        m->err = NULL;
-        return m->status;
-    }
+    return true;
+}
+
+bool gm_commit(cera_grammar_matcher *m) {
     swap_sets(m);
-    if (m->pool.n > m->compact_at) compact(m);
+    if (m->pool.n > m->compact_at && !compact(m)) {
+        m->n_stacks = 0;
+        return false;
+    }
+    return true;
+}
+
+cera_status cera_grammar_matcher_accept(cera_grammar_matcher *m, uint32_t cp, cera_error *err) {
+    if (!m) return cera_fail(err, CERA_ERR_INVALID_ARG, "no matcher");
+    if (m->failed) return cera_fail(err, CERA_ERR_UNSUPPORTED, "grammar matcher stopped at an earlier limit");
+    if (m->n_stacks == 0) return CERA_OK;
+    m->err = err;
+    bool ok = gm_step(m, m->stacks, m->n_stacks, cp) && gm_commit(m);
     m->err = NULL;
-    if (m->failed) {
+    if (!ok) {
         m->n_stacks = 0;
         return m->status;
     }
     return CERA_OK;
+}
+
+bool gm_match_partial(const gelem *el, uint32_t pos, uint32_t value, int n_remain) {
+    bool positive = el[pos].type == GE_CHAR || el[pos].type == GE_CHAR_ANY;
+    if (n_remain < 0 || (n_remain == 1 && value < 2)) return false; /* invalid, or an overlong 2-byte form */
+    uint32_t low = value << (n_remain * 6), high = low | ((1u << (n_remain * 6)) - 1);
+    if (low == 0) {
+        if (n_remain == 2)
+            low = 1u << 11;
+        else if (n_remain == 3)
+            low = 1u << 16;
+    }
+    do {
+        if (el[pos + 1].type == GE_CHAR_RNG_UPPER) {
+            if (el[pos].value <= high && low <= el[pos + 1].value) return positive;
+            pos += 2;
+        } else if (el[pos].type == GE_CHAR_ANY) {
+            return true;
+        } else {
+            if (low <= el[pos].value && el[pos].value <= high) return positive;
+            pos += 1;
+        }
+    } while (el[pos].type == GE_CHAR_ALT);
+    return !positive;
 }
 
 bool cera_grammar_matcher_dead(const cera_grammar_matcher *m) { return !m || m->n_stacks == 0; }

@@ -23,7 +23,7 @@
 #include "grammar/internal.h"
 
 #define MAX_DEPTH 256
-#define MAX_RULES 50000
+#define MAX_RULES 5000
 
 typedef struct named {
     char *name, *body;
