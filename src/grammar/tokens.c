@@ -49,12 +49,37 @@ typedef struct cache_entry {
     uint32_t *mask;
 } cache_entry;
 
+/* A byte automaton built lazily over the matcher's stack sets: a state is a set of stacks
+ * (interned, sorted) with a partial code point; its transition on a byte is computed once
+ * (a matcher step when the byte completes a code point) and then looked up, so a mask walk
+ * costs one hash probe per trie node once the states it meets are known. Node ids are
+ * only stable until the pool is compacted, so the automaton is dropped then. */
+typedef struct dfa {
+    uint32_t *set_data; /* the sets' stacks, one after another */
+    size_t n_set_data, cap_set_data;
+    uint32_t *set_off, *set_len; /* [n_sets] */
+    size_t n_sets, cap_sets;
+    uint32_t *set_tab; /* set id + 1 by hash */
+    size_t cap_set_tab;
+    uint32_t *ds_set, *ds_val; /* [n_ds] a state: its set and partial code point */
+    int8_t *ds_rem;
+    size_t n_ds, cap_ds;
+    uint32_t *ds_tab; /* state id + 1 by hash */
+    size_t cap_ds_tab;
+    uint64_t *tr_key; /* (state << 8 | byte) + 1; 0 = free */
+    uint32_t *tr_val; /* the next state or DEAD */
+    size_t n_tr, cap_tr;
+} dfa;
+
+#define DEAD (UINT32_MAX - 1)
+
 struct mask_cache {
     const cera_grammar_tokens *tok;
     uint32_t epoch;
     cache_entry e[CACHE_SIZE];
     size_t n, victim;
     uint64_t hits, misses;
+    dfa d;
 };
 
 /* ---- the vocabulary ---- */
@@ -267,12 +292,13 @@ cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cer
 
 /* ---- masks ---- */
 
+static int cmp_u32(const void *a, const void *b);
+
 typedef struct walk {
     cera_grammar_matcher *m;
     const cera_grammar_tokens *t;
     uint32_t *mask;
-    uint32_t *arena; /* the stack sets of the walk's current path */
-    size_t n_arena, cap_arena;
+    dfa *d;
 } walk;
 
 static void allow_node(walk *w, uint32_t node) {
@@ -280,41 +306,198 @@ static void allow_node(walk *w, uint32_t node) {
         w->mask[k >> 5] |= 1u << (k & 31);
 }
 
-static bool partial_fits(walk *w, size_t off, size_t n, uint32_t val, int rem) {
-    const cera_grammar_matcher *m = w->m;
+static bool partial_fits(const cera_grammar_matcher *m, const uint32_t *set, size_t n, uint32_t val,
+                         int rem) {
     for (size_t i = 0; i < n; i++) {
-        uint32_t s = w->arena[off + i];
+        uint32_t s = set[i];
         if (s == 0 || is_token_top(m, s)) continue;
         if (gm_match_partial(m->g->el, m->pool.elem[s], val, rem)) return true;
     }
     return false;
 }
 
-/* Walks the children of trie node `node` with the stack set arena[off..off+n). */
-static bool walk_node(walk *w, uint32_t node, size_t off, size_t n, uint32_t val, int rem) {
-    cera_grammar_matcher *m = w->m;
-    for (uint32_t c = w->t->nodes[node].first_child; c != NONE; c = w->t->nodes[c].next_sibling) {
-        uint32_t v = val, cp = 0;
-        int r = rem;
-        int st = utf8_byte(w->t->nodes[c].byte, &v, &r, &cp);
-        if (st < 0) continue;
-        if (st == 0) {
-            if (!partial_fits(w, off, n, v, r)) continue;
-            allow_node(w, c);
-            if (!walk_node(w, c, off, n, v, r)) return false;
-            continue;
+static uint64_t mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static void dfa_free(dfa *d) {
+    free(d->set_data);
+    free(d->set_off);
+    free(d->set_len);
+    free(d->set_tab);
+    free(d->ds_set);
+    free(d->ds_val);
+    free(d->ds_rem);
+    free(d->ds_tab);
+    free(d->tr_key);
+    free(d->tr_val);
+    memset(d, 0, sizeof *d);
+}
+
+static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    void *n = realloc(*v, c * elem);
+    if (!n) return false;
+    *v = n;
+    *cap = c;
+    return true;
+}
+
+static uint64_t set_hash(const uint32_t *v, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ v[i]) * 1099511628211ull;
+    return mix(h);
+}
+
+/* Rehashes an id table (ids + 1) of new capacity cap, hashing with key(i). */
+static bool rehash(uint32_t **tab, size_t *cap_tab, size_t need, const dfa *d,
+                   uint64_t (*key)(const dfa *, uint32_t), size_t n) {
+    if (need * 2 <= *cap_tab) return true;
+    size_t cap = *cap_tab ? *cap_tab * 2 : 1024;
+    while (need * 2 > cap) cap *= 2;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t) return false;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = key(d, (uint32_t)i) & (cap - 1);
+        while (t[j]) j = (j + 1) & (cap - 1);
+        t[j] = (uint32_t)i + 1;
+    }
+    free(*tab);
+    *tab = t;
+    *cap_tab = cap;
+    return true;
+}
+
+static uint64_t set_key(const dfa *d, uint32_t i) {
+    return set_hash(d->set_data + d->set_off[i], d->set_len[i]);
+}
+static uint64_t ds_hash(uint32_t set, uint32_t val, int rem) {
+    return mix(((uint64_t)set << 32 ^ (uint64_t)val << 3 ^ (uint64_t)(rem + 1)) * 0x9e3779b97f4a7c15ull);
+}
+static uint64_t ds_key(const dfa *d, uint32_t i) { return ds_hash(d->ds_set[i], d->ds_val[i], d->ds_rem[i]); }
+
+/* The id of the set v[0..n) (sorted); NONE when out of memory. */
+static uint32_t intern_set(dfa *d, const uint32_t *v, size_t n) {
+    uint64_t h = set_hash(v, n);
+    if (d->cap_set_tab) {
+        for (size_t j = h & (d->cap_set_tab - 1); d->set_tab[j]; j = (j + 1) & (d->cap_set_tab - 1)) {
+            uint32_t id = d->set_tab[j] - 1;
+            if (d->set_len[id] == n && !memcmp(d->set_data + d->set_off[id], v, n * sizeof *v)) return id;
         }
-        if (!gm_step(m, w->arena + off, n, cp)) return false;
-        if (m->n_next == 0) continue;
-        size_t noff = w->n_arena, nn = m->n_next;
-        if (!gm_grow_u32(&w->arena, &w->cap_arena, noff + nn))
-            return gm_fail(m, CERA_ERR_NO_MEMORY, "out of memory");
-        memcpy(w->arena + noff, m->next, nn * sizeof *w->arena);
-        w->n_arena = noff + nn;
+    }
+    if (!grow((void **)&d->set_data, &d->cap_set_data, d->n_set_data + n + 1, sizeof *d->set_data))
+        return NONE;
+    size_t cap = d->cap_sets;
+    if (!grow((void **)&d->set_off, &cap, d->n_sets + 1, sizeof *d->set_off)) return NONE;
+    cap = d->cap_sets;
+    if (!grow((void **)&d->set_len, &cap, d->n_sets + 1, sizeof *d->set_len)) return NONE;
+    d->cap_sets = cap;
+    uint32_t id = (uint32_t)d->n_sets++;
+    d->set_off[id] = (uint32_t)d->n_set_data;
+    d->set_len[id] = (uint32_t)n;
+    memcpy(d->set_data + d->n_set_data, v, n * sizeof *v);
+    d->n_set_data += n;
+    if (!rehash(&d->set_tab, &d->cap_set_tab, d->n_sets, d, set_key, d->n_sets - 1)) return NONE;
+    size_t j = h & (d->cap_set_tab - 1);
+    while (d->set_tab[j]) j = (j + 1) & (d->cap_set_tab - 1);
+    d->set_tab[j] = id + 1;
+    return id;
+}
+
+static uint32_t intern_ds(dfa *d, uint32_t set, uint32_t val, int rem) {
+    uint64_t h = ds_hash(set, val, rem);
+    if (d->cap_ds_tab) {
+        for (size_t j = h & (d->cap_ds_tab - 1); d->ds_tab[j]; j = (j + 1) & (d->cap_ds_tab - 1)) {
+            uint32_t id = d->ds_tab[j] - 1;
+            if (d->ds_set[id] == set && d->ds_val[id] == val && d->ds_rem[id] == rem) return id;
+        }
+    }
+    size_t cap = d->cap_ds;
+    if (!grow((void **)&d->ds_set, &cap, d->n_ds + 1, sizeof *d->ds_set)) return NONE;
+    cap = d->cap_ds;
+    if (!grow((void **)&d->ds_val, &cap, d->n_ds + 1, sizeof *d->ds_val)) return NONE;
+    cap = d->cap_ds;
+    if (!grow((void **)&d->ds_rem, &cap, d->n_ds + 1, sizeof *d->ds_rem)) return NONE;
+    d->cap_ds = cap;
+    uint32_t id = (uint32_t)d->n_ds++;
+    d->ds_set[id] = set;
+    d->ds_val[id] = val;
+    d->ds_rem[id] = (int8_t)rem;
+    if (!rehash(&d->ds_tab, &d->cap_ds_tab, d->n_ds, d, ds_key, d->n_ds - 1)) return NONE;
+    size_t j = h & (d->cap_ds_tab - 1);
+    while (d->ds_tab[j]) j = (j + 1) & (d->cap_ds_tab - 1);
+    d->ds_tab[j] = id + 1;
+    return id;
+}
+
+/* The state after byte b from state ds (DEAD when nothing can follow; NONE on failure). */
+static uint32_t dfa_next(walk *w, uint32_t ds, uint8_t b) {
+    dfa *d = w->d;
+    uint64_t key = ((uint64_t)ds << 8 | b) + 1;
+    if (d->cap_tr) {
+        for (size_t j = mix(key) & (d->cap_tr - 1); d->tr_key[j]; j = (j + 1) & (d->cap_tr - 1))
+            if (d->tr_key[j] == key) return d->tr_val[j];
+    }
+    cera_grammar_matcher *m = w->m;
+    uint32_t set = d->ds_set[ds], v = d->ds_val[ds], cp = 0, next = DEAD;
+    int r = d->ds_rem[ds];
+    int st = utf8_byte(b, &v, &r, &cp);
+    if (st == 0) {
+        if (partial_fits(m, d->set_data + d->set_off[set], d->set_len[set], v, r))
+            next = intern_ds(d, set, v, r);
+    } else if (st == 1) {
+        if (!gm_step(m, d->set_data + d->set_off[set], d->set_len[set], cp)) return NONE;
+        if (m->n_next) {
+            qsort(m->next, m->n_next, sizeof *m->next, cmp_u32);
+            uint32_t s2 = intern_set(d, m->next, m->n_next);
+            next = s2 == NONE ? NONE : intern_ds(d, s2, 0, 0);
+        }
+    }
+    if (next == NONE) return NONE;
+    if ((d->n_tr + 1) * 2 > d->cap_tr) {
+        size_t cap = d->cap_tr ? d->cap_tr * 2 : 4096;
+        uint64_t *k2 = calloc(cap, sizeof *k2);
+        uint32_t *v2 = malloc(cap * sizeof *v2);
+        if (!k2 || !v2) {
+            free(k2);
+            free(v2);
+            return NONE;
+        }
+        for (size_t i = 0; i < d->cap_tr; i++) {
+            if (!d->tr_key[i]) continue;
+            size_t j = mix(d->tr_key[i]) & (cap - 1);
+            while (k2[j]) j = (j + 1) & (cap - 1);
+            k2[j] = d->tr_key[i];
+            v2[j] = d->tr_val[i];
+        }
+        free(d->tr_key);
+        free(d->tr_val);
+        d->tr_key = k2;
+        d->tr_val = v2;
+        d->cap_tr = cap;
+    }
+    size_t j = mix(key) & (d->cap_tr - 1);
+    while (d->tr_key[j]) j = (j + 1) & (d->cap_tr - 1);
+    d->tr_key[j] = key;
+    d->tr_val[j] = next;
+    d->n_tr++;
+    return next;
+}
+
+/* Walks the children of trie node `node` from automaton state ds. */
+static bool walk_node(walk *w, uint32_t node, uint32_t ds) {
+    const tnode *nodes = w->t->nodes;
+    for (uint32_t c = nodes[node].first_child; c != NONE; c = nodes[c].next_sibling) {
+        uint32_t nd = dfa_next(w, ds, nodes[c].byte);
+        if (nd == NONE) return w->m->failed ? false : gm_fail(w->m, CERA_ERR_NO_MEMORY, "out of memory");
+        if (nd == DEAD) continue;
         allow_node(w, c);
-        bool ok = w->t->nodes[c].first_child == NONE || walk_node(w, c, noff, nn, 0, 0);
-        w->n_arena = noff;
-        if (!ok) return false;
+        if (nodes[c].first_child != NONE && !walk_node(w, c, nd)) return false;
     }
     return true;
 }
@@ -332,6 +515,7 @@ static void entry_free(cache_entry *e) {
 
 void gm_cache_free(struct mask_cache *c) {
     if (!c) return;
+    dfa_free(&c->d);
     for (size_t i = 0; i < c->n; i++) entry_free(&c->e[i]);
     free(c);
 }
@@ -353,8 +537,9 @@ cera_status cera_grammar_matcher_mask(cera_grammar_matcher *m, const cera_gramma
     if (!m->cache && !(m->cache = calloc(1, sizeof *m->cache)))
         return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     struct mask_cache *c = m->cache;
-    if (c->tok != t || c->epoch != m->epoch) {
+    if (c->tok != t || c->epoch != m->epoch || c->d.n_tr > (8u << 20) || c->d.n_set_data > (64u << 20)) {
         cache_clear(c);
+        dfa_free(&c->d);
         c->tok = t;
         c->epoch = m->epoch;
     }
@@ -377,14 +562,10 @@ cera_status cera_grammar_matcher_mask(cera_grammar_matcher *m, const cera_gramma
     c->misses++;
 
     m->err = err;
-    walk w = {m, t, mask, NULL, 0, 0};
-    bool ok = gm_grow_u32(&w.arena, &w.cap_arena, m->n_stacks + 64);
-    if (ok) {
-        memcpy(w.arena, m->stacks, m->n_stacks * sizeof *w.arena);
-        w.n_arena = m->n_stacks;
-        ok = walk_node(&w, 0, 0, m->n_stacks, m->partial_value, m->partial_remain);
-    }
-    free(w.arena);
+    walk w = {m, t, mask, &c->d};
+    uint32_t set = intern_set(&c->d, key, m->n_stacks);
+    uint32_t ds = set == NONE ? NONE : intern_ds(&c->d, set, m->partial_value, m->partial_remain);
+    bool ok = ds != NONE ? walk_node(&w, 0, ds) : gm_fail(m, CERA_ERR_NO_MEMORY, "out of memory");
     m->err = NULL;
     if (!ok) {
         free(key);
@@ -434,9 +615,10 @@ int cera_grammar_matcher_allows(cera_grammar_matcher *m, const cera_grammar_toke
         const gelem *e = m->g->el + m->pool.elem[s];
         if ((e->type == GE_TOKEN) == (e->value == (uint32_t)token)) return 1;
     }
-    walk w = {m, t, NULL, NULL, 0, 0};
-    if (!gm_grow_u32(&w.arena, &w.cap_arena, m->n_stacks + 1)) return -1;
-    memcpy(w.arena, m->stacks, m->n_stacks * sizeof *w.arena);
+    uint32_t *set = NULL;
+    size_t cap = 0;
+    if (!gm_grow_u32(&set, &cap, m->n_stacks + 1)) return -1;
+    memcpy(set, m->stacks, m->n_stacks * sizeof *set);
     size_t n = m->n_stacks;
     uint32_t val = m->partial_value;
     int rem = m->partial_remain, res = 1;
@@ -447,16 +629,16 @@ int cera_grammar_matcher_allows(cera_grammar_matcher *m, const cera_grammar_toke
         if (r < 0) {
             res = 0;
         } else if (r == 1) {
-            if (!gm_step(m, w.arena, n, cp) || !gm_grow_u32(&w.arena, &w.cap_arena, m->n_next + 1)) {
+            if (!gm_step(m, set, n, cp) || !gm_grow_u32(&set, &cap, m->n_next + 1)) {
                 res = -1;
                 break;
             }
-            memcpy(w.arena, m->next, m->n_next * sizeof *w.arena);
+            memcpy(set, m->next, m->n_next * sizeof *set);
             n = m->n_next;
             if (n == 0) res = 0;
         }
     }
-    if (res == 1 && rem > 0 && !partial_fits(&w, 0, n, val, rem)) res = 0;
-    free(w.arena);
+    if (res == 1 && rem > 0 && !partial_fits(m, set, n, val, rem)) res = 0;
+    free(set);
     return res;
 }
