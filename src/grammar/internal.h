@@ -110,6 +110,18 @@ void gstr_free(gstr *b);
 char *gstr_take(gstr *b);
 char *gstr_dup(const char *s);
 
+/* numbers.c: an integer range as GBNF (INT64_MIN / INT64_MAX: unbounded). */
+void schema_int_range(gstr *o, int64_t min_value, int64_t max_value);
+
+/* json_text.c: JSON text as nlohmann's dump() writes it. */
+typedef struct cJSON cJSON;
+void json_text_string(gstr *b, const char *s);
+void json_text_number(gstr *b, double d, bool is_float);
+/* The number nodes of root written with a fraction or exponent in text, sorted by address
+ * (malloc'ed; *oom on allocation failure). */
+const cJSON **json_text_floats(const char *text, size_t len, const cJSON *root, size_t *n, bool *oom);
+bool json_text_is_float(const cJSON *const *floats, size_t n, const cJSON *j);
+
 /* Converts a regex pattern (^...$, as llama.cpp's _visit_pattern) into a GBNF body for rule
  * `name`; adds helper rules through the converter. Lives in regex.c, called by schema.c. */
 typedef struct schema_conv schema_conv;

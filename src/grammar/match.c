@@ -325,7 +325,7 @@ cera_status cera_grammar_matcher_clone(const cera_grammar_matcher *m, cera_gramm
     memcpy(c->pool.elem, m->pool.elem, m->pool.n * sizeof(uint32_t));
     memcpy(c->pool.parent, m->pool.parent, m->pool.n * sizeof(uint32_t));
     memcpy(c->pool.table, m->pool.table, m->pool.table_cap * sizeof(uint32_t));
-    memcpy(c->stacks, m->stacks, m->n_stacks * sizeof(uint32_t));
+    if (m->n_stacks) memcpy(c->stacks, m->stacks, m->n_stacks * sizeof(uint32_t));
     *out = c;
     return CERA_OK;
 }

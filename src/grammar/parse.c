@@ -587,7 +587,7 @@ cera_status cera_grammar_parse(const char *text, size_t len, const cera_grammar_
     *out = NULL;
     char *src = malloc(len + 1);
     if (!src) return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
-    memcpy(src, text, len);
+    if (len) memcpy(src, text, len);
     src[len] = 0;
     parser p = {.src = src, .vocab = vocab, .err = err};
     const char *pos = parse_space(src, true);

@@ -11,6 +11,8 @@
  *
  * Every string made while converting is kept in one list and freed at the end, so the
  * walk needs no ownership bookkeeping. Nesting and the number of rules are bounded.
+ * JSON text as llama.cpp writes it (for enums and consts) is in json_text.c, integer
+ * ranges in numbers.c.
  */
 #include <limits.h>
 #include <math.h>
@@ -46,6 +48,8 @@ struct schema_conv {
     gstr errors;
     int n_errors;
     const cJSON *root;
+    const cJSON **floats; /* number nodes written with a fraction or exponent, sorted */
+    size_t n_floats;
     int depth;
     bool oom, dotall;
 };
@@ -156,44 +160,7 @@ void schema_error(schema_conv *c, const char *fmt, ...) {
 bool schema_dotall(const schema_conv *c) { return c->dotall; }
 
 /* ---- JSON text as nlohmann's dump() writes it (compact, raw UTF-8) ---- */
-
-static void dump_string(gstr *b, const char *s) {
-    gstr_addc(b, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': gstr_add(b, "\\\""); break;
-        case '\\': gstr_add(b, "\\\\"); break;
-        case '\b': gstr_add(b, "\\b"); break;
-        case '\f': gstr_add(b, "\\f"); break;
-        case '\n': gstr_add(b, "\\n"); break;
-        case '\r': gstr_add(b, "\\r"); break;
-        case '\t': gstr_add(b, "\\t"); break;
-        default:
-            if (*p < 0x20)
-                gstr_addf(b, "\\u%04x", *p);
-            else
-                gstr_addc(b, (char)*p);
-        }
-    }
-    gstr_addc(b, '"');
-}
-
-static void dump_number(gstr *b, double d) {
-    if (!isfinite(d)) {
-        gstr_add(b, "null");
-    } else if (d == floor(d) && fabs(d) < 9.2e18) {
-        gstr_addf(b, "%lld", (long long)d);
-    } else {
-        char buf[64];
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, d);
-            if (strtod(buf, NULL) == d) break;
-        }
-        gstr_add(b, buf);
-    }
-}
-
-static void dump_json(gstr *b, const cJSON *j, int depth) {
+static void dump_json(const schema_conv *c, gstr *b, const cJSON *j, int depth) {
     if (!j || cJSON_IsNull(j) || depth > MAX_DEPTH) {
         gstr_add(b, "null");
     } else if (cJSON_IsTrue(j)) {
@@ -201,19 +168,19 @@ static void dump_json(gstr *b, const cJSON *j, int depth) {
     } else if (cJSON_IsFalse(j)) {
         gstr_add(b, "false");
     } else if (cJSON_IsNumber(j)) {
-        dump_number(b, j->valuedouble);
+        json_text_number(b, j->valuedouble, json_text_is_float(c->floats, c->n_floats, j));
     } else if (cJSON_IsString(j)) {
-        dump_string(b, j->valuestring);
+        json_text_string(b, j->valuestring);
     } else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
         bool obj = cJSON_IsObject(j);
         gstr_addc(b, obj ? '{' : '[');
         for (const cJSON *e = j->child; e; e = e->next) {
             if (e != j->child) gstr_addc(b, ',');
             if (obj) {
-                dump_string(b, e->string ? e->string : "");
+                json_text_string(b, e->string ? e->string : "");
                 gstr_addc(b, ':');
             }
-            dump_json(b, e, depth + 1);
+            dump_json(c, b, e, depth + 1);
         }
         gstr_addc(b, obj ? '}' : ']');
     } else {
@@ -223,7 +190,7 @@ static void dump_json(gstr *b, const cJSON *j, int depth) {
 
 static char *dump(schema_conv *c, const cJSON *j) {
     gstr b = {0};
-    dump_json(&b, j, 0);
+    dump_json(c, &b, j, 0);
     return take(c, &b);
 }
 
@@ -326,183 +293,6 @@ static char *add_primitive(schema_conv *c, const char *name, const builtin *rule
 
 static bool is_reserved_name(const char *name) {
     return !strcmp(name, "root") || find_builtin(PRIMITIVES, name) || find_builtin(FORMATS, name);
-}
-
-/* ---- integers between bounds (llama.cpp's build_min_max_int) ---- */
-
-static void digit_range(gstr *o, char from, char to) {
-    gstr_addc(o, '[');
-    if (from == to) {
-        gstr_addc(o, from);
-    } else {
-        gstr_addc(o, from);
-        gstr_addc(o, '-');
-        gstr_addc(o, to);
-    }
-    gstr_addc(o, ']');
-}
-
-static void more_digits(gstr *o, int min_digits, int max_digits) {
-    gstr_add(o, "[0-9]");
-    if (min_digits == max_digits && min_digits == 1) return;
-    gstr_addf(o, "{%d", min_digits);
-    if (max_digits != min_digits) {
-        gstr_addc(o, ',');
-        if (max_digits != INT_MAX) gstr_addf(o, "%d", max_digits);
-    }
-    gstr_addc(o, '}');
-}
-
-static void repeat_char(char *dst, char ch, size_t n) {
-    memset(dst, ch, n);
-    dst[n] = 0;
-}
-
-/* from and to have the same length. */
-static void uniform_range(gstr *o, const char *from, const char *to) {
-    size_t i = 0, fl = strlen(from), tl = strlen(to);
-    while (i < fl && i < tl && from[i] == to[i]) i++;
-    if (i > 0) {
-        gstr_addc(o, '"');
-        gstr_addn(o, from, i);
-        gstr_addc(o, '"');
-    }
-    if (i < fl && i < tl) {
-        if (i > 0) gstr_addc(o, ' ');
-        size_t sub_len = fl - i - 1;
-        if (sub_len > 0) {
-            const char *from_sub = from + i + 1, *to_sub = to + i + 1;
-            char zeros[32], nines[32];
-            repeat_char(zeros, '0', sub_len);
-            repeat_char(nines, '9', sub_len);
-            bool to_reached = false;
-            gstr_addc(o, '(');
-            if (!strcmp(from_sub, zeros)) {
-                digit_range(o, from[i], (char)(to[i] - 1));
-                gstr_addc(o, ' ');
-                more_digits(o, (int)sub_len, (int)sub_len);
-            } else {
-                gstr_addf(o, "[%c] (", from[i]);
-                uniform_range(o, from_sub, nines);
-                gstr_addc(o, ')');
-                if (from[i] < to[i] - 1) {
-                    gstr_add(o, " | ");
-                    if (!strcmp(to_sub, nines)) {
-                        digit_range(o, (char)(from[i] + 1), to[i]);
-                        to_reached = true;
-                    } else {
-                        digit_range(o, (char)(from[i] + 1), (char)(to[i] - 1));
-                    }
-                    gstr_addc(o, ' ');
-                    more_digits(o, (int)sub_len, (int)sub_len);
-                }
-            }
-            if (!to_reached) {
-                gstr_add(o, " | ");
-                digit_range(o, to[i], to[i]);
-                gstr_addc(o, ' ');
-                uniform_range(o, zeros, to_sub);
-            }
-            gstr_addc(o, ')');
-        } else {
-            gstr_addf(o, "[%c-%c]", from[i], to[i]);
-        }
-    }
-}
-
-static void build_min_max_int(gstr *o, int64_t min_value, int64_t max_value, int decimals_left,
-                              bool top_level) {
-    bool has_min = min_value != INT64_MIN, has_max = max_value != INT64_MAX;
-    if (has_min && has_max) {
-        if (min_value < 0 && max_value < 0) {
-            gstr_add(o, "\"-\" (");
-            build_min_max_int(o, -max_value, -min_value, decimals_left, true);
-            gstr_addc(o, ')');
-            return;
-        }
-        if (min_value < 0) {
-            gstr_add(o, "\"-\" (");
-            build_min_max_int(o, 0, -min_value, decimals_left, true);
-            gstr_add(o, ") | ");
-            min_value = 0;
-        }
-        char min_s[32], max_s[32], nines[32];
-        snprintf(min_s, sizeof min_s, "%lld", (long long)min_value);
-        snprintf(max_s, sizeof max_s, "%lld", (long long)max_value);
-        size_t min_digits = strlen(min_s), max_digits = strlen(max_s);
-        for (size_t digits = min_digits; digits < max_digits; digits++) {
-            repeat_char(nines, '9', digits);
-            uniform_range(o, min_s, nines);
-            min_s[0] = '1';
-            repeat_char(min_s + 1, '0', digits);
-            gstr_add(o, " | ");
-        }
-        uniform_range(o, min_s, max_s);
-        return;
-    }
-    int less_decimals = decimals_left - 1 > 1 ? decimals_left - 1 : 1;
-    if (has_min) {
-        if (min_value < 0) {
-            gstr_add(o, "\"-\" (");
-            build_min_max_int(o, INT64_MIN, -min_value, decimals_left, false);
-            gstr_add(o, ") | [0] | [1-9] ");
-            more_digits(o, 0, decimals_left - 1);
-        } else if (min_value == 0) {
-            if (top_level) {
-                gstr_add(o, "[0] | [1-9] ");
-                more_digits(o, 0, less_decimals);
-            } else {
-                more_digits(o, 1, decimals_left);
-            }
-        } else if (min_value <= 9) {
-            char ch = (char)('0' + min_value), range_start = top_level ? '1' : '0';
-            if (ch > range_start) {
-                digit_range(o, range_start, (char)(ch - 1));
-                gstr_addc(o, ' ');
-                more_digits(o, 1, less_decimals);
-                gstr_add(o, " | ");
-            }
-            digit_range(o, ch, '9');
-            gstr_addc(o, ' ');
-            more_digits(o, 0, less_decimals);
-        } else {
-            char min_s[32];
-            snprintf(min_s, sizeof min_s, "%lld", (long long)min_value);
-            int len = (int)strlen(min_s);
-            char ch = min_s[0];
-            if (ch > '1') {
-                digit_range(o, top_level ? '1' : '0', (char)(ch - 1));
-                gstr_addc(o, ' ');
-                more_digits(o, len, less_decimals);
-                gstr_add(o, " | ");
-            }
-            digit_range(o, ch, ch);
-            gstr_add(o, " (");
-            build_min_max_int(o, strtoll(min_s + 1, NULL, 10), INT64_MAX, less_decimals, false);
-            gstr_addc(o, ')');
-            if (ch < '9') {
-                gstr_add(o, " | ");
-                digit_range(o, (char)(ch + 1), '9');
-                gstr_addc(o, ' ');
-                more_digits(o, len - 1, less_decimals);
-            }
-        }
-        return;
-    }
-    if (has_max) {
-        if (max_value >= 0) {
-            if (top_level) {
-                gstr_add(o, "\"-\" [1-9] ");
-                more_digits(o, 0, less_decimals);
-                gstr_add(o, " | ");
-            }
-            build_min_max_int(o, 0, max_value, decimals_left, true);
-        } else {
-            gstr_add(o, "\"-\" (");
-            build_min_max_int(o, -max_value, INT64_MAX, decimals_left, false);
-            gstr_addc(o, ')');
-        }
-    }
 }
 
 /* ---- repetitions ---- */
@@ -825,7 +615,7 @@ static char *build_object_rule(schema_conv *c, const props *properties, const pr
         const char *pn = properties->v[i].name;
         char *prop_rule = visit(c, properties->v[i].schema, cat(c, name, sep, pn, NULL));
         gstr key = {0};
-        dump_string(&key, pn);
+        json_text_string(&key, pn);
         char *kv_rule =
             schema_add_rule(c, cat(c, name, sep, pn, "-kv", NULL),
                             cat(c, format_literal(c, take(c, &key)), " space \":\" space ", prop_rule, NULL));
@@ -1155,7 +945,7 @@ static char *visit_inner(schema_conv *c, const cJSON *schema, const char *name) 
             max_value = as_int64(xmx) - 1;
         gstr b = {0};
         gstr_addc(&b, '(');
-        build_min_max_int(&b, min_value, max_value, 16, true);
+        schema_int_range(&b, min_value, max_value);
         gstr_addc(&b, ')');
         return schema_add_rule(c, rule_name, take(c, &b));
     }
@@ -1194,6 +984,9 @@ cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, c
     cJSON *schema = cJSON_ParseWithLength(json, len);
     if (!schema) return cera_fail(err, CERA_ERR_FORMAT, "JSON schema: not valid JSON");
     schema_conv c = {.root = schema};
+    bool oom = false;
+    c.floats = json_text_floats(json, len, schema, &c.n_floats, &oom);
+    c.oom = oom;
     set_rule(&c, "space", SPACE_RULE);
     resolve_refs(&c, schema, 0);
     visit(&c, schema, "");
@@ -1219,6 +1012,7 @@ cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, c
     free(c.rules);
     free(c.refs);
     free(c.resolving);
+    free((void *)c.floats);
     gstr_free(&c.errors);
     cJSON_Delete(schema);
     return st;

@@ -63,6 +63,8 @@ typedef struct dfa {
     size_t cap_set_tab;
     uint32_t *ds_set, *ds_val; /* [n_ds] a state: its set and partial code point */
     int8_t *ds_rem;
+    uint8_t *ds_ok; /* a token ending in this state is allowed (for a partial code point:
+                     * llama.cpp's match_partial_char, checked only where a token ends) */
     size_t n_ds, cap_ds;
     uint32_t *ds_tab; /* state id + 1 by hash */
     size_t cap_ds_tab;
@@ -226,7 +228,7 @@ cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cer
     uint32_t *cur = NULL, *acc = NULL;
     size_t n_cur = m->n_stacks, cap_cur = 0, n_acc = 0, cap_acc = 0;
     bool ok = gm_grow_u32(&cur, &cap_cur, n_cur + 1);
-    if (ok) memcpy(cur, m->stacks, n_cur * sizeof *cur);
+    if (ok && n_cur) memcpy(cur, m->stacks, n_cur * sizeof *cur);
     /* stacks with a token element on top that takes this token */
     gm_new_step(m);
     for (size_t i = 0; ok && i < n_cur; i++) {
@@ -240,7 +242,7 @@ cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cer
     }
     ok = ok && gm_grow_u32(&acc, &cap_acc, m->n_next + 1);
     if (ok) {
-        memcpy(acc, m->next, m->n_next * sizeof *acc);
+        if (m->n_next) memcpy(acc, m->next, m->n_next * sizeof *acc);
         n_acc = m->n_next;
     }
     /* the other stacks take the token's text */
@@ -256,7 +258,7 @@ cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cer
         } else if (r == 1) {
             ok = gm_step(m, cur, n_cur, cp) && gm_grow_u32(&cur, &cap_cur, m->n_next + 1);
             if (ok) {
-                memcpy(cur, m->next, m->n_next * sizeof *cur);
+                if (m->n_next) memcpy(cur, m->next, m->n_next * sizeof *cur);
                 n_cur = m->n_next;
             }
         }
@@ -331,6 +333,7 @@ static void dfa_free(dfa *d) {
     free(d->ds_set);
     free(d->ds_val);
     free(d->ds_rem);
+    free(d->ds_ok);
     free(d->ds_tab);
     free(d->tr_key);
     free(d->tr_val);
@@ -400,7 +403,7 @@ static uint32_t intern_set(dfa *d, const uint32_t *v, size_t n) {
     uint32_t id = (uint32_t)d->n_sets++;
     d->set_off[id] = (uint32_t)d->n_set_data;
     d->set_len[id] = (uint32_t)n;
-    memcpy(d->set_data + d->n_set_data, v, n * sizeof *v);
+    if (n) memcpy(d->set_data + d->n_set_data, v, n * sizeof *v);
     d->n_set_data += n;
     if (!rehash(&d->set_tab, &d->cap_set_tab, d->n_sets, d, set_key, d->n_sets - 1)) return NONE;
     size_t j = h & (d->cap_set_tab - 1);
@@ -409,7 +412,7 @@ static uint32_t intern_set(dfa *d, const uint32_t *v, size_t n) {
     return id;
 }
 
-static uint32_t intern_ds(dfa *d, uint32_t set, uint32_t val, int rem) {
+static uint32_t intern_ds(dfa *d, uint32_t set, uint32_t val, int rem, bool ok) {
     uint64_t h = ds_hash(set, val, rem);
     if (d->cap_ds_tab) {
         for (size_t j = h & (d->cap_ds_tab - 1); d->ds_tab[j]; j = (j + 1) & (d->cap_ds_tab - 1)) {
@@ -423,11 +426,14 @@ static uint32_t intern_ds(dfa *d, uint32_t set, uint32_t val, int rem) {
     if (!grow((void **)&d->ds_val, &cap, d->n_ds + 1, sizeof *d->ds_val)) return NONE;
     cap = d->cap_ds;
     if (!grow((void **)&d->ds_rem, &cap, d->n_ds + 1, sizeof *d->ds_rem)) return NONE;
+    cap = d->cap_ds;
+    if (!grow((void **)&d->ds_ok, &cap, d->n_ds + 1, sizeof *d->ds_ok)) return NONE;
     d->cap_ds = cap;
     uint32_t id = (uint32_t)d->n_ds++;
     d->ds_set[id] = set;
     d->ds_val[id] = val;
     d->ds_rem[id] = (int8_t)rem;
+    d->ds_ok[id] = ok;
     if (!rehash(&d->ds_tab, &d->cap_ds_tab, d->n_ds, d, ds_key, d->n_ds - 1)) return NONE;
     size_t j = h & (d->cap_ds_tab - 1);
     while (d->ds_tab[j]) j = (j + 1) & (d->cap_ds_tab - 1);
@@ -448,14 +454,17 @@ static uint32_t dfa_next(walk *w, uint32_t ds, uint8_t b) {
     int r = d->ds_rem[ds];
     int st = utf8_byte(b, &v, &r, &cp);
     if (st == 0) {
-        if (partial_fits(m, d->set_data + d->set_off[set], d->set_len[set], v, r))
-            next = intern_ds(d, set, v, r);
+        const uint32_t *sv = d->set_data + d->set_off[set];
+        size_t sn = d->set_len[set];
+        bool any = false; /* a stack with a character set on top: the code point may complete */
+        for (size_t i = 0; i < sn && !any; i++) any = sv[i] != 0 && !is_token_top(m, sv[i]);
+        if (any) next = intern_ds(d, set, v, r, partial_fits(m, sv, sn, v, r));
     } else if (st == 1) {
         if (!gm_step(m, d->set_data + d->set_off[set], d->set_len[set], cp)) return NONE;
         if (m->n_next) {
             qsort(m->next, m->n_next, sizeof *m->next, cmp_u32);
             uint32_t s2 = intern_set(d, m->next, m->n_next);
-            next = s2 == NONE ? NONE : intern_ds(d, s2, 0, 0);
+            next = s2 == NONE ? NONE : intern_ds(d, s2, 0, 0, true);
         }
     }
     if (next == NONE) return NONE;
@@ -496,7 +505,7 @@ static bool walk_node(walk *w, uint32_t node, uint32_t ds) {
         uint32_t nd = dfa_next(w, ds, nodes[c].byte);
         if (nd == NONE) return w->m->failed ? false : gm_fail(w->m, CERA_ERR_NO_MEMORY, "out of memory");
         if (nd == DEAD) continue;
-        allow_node(w, c);
+        if (w->d->ds_ok[nd]) allow_node(w, c);
         if (nodes[c].first_child != NONE && !walk_node(w, c, nd)) return false;
     }
     return true;
@@ -564,7 +573,11 @@ cera_status cera_grammar_matcher_mask(cera_grammar_matcher *m, const cera_gramma
     m->err = err;
     walk w = {m, t, mask, &c->d};
     uint32_t set = intern_set(&c->d, key, m->n_stacks);
-    uint32_t ds = set == NONE ? NONE : intern_ds(&c->d, set, m->partial_value, m->partial_remain);
+    uint32_t ds = set == NONE
+                      ? NONE
+                      : intern_ds(&c->d, set, m->partial_value, m->partial_remain,
+                                  m->partial_remain == 0 ||
+                                      partial_fits(m, key, m->n_stacks, m->partial_value, m->partial_remain));
     bool ok = ds != NONE ? walk_node(&w, 0, ds) : gm_fail(m, CERA_ERR_NO_MEMORY, "out of memory");
     m->err = NULL;
     if (!ok) {
@@ -633,7 +646,7 @@ int cera_grammar_matcher_allows(cera_grammar_matcher *m, const cera_grammar_toke
                 res = -1;
                 break;
             }
-            memcpy(set, m->next, m->n_next * sizeof *set);
+            if (m->n_next) memcpy(set, m->next, m->n_next * sizeof *set);
             n = m->n_next;
             if (n == 0) res = 0;
         }

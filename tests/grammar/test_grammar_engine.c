@@ -170,8 +170,59 @@ static void hostile(void) {
     free(t);
 }
 
+/* The schema converter beyond the goldens: llama.cpp's number texts, refusals, limits. */
+static void schemas(void) {
+    cera_error err = {0};
+    char *out = NULL;
+    const char *s = "{\"enum\": [1.0, 1e2, 2.5, 10, -0.0, 1.5e-7, 1e20]}";
+    CHECK(
+        cera_json_schema_to_gbnf(s, strlen(s), &out, &err) == CERA_OK && out &&
+            strstr(out,
+                   "root ::= (\"1.0\" | \"100.0\" | \"2.5\" | \"10\" | \"-0.0\" | \"1.5e-07\" | \"1e+20\")"),
+        "numbers as nlohmann writes them: %s", out ? out : err.message);
+    free(out);
+    out = NULL;
+    s = "{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/$defs/missing\"}}}";
+    CHECK(cera_json_schema_to_gbnf(s, strlen(s), &out, &err) != CERA_OK && !out &&
+              strstr(err.message, "missing"),
+          "missing $ref: %s", err.message);
+    s = "{\"type\": \"string\", \"pattern\": \"^*a$\"}";
+    CHECK(cera_json_schema_to_gbnf(s, strlen(s), &out, &err) != CERA_OK && !out,
+          "quantifier with nothing before it");
+    CHECK(cera_json_schema_to_gbnf("{", 1, &out, &err) == CERA_ERR_FORMAT && !out, "not JSON");
+    /* deep nesting: refused, no stack overflow */
+    size_t n = 900, k = 0;
+    char *deep = malloc(n * 40 + 16);
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(deep + k, "{\"type\":\"array\",\"items\":");
+    k += (size_t)sprintf(deep + k, "{}");
+    for (size_t i = 0; i < n; i++) deep[k++] = '}';
+    deep[k] = 0;
+    cera_status st = cera_json_schema_to_gbnf(deep, k, &out, &err);
+    CHECK(st != CERA_OK && !out, "deep schema: status %d", st);
+    free(out);
+    free(deep);
+    /* an integer range and a pattern with repetitions load and match */
+    s = "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": -37, "
+        "\"maximum\": "
+        "4567}, \"p\": {\"type\": \"string\", \"pattern\": \"^[a-z]{2,4}(-[0-9]{1,3}){2}$\"}}, \"required\": "
+        "[\"n\", "
+        "\"p\"]}";
+    out = NULL;
+    CHECK(cera_json_schema_to_gbnf(s, strlen(s), &out, &err) == CERA_OK, "%s", err.message);
+    cera_grammar *g = out ? parse(out, &err) : NULL;
+    CHECK(g, "%s", err.message);
+    const char *yes[] = {"{\"n\": -37, \"p\": \"ab-1-22\"}", "{\"n\":4567,\"p\":\"abcd-123-0\"}"};
+    const char *no[] = {"{\"n\": -38, \"p\": \"ab-1-22\"}", "{\"n\": 4568, \"p\": \"ab-1-22\"}",
+                        "{\"n\": 5, \"p\": \"a-1-22\"}", "{\"n\": 5, \"p\": \"ab-1\"}"};
+    for (int i = 0; g && i < 2; i++) CHECK(check(g, yes[i], strlen(yes[i]), NULL) == 1, "%s", yes[i]);
+    for (int i = 0; g && i < 4; i++) CHECK(check(g, no[i], strlen(no[i]), NULL) == 0, "%s", no[i]);
+    cera_grammar_free(g);
+    free(out);
+}
+
 int main(void) {
     errors();
+    schemas();
     tokens();
     matcher_api();
     hostile();
