@@ -10,6 +10,15 @@
  * when some stack is empty. cera_grammar_check runs a whole input the way llama.cpp's
  * test-gbnf-validator does (rejection position in code points).
  *
+ * Constrained sampling (how src/sample and src/engine plug it in): one cera_grammar_tokens
+ * per model, built from its vocabulary (pieces with special tokens rendered, EOG flags);
+ * one matcher per sequence that has a grammar (cera_grammar_matcher_clone for a fork).
+ * Before sampling, cera_grammar_matcher_mask gives the allowed tokens (the sampler sets
+ * the others' logits to -inf, as llama.cpp's grammar sampler does); after it,
+ * cera_grammar_matcher_accept_token advances the state. A grammar is immutable and may be
+ * shared by matchers on several threads; a matcher belongs to one thread at a time. The
+ * grammar folder is on the sampler's layer, so src/sample may include this header.
+ *
  * Grammars and inputs are untrusted: parsing is bounded in size and nesting, and every
  * refusal is an error with line, column and what was expected; the matcher bounds the
  * number of stacks and the work per code point (an ambiguous grammar gets CERA_ERR_UNSUPPORTED

@@ -1,7 +1,8 @@
 /*
  * test_grammar_cli.c — `cera grammar`: --check exits 0 for an accepted input, 1 with
  * "reject at N" for a rejected one, 2 for a grammar that does not load; --json-schema
- * prints a grammar that loads; usage errors exit 2. Never by a signal.
+ * prints a grammar that loads; `<token>` elements need -m MODEL (SmolLM2's vocabulary, when
+ * fetched); usage errors exit 2. Never by a signal.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,22 @@ int main(void) {
     CHECK(run(args, &out) == 1 && out && !strcmp(out, "reject at 0\n"), "schema --check: '%s'",
           out ? out : "");
     free(out);
+    /* <token> text: refused without a vocabulary, resolved with a model's */
+    write("gram_tok.gbnf", "root ::= <|im_start|> \"a\" | \"b\"");
+    write("gram_b.txt", "b");
+    CHECK(run("--grammar gram_tok.gbnf --check gram_b.txt", &out) == 2,
+          "<token> without a vocabulary loaded");
+    free(out);
+    const char *model = models_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (file_exists(model)) {
+        snprintf(args, sizeof args, "-m %s --grammar gram_tok.gbnf --check gram_b.txt", model);
+        CHECK(run(args, &out) == 0, "<|im_start|> with SmolLM2's vocabulary");
+        free(out);
+        write("gram_tok2.gbnf", "root ::= <not-one-token-at-all> \"a\"");
+        snprintf(args, sizeof args, "-m %s --grammar gram_tok2.gbnf", model);
+        CHECK(run(args, &out) == 2, "a text of several tokens loaded");
+        free(out);
+    }
     CHECK(run("--bogus", &out) == 2, "usage error");
     free(out);
     CHECK(run("", &out) == 2, "no grammar");

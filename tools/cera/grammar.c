@@ -8,6 +8,9 @@
  *   cera grammar --json-schema SCHEMA.json      prints the GBNF grammar of the schema
  *   cera grammar --json-schema SCHEMA.json --check INPUT   converts, then checks INPUT
  *
+ * With -m MODEL, `<text>` token elements are resolved against the model's vocabulary (the
+ * text must be exactly one token, special tokens included, as llama.cpp asks); only the
+ * tokenizer is used.
  * Verdicts are those of llama.cpp's test-gbnf-validator. Both files are read byte for byte.
  * A matcher limit (a grammar too ambiguous for the input) exits 3.
  */
@@ -20,17 +23,26 @@
 #include "grammar/grammar.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: cera grammar (--grammar FILE | --json-schema FILE) [--check INPUT]\n"
+    fprintf(out, "usage: cera grammar (--grammar FILE | --json-schema FILE) [--check INPUT] [-m MODEL]\n"
                  "\n"
                  "Loads a GBNF grammar (llama.cpp's syntax) or converts a JSON Schema to one\n"
                  "(as llama.cpp's json_schema_to_grammar), and checks a text against it.\n"
                  "\n"
                  "  -g, --grammar FILE    a GBNF grammar (start rule: root)\n"
+                 "  -m, --model FILE      a GGUF model whose vocabulary resolves <token> elements\n"
                  "  -j, --json-schema FILE  a JSON Schema; without --check the grammar is printed\n"
                  "  -c, --check FILE      the text to check (UTF-8): exit 0 accepted, 1 rejected\n"
                  "                        (stdout: reject at N, N the 0-based code point), 2 the\n"
                  "                        grammar does not load, 3 a matcher limit was reached\n"
                  "  -h, --help            this help\n");
+}
+
+/* The id of the single token text is (special tokens parsed), or -1. */
+static int32_t token_of_text(void *user, const char *text, size_t len) {
+    cera_token toks[2];
+    size_t n = 0;
+    if (cera_tokenize(user, text, len, false, true, toks, 2, &n, NULL) != CERA_OK || n != 1) return -1;
+    return toks[0];
 }
 
 static char *read_all(const char *path, size_t *len) {
@@ -57,7 +69,7 @@ static char *read_all(const char *path, size_t *len) {
 }
 
 int cmd_grammar(int argc, char **argv) {
-    const char *gpath = NULL, *spath = NULL, *check = NULL;
+    const char *gpath = NULL, *spath = NULL, *check = NULL, *model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -66,6 +78,8 @@ int cmd_grammar(int argc, char **argv) {
             return 0;
         } else if ((!strcmp(a, "-g") || !strcmp(a, "--grammar")) && has_val) {
             gpath = argv[++i];
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
+            model = argv[++i];
         } else if ((!strcmp(a, "-j") || !strcmp(a, "--json-schema")) && has_val) {
             spath = argv[++i];
         } else if ((!strcmp(a, "-c") || !strcmp(a, "--check")) && has_val) {
@@ -83,7 +97,20 @@ int cmd_grammar(int argc, char **argv) {
     size_t len = 0, in_len = 0;
     char *text = NULL, *gbnf = NULL, *input = NULL;
     cera_grammar *g = NULL;
+    cera_engine *engine = NULL;
+    cera_grammar_vocab vocab = {NULL, token_of_text};
     const char *src = gpath ? gpath : spath;
+    if (model) {
+        cera_engine_params ep = cera_engine_default_params();
+        ep.n_ctx = 16;
+        ep.n_seq_max = 1;
+        ep.device = CERA_DEVICE_CPU;
+        if (cera_engine_open(model, &ep, &engine, &err) != CERA_OK) {
+            fprintf(stderr, "cera: %s\n", err.message);
+            goto done;
+        }
+        vocab.user = engine;
+    }
     if (!(text = read_all(src, &len))) {
         fprintf(stderr, "cera: %s: %s\n", src, strerror(errno));
         goto done;
@@ -98,7 +125,8 @@ int cmd_grammar(int argc, char **argv) {
             goto done;
         }
     }
-    if (cera_grammar_parse(gbnf ? gbnf : text, gbnf ? strlen(gbnf) : len, NULL, &g, &err) != CERA_OK) {
+    if (cera_grammar_parse(gbnf ? gbnf : text, gbnf ? strlen(gbnf) : len, engine ? &vocab : NULL, &g, &err) !=
+        CERA_OK) {
         fprintf(stderr, "cera: %s: %s\n", src, err.message);
         goto done;
     }
@@ -126,6 +154,7 @@ int cmd_grammar(int argc, char **argv) {
     }
 done:
     cera_grammar_free(g);
+    cera_engine_close(engine);
     free(input);
     free(gbnf);
     free(text);
