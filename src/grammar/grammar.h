@@ -72,7 +72,8 @@ cera_status cera_grammar_matcher_clone(const cera_grammar_matcher *m, cera_gramm
 cera_status cera_grammar_matcher_accept(cera_grammar_matcher *m, uint32_t cp, cera_error *err);
 /* True when no parse remains (the last code point was rejected). */
 bool cera_grammar_matcher_dead(const cera_grammar_matcher *m);
-/* True when some parse is complete (the input so far is a whole match). */
+/* True when some parse is complete (the input so far is a whole match). As in llama.cpp, a
+ * token's trailing partial code point does not undo a parse its whole code points finished. */
 bool cera_grammar_matcher_complete(const cera_grammar_matcher *m);
 /* Number of live parse stacks. */
 size_t cera_grammar_matcher_n_stacks(const cera_grammar_matcher *m);

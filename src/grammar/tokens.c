@@ -229,6 +229,12 @@ cera_status cera_grammar_matcher_accept_token(cera_grammar_matcher *m, const cer
     size_t n_cur = m->n_stacks, cap_cur = 0, n_acc = 0, cap_acc = 0;
     bool ok = gm_grow_u32(&cur, &cap_cur, n_cur + 1);
     if (ok && n_cur) memcpy(cur, m->stacks, n_cur * sizeof *cur);
+    /* a finished parse takes no token, not even one that only starts a code point (as
+     * llama.cpp: the empty stack is dropped by every token) */
+    size_t kept = 0;
+    for (size_t i = 0; ok && i < n_cur; i++)
+        if (cur[i] != 0) cur[kept++] = cur[i];
+    n_cur = kept;
     /* stacks with a token element on top that takes this token */
     gm_new_step(m);
     for (size_t i = 0; ok && i < n_cur; i++) {
