@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A rank=([core]=0 [tensor]=1 [gguf]=1 [tokenizer]=2 [model]=2 [sample]=2 [kv]=2 [template]=2 [chat]=2
-                 [lora]=3 [backend]=4 [engine]=5)
+                 [grammar]=2 [lora]=3 [backend]=4 [engine]=5)
 bad=0
 while IFS= read -r file; do
     dir=${file#src/}
