@@ -11,6 +11,10 @@
  * first is still alive (other blocks of the engine's pool, the same decode graph), must give the
  * same tokens. synth-llama-q4_0 again with a Q8_0 KV cache (cache rounding on top): logits
  * within 8e-2, the top token at all but one position, the first 24 greedy tokens identical.
+ * synth-gemma3-q8_0 (sliding-window layers, whose blocks before the window leave the pool as
+ * the greedy run goes past 48 positions) with an F16 and a Q8_0 KV cache: logits within
+ * test_cuda_golden's bound (5e-2; 8e-2 with the Q8_0 cache), top tokens and the start of the
+ * greedy run as bounded below.
  * Exits 77 without a GPU.
  */
 #include <math.h>
@@ -110,5 +114,9 @@ int main(void) {
     // a Q8_0 cache (head size 32): the cache's rounding on top of the weights' (measured on the H200,
     // 4916a6f: 1.70e-2, top token at 39/39 positions, greedy 32/32; bounds with room for the rounding)
     run_case("golden/synth-llama-q4_0.gguf", "synth-llama-q4_0", 8e-2, CERA_KV_Q8_0, 38, 24);
+    // gemma3: the engine's pool with a sliding group on the device (test_cuda_golden's standalone run,
+    // measured on the H200: 3.8e-2, top 39/39, greedy 32/32; the bounds leave room for near ties)
+    run_case("golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 5e-2, CERA_KV_F16, 37, 24);
+    run_case("golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 8e-2, CERA_KV_Q8_0, 36, 8);
     return test_finish();
 }
