@@ -8,7 +8,8 @@
 #   CERA_SHARED_DIR=/tmp/devshared (a link made on both machines). CARRY (default .devcarry)
 #   names the folder, so that two engineers can pack different builds. TOOLS (default
 #   "cuda_bench cuda_lora_bench cera") names the programs packed besides the tests (fewer keep
-#   the pack under the limit). WERROR=ON keeps a build
+#   the pack under the limit). GOLDEN_EXTRA (default none) names more golden cases to carry
+#   (e.g. "synth-gemma3-f32": its files synth-gemma3-f32.*). WERROR=ON keeps a build
 #   folder configured with -DCERA_WERROR=ON as it is (no rebuild of everything).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,9 +39,10 @@ cp $S/models/stories260K.gguf "$C/shared/models/"
 cp $S/vocab/ggml-vocab-llama-spm.gguf "$C/shared/vocab/" # cera synth's tokenizer
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
 for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
-    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.*; do
+    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.* $S/golden/synth-gemma3-q8_0.*; do
     cp "$f" "$C/shared/golden/"
 done
+for g in ${GOLDEN_EXTRA:-}; do cp $S/golden/"$g".* "$C/shared/golden/"; done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
 cp tests/lora/data/lfm2-lora.gguf "$C/shared/golden/" # the LFM2 adapter (test_cuda_lora)
 cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"

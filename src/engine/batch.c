@@ -104,11 +104,11 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
     for (int c = 0; c < n_call; c++) {
         item_run *r = call[c];
         const size_t len = next_chunk(r);
-        cera_kv_copy copy;
+        cera_kv_copy copy[CERA_KV_GROUPS];
         int n_copy = 0;
-        cera_status st = cera_kv_seq_reserve(&r->s->seq, r->s->seq.n_pos + (int)len, &copy, &n_copy, err);
+        cera_status st = cera_kv_seq_reserve(&r->s->seq, r->s->seq.n_pos + (int)len, copy, &n_copy, err);
         if (st) return st;
-        if (n_copy && e->backend->kv_copy && (st = e->backend->kv_copy(e->backend, &copy, n_copy, err)))
+        if (n_copy && e->backend->kv_copy && (st = e->backend->kv_copy(e->backend, copy, n_copy, err)))
             return st;
         e->b_seqs[c] = &r->s->seq;
         e->b_sets[c] = &r->s->lora;

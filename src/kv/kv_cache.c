@@ -41,9 +41,6 @@ cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, in
             return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
     if (type == CERA_KV_Q8_0 && host_storage)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "a Q8_0 KV cache lives on a device backend only");
-    if (!host_storage && (n_in[CERA_KV_SWA] || !n_in[CERA_KV_FULL]))
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "a device KV cache holds one group of full-attention layers");
     cera_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache pool");
     p->type = type;
@@ -216,8 +213,8 @@ cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy,
             if (G->data)
                 memcpy(G->data + (size_t)b * G->block_bytes, G->data + (size_t)old * G->block_bytes,
                        G->block_bytes);
-            else /* a device pool has one group */
-                *copy = (cera_kv_copy){old, b}, *n_copy = 1;
+            else
+                copy[(*n_copy)++] = (cera_kv_copy){old, b, g};
             t[first] = b;
             put_block(G, old);
         }

@@ -40,7 +40,7 @@
  * never a crash; a closed sequence returns every block. Nothing here allocates after
  * cera_kv_pool_new but a sequence's block table; the pool's storage lives in host memory
  * (group data) for the CPU backend, or in the device backend's own memory, addressed by
- * the same block ids (one group only).
+ * the same block ids (each group's storage of its own).
  *
  * The pool is not locked: the engine serializes calls on it.
  */
@@ -114,9 +114,11 @@ typedef struct cera_kv_seq {
     int n_pos;                 /* positions filled: 0 .. n_pos-1 */
 } cera_kv_seq;
 
-/* A block to copy before a write (copy on write): the device backend copies src to dst. */
+/* A block to copy before a write (copy on write): the device backend copies group's block
+ * src to its block dst. */
 typedef struct cera_kv_copy {
     int32_t src, dst;
+    int group; /* CERA_KV_FULL or CERA_KV_SWA */
 } cera_kv_copy;
 
 /* Bytes of one block of group g for a layout (0 for a group without layers). */
@@ -124,8 +126,8 @@ size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, cera_kv_type type
 
 /* A pool for n_seq_max sequences of at most max_pos positions each, with layout's
  * layers and block counts; host_storage allocates the blocks' memory here (zeroed pages,
- * taken by the OS as they are first written). A device pool (no host storage) must have
- * a single group. */
+ * taken by the OS as they are first written); without it (a device pool) the backend
+ * keeps every group's blocks in its own memory. */
 cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, int n_seq_max, int max_pos,
                              size_t state_bytes, bool host_storage, cera_kv_pool **out, cera_error *err);
 void cera_kv_pool_free(cera_kv_pool *pool);
@@ -142,7 +144,8 @@ cera_status cera_kv_seq_fork(const cera_kv_seq *src, cera_kv_seq *dst, cera_erro
  * blocks wholly before the window of position seq->n_pos (no query from there on sees
  * them), then takes blocks from the pool and, when the block the first new position goes
  * to is shared, replaces it by a private copy (with host storage the rows are copied
- * here; for a device pool *copy says which block to copy, *n_copy = 0 or 1).
+ * here; for a device pool copy[0 .. *n_copy) say which blocks to copy, one per group at
+ * most: copy has room for CERA_KV_GROUPS).
  * CERA_ERR_CONTEXT_FULL when the sequence's table (max_pos) or the pool has no room, with
  * nothing else changed. Does not change seq->n_pos. */
 cera_status cera_kv_seq_reserve(cera_kv_seq *seq, int n_pos, cera_kv_copy *copy, int *n_copy,

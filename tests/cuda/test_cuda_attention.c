@@ -10,7 +10,10 @@
  *     several tokens at different depths in one launch;
  *   - prefill (several tokens of one sequence, causal): the tensor-core kernel where the head
  *     size is a multiple of 16 up to 128, else the tiled one; 40 and 150 tokens (several query
- *     tiles, the last partial), over a cache that starts before them.
+ *     tiles, the last partial), over a cache that starts before them;
+ *   - a sliding window (Gemma 3's local layers) in decode, several-token decode and prefill,
+ *     with the blocks wholly before the first query's window out of the block table (-1), as
+ *     the sliding KV group drops them: a kernel that read one would fault.
  * The cache's block table is not the identity. Bound, with V in [-1, 1]: |out - ref| <= 2e-4
  * (F16) or 3e-3 (Q8_0) in decode; prefill rounds the softmax weights to F16 for the tensor
  * cores: 2e-3 and 4e-3. Exits 77 without a GPU.
@@ -40,8 +43,8 @@ static void stored(float *x, int64_t n, bool q8) {
     }
 }
 
-static void run(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n_kv, int n_tok,
-                const int32_t *pos, int n_splits, int qt, float qmag) {
+static void run_w(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n_kv, int n_tok,
+                  const int32_t *pos, int n_splits, int qt, float qmag, int window) {
     const int64_t kvd = (int64_t)n_head_kv * hd, nq = (int64_t)n_head * hd;
     float *k = malloc(sizeof(float) * (size_t)(n_kv * kvd)),
           *v = malloc(sizeof(float) * (size_t)(n_kv * kvd));
@@ -55,7 +58,7 @@ static void run(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n
     cera_error err;
     const cera_status st =
         cera_cuda_test_attention(n_head, n_head_kv, hd, q8 ? CERA_KV_Q8_0 : CERA_KV_F16, n_kv, k, v, n_tok,
-                                 pos, q, scale, n_splits, qt, out, &err);
+                                 pos, q, scale, n_splits, qt, window, out, &err);
     CHECK(st == CERA_OK, "attention: %s", err.message);
     // the reference on what the kernels see
     stored(k, n_kv * kvd, q8);
@@ -66,17 +69,18 @@ static void run(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n
             const int kvh = h / (n_head / n_head_kv);
             const float *qh = q + i * nq + (int64_t)h * hd;
             double mx = -INFINITY;
-            for (int t = 0; t <= pos[i]; t++) {
+            const int t0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+            for (int t = t0; t <= pos[i]; t++) {
                 double d = 0;
                 for (int j = 0; j < hd; j++) d += (double)f16r(qh[j]) * k[t * kvd + (int64_t)kvh * hd + j];
                 s[t] = d * scale;
                 mx = fmax(mx, s[t]);
             }
             double sum = 0;
-            for (int t = 0; t <= pos[i]; t++) sum += s[t] = exp(s[t] - mx);
+            for (int t = t0; t <= pos[i]; t++) sum += s[t] = exp(s[t] - mx);
             for (int j = 0; j < hd; j++) {
                 double o = 0;
-                for (int t = 0; t <= pos[i]; t++) o += s[t] * v[t * kvd + (int64_t)kvh * hd + j];
+                for (int t = t0; t <= pos[i]; t++) o += s[t] * v[t * kvd + (int64_t)kvh * hd + j];
                 const double got = out[i * nq + (int64_t)h * hd + j];
                 worst = isnan(got) ? INFINITY : fmax(worst, fabs(got - o / sum));
             }
@@ -84,12 +88,17 @@ static void run(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n
     }
     // prefill rounds the softmax weights to F16 for the tensor-core product (as llama.cpp)
     const double tol = qt > 1 ? (q8 ? 4e-3 : 2e-3) : q8 ? 3e-3 : 2e-4;
-    printf("heads %d/%d hd %3d %-4s depth %4d tokens %2d splits %2d qt %2d: error %.2e\n", n_head, n_head_kv,
-           hd, q8 ? "q8_0" : "f16", n_kv, n_tok, n_splits, qt, worst);
+    printf("heads %d/%d hd %3d %-4s depth %4d tokens %2d splits %2d qt %2d window %3d: error %.2e\n", n_head,
+           n_head_kv, hd, q8 ? "q8_0" : "f16", n_kv, n_tok, n_splits, qt, window, worst);
     fflush(stdout);
     CHECK(worst <= tol, "heads %d/%d hd %d %s depth %d tokens %d splits %d qt %d: error %.3g > %.0e", n_head,
           n_head_kv, hd, q8 ? "q8_0" : "f16", n_kv, n_tok, n_splits, qt, worst, tol);
     free(k), free(v), free(q), free(out), free(s);
+}
+
+static void run(test_rng *rng, int n_head, int n_head_kv, int hd, bool q8, int n_kv, int n_tok,
+                const int32_t *pos, int n_splits, int qt, float qmag) {
+    run_w(rng, n_head, n_head_kv, hd, q8, n_kv, n_tok, pos, n_splits, qt, qmag, 0);
 }
 
 /* argv[1]: run only the first N shapes (the compute-sanitizer runs take a few). */
@@ -133,6 +142,15 @@ int main(int argc, char **argv) {
             int32_t pl[150];
             for (int i = 0; i < 150; i++) pl[i] = 10 + i;
             run(&rng, shapes[sh].n_head, shapes[sh].n_head_kv, shapes[sh].hd, q8, 160, 150, pl, 1, 16, 4.0f);
+            // a sliding window: decode (1 and 16 splits, a window inside one block and across
+            // several), several decode tokens, prefill chunks
+            const int H = shapes[sh].n_head, HK = shapes[sh].n_head_kv, D = shapes[sh].hd;
+            const int32_t pw = 299;
+            run_w(&rng, H, HK, D, q8, 300, 1, &pw, 1, 1, 1.0f, 16);
+            run_w(&rng, H, HK, D, q8, 300, 1, &pw, 16, 1, 1.0f, 100);
+            run_w(&rng, H, HK, D, q8, 1024, 3, pos3, 8, 1, 1.0f, 40);
+            run_w(&rng, H, HK, D, q8, 100, 40, pp, 2, 16, 1.0f, 16);
+            run_w(&rng, H, HK, D, q8, 160, 150, pl, 1, 16, 4.0f, 70);
         }
     }
     return test_finish();

@@ -285,9 +285,9 @@ static void mixed_batch(void) {
     cera_kv_seq *seqs[N_SEQ];
     const cera_lora_set *sets[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
-        cera_kv_copy copy;
+        cera_kv_copy copy[CERA_KV_GROUPS];
         int n_copy = 0;
-        CHECK(!cera_kv_seq_reserve(&s[i]->seq, len[i], &copy, &n_copy, &err), "reserve: %s", err.message);
+        CHECK(!cera_kv_seq_reserve(&s[i]->seq, len[i], copy, &n_copy, &err), "reserve: %s", err.message);
         seqs[i] = &s[i]->seq;
         sets[i] = &s[i]->lora;
     }

@@ -199,10 +199,23 @@ static void test_exhaustion(void) {
     cera_kv_seq_close(&s);
     CHECK(pool_idle(p), "the pool is not empty at the end");
     cera_kv_pool_free(p);
-    /* a device pool holds one group only */
+    /* a device pool keeps both groups: a write into a block shared in each asks for one copy
+     * per group */
     cera_kv_layout lay = {3, rows, swa, WINDOW, {4, 4}};
-    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 1, 128, 0, false, &p, &err) == CERA_ERR_UNSUPPORTED,
-          "a device pool with a sliding group");
+    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 2, 128, 0, false, &p, &err) == CERA_OK, "device pool: %s",
+          err.message);
+    cera_kv_seq a, b;
+    cera_kv_copy cp[CERA_KV_GROUPS];
+    CHECK(cera_kv_seq_open(p, &a, &err) == CERA_OK, "open: %s", err.message);
+    CHECK(cera_kv_seq_reserve(&a, 40, cp, &nc, &err) == CERA_OK && nc == 0, "reserve");
+    a.n_pos = 40;
+    CHECK(cera_kv_seq_fork(&a, &b, &err) == CERA_OK, "fork: %s", err.message);
+    CHECK(cera_kv_seq_reserve(&b, 41, cp, &nc, &err) == CERA_OK, "reserve: %s", err.message);
+    CHECK(nc == 2 && cp[0].group != cp[1].group, "%d copies (one per group expected)", nc);
+    cera_kv_seq_close(&b);
+    cera_kv_seq_close(&a);
+    CHECK(pool_idle(p), "the device pool is not empty at the end");
+    cera_kv_pool_free(p);
 }
 
 /* Every layer sliding (no full group): only the sliding blocks are taken, and bounded. */

@@ -174,8 +174,20 @@ extern "C" cudaError_t cu_add_scaled(cudaStream_t st, float *x, int64_t x_stride
 
 static __device__ __forceinline__ float cu_silu(float g) { return g / (1.0f + expf(-g)); }
 
-__global__ void k_swiglu(const float *g, const float *u, int64_t gu_stride, const float *bg, const float *bu,
-                         int n_rows, cu_act h) {
+/* GELU's tanh approximation as llama.cpp's CPU computes it: the input rounded to F16, the
+ * result (from 1 + 0.044715 x² contracted to one fused multiply-add) rounded to F16, and
+ * the tails 0 and x past ±10 (its table covers the F16 range; the goldens come from it). */
+static __device__ __forceinline__ float cu_gelu(float g) {
+    if (g <= -10.0f) return 0.0f;
+    if (g >= 10.0f) return g;
+    const float x = __half2float(__float2half(g));
+    const float inner = fmaf(0.044715f * x, x, 1.0f);
+    const float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * inner));
+    return __half2float(__float2half(y));
+}
+
+__global__ void k_glu(const float *g, const float *u, int64_t gu_stride, const float *bg, const float *bu,
+                      int n_rows, bool gelu, cu_act h) {
     cu_pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_rows * h.k_pad) return;
@@ -184,16 +196,16 @@ __global__ void k_swiglu(const float *g, const float *u, int64_t gu_stride, cons
     if (c < h.k) {
         const float gv = g[r * gu_stride + c] + (bg ? bg[c] : 0.0f);
         const float uv = u[r * gu_stride + c] + (bu ? bu[c] : 0.0f);
-        v = cu_silu(gv) * uv;
+        v = (gelu ? cu_gelu(gv) : cu_silu(gv)) * uv;
     }
     h.f[i] = v;
 }
 
-extern "C" cudaError_t cu_swiglu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride,
-                                 const float *bg, const float *bu, int n_rows, const cu_act *h) {
+extern "C" cudaError_t cu_glu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride,
+                              const float *bg, const float *bu, int n_rows, bool gelu, const cu_act *h) {
     const int64_t total = n_rows * h->k_pad;
-    return cu_launch(k_swiglu, (unsigned)((total + 255) / 256), 256, 0, st, g, u, gu_stride, bg, bu, n_rows,
-                     *h);
+    return cu_launch(k_glu, (unsigned)((total + 255) / 256), 256, 0, st, g, u, gu_stride, bg, bu, n_rows,
+                     gelu, *h);
 }
 
 __global__ void k_bias_scale(float *y, int64_t stride, const float *bias, int n_rows, int64_t k,

@@ -22,6 +22,7 @@
  * quantizes it for the O projection (att_finish).
  */
 #include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +37,13 @@
 
 /* Start of the section (block b, the kv's layer, K when which = 0 or V) in the cache. */
 static __device__ __forceinline__ uint8_t *kv_section(const cu_kv &kv, int64_t b, int which) {
-    return static_cast<uint8_t *>(kv.base) +
-           ((b * kv.n_layer + kv.layer) * 2 + which) * cu_kv_section_bytes(kv.q8, kv.kv_dim);
+    return static_cast<uint8_t *>(kv.base) + b * kv.block_bytes + kv.offset +
+           which * cu_kv_section_bytes(kv.q8, kv.kv_dim);
+}
+
+/* The first slot a query at pos sees (its window's start, 0 without a window). */
+static __device__ __forceinline__ int att_first(const cu_kv &kv, int pos) {
+    return kv.window > 0 && pos - kv.window + 1 > 0 ? pos - kv.window + 1 : 0;
 }
 
 /* Stores buf[0..hd) as head h's row of K (which = 0) or V at position pos of token tok's
@@ -124,7 +130,7 @@ __global__ void __launch_bounds__(64)
     }
     if (kind == 0) {
         float *dst = q_out + (int64_t)tok * n_head * hd + (int64_t)h * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d];
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d] * rope.q_scale;
     } else {
         kv_store(kv, tok, p, 0, h, hd, buf);
     }
@@ -233,14 +239,16 @@ static __device__ void att_finish(const att_params &p, float *obuf, const float 
     }
 }
 
-/* The slots a split covers: at most one split per tile of slots, so that a short context is
- * one block that normalizes its own output (no partials, no merge) instead of n_splits slivers. */
-static __device__ __forceinline__ void att_chunk(int n_kv, int n_splits, int split, int *ns, int *start,
+/* The slots a split covers among lo..hi-1: at most one split per tile of slots, so that a
+ * short context is one block that normalizes its own output (no partials, no merge) instead
+ * of n_splits slivers. */
+static __device__ __forceinline__ void att_chunk(int lo, int hi, int n_splits, int split, int *ns, int *start,
                                                  int *end) {
+    const int n_kv = hi - lo;
     *ns = min(n_splits, (n_kv + ATT_TILE - 1) / ATT_TILE);
     const int chunk = (n_kv + *ns - 1) / *ns;
-    *start = split * chunk;
-    *end = min(n_kv, *start + chunk);
+    *start = lo + split * chunk;
+    *end = min(hi, *start + chunk);
 }
 
 /* Rows: QT query tokens x G heads (R <= ATT_RMAX). Shared memory: K tile [ATT_TILE][hd + 8]
@@ -271,10 +279,13 @@ template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(co
     int64_t *rowoff = reinterpret_cast<int64_t *>(obuf + p.QT * G * hd);
 
     // the block's slots: up to the furthest of its tokens; each row masks past its own
-    int n_kv = 0;
-    for (int qi = 0; qi < QT; qi++) n_kv = max(n_kv, p.pos[tok0 + qi] + 1);
+    int lo = INT_MAX, hi = 0;
+    for (int qi = 0; qi < QT; qi++) {
+        lo = min(lo, att_first(p.kv, p.pos[tok0 + qi]));
+        hi = max(hi, p.pos[tok0 + qi] + 1);
+    }
     int ns, start, end;
-    att_chunk(n_kv, p.n_splits, split, &ns, &start, &end);
+    att_chunk(lo, hi, p.n_splits, split, &ns, &start, &end);
     if (split >= ns) return; // the whole block
     const int h0 = kvh * G, CH = hd / 8;
     const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim); // V's section follows K's
@@ -300,7 +311,7 @@ template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(co
         const int nt = min(ATT_TILE, end - t0);
         if (tid < nt) {
             const int64_t pos = t0 + tid, b = table[pos / CU_KV_BLOCK];
-            rowoff[tid] = ((b * p.kv.n_layer + p.kv.layer) * 2) * sec; // the K section of the slot's block
+            rowoff[tid] = b * p.kv.block_bytes + p.kv.offset; // the K section of the slot's block
         }
         __syncthreads();
         // stage the tile's K and V rows: every load independent, coalesced per row
@@ -338,7 +349,8 @@ template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(co
         for (int i = tid; i < nt * R; i += ATT_THREADS) {
             const int r = i / nt, t = i % nt;
             float s = -INFINITY;
-            if (t0 + t <= p.pos[tok0 + r / G]) {
+            const int rp = p.pos[tok0 + r / G];
+            if (t0 + t <= rp && t0 + t >= att_first(p.kv, rp)) {
                 const float *qg = qs + r * hd;
                 const __half *kr = ks + t * hs;
                 s = 0.0f;
@@ -451,7 +463,7 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
     const int kvh = blockIdx.x / nhg, hg = blockIdx.x % nhg, split = blockIdx.y, tok = blockIdx.z;
     const int h0 = kvh * p.G + hg * HB, nh = min(HB, p.G - hg * HB);
     int ns, start, end;
-    att_chunk(p.pos[tok] + 1, p.n_splits, split, &ns, &start, &end);
+    att_chunk(att_first(p.kv, p.pos[tok]), p.pos[tok] + 1, p.n_splits, split, &ns, &start, &end);
     if (split >= ns) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int lr = lane % LPR, n_groups = (ATT_THREADS / 32) * RPW;
@@ -459,7 +471,7 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
     const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
     const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[tok];
-    const int64_t lsec = (int64_t)p.kv.layer * 2 * sec, bsec = (int64_t)p.kv.n_layer * 2 * sec;
+    const int64_t lsec = p.kv.offset, bsec = p.kv.block_bytes;
 
     float q[HB][EPL], acc[HB][EPL], m[HB], l[HB];
 #pragma unroll
@@ -656,7 +668,8 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
     const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
     const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[q0];
-    const int kv_end = p.pos[q0 + nq - 1] + 1; // positions increase along the sequence's tokens
+    const int kv_end = p.pos[q0 + nq - 1] + 1;    // positions increase along the sequence's tokens
+    const int kv_lo = att_first(p.kv, p.pos[q0]); // and so do their windows' starts
     const int CH = hd / 8;
 
     for (int i = tid; i < FA_Q * CH; i += 128) {
@@ -672,15 +685,16 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
     // the two lanes of each of the warp's 16 rows: columns half * 32 .. + 32
     const int row = warp * 16 + lane / 2, half = lane % 2;
     const int rpos = row < nq ? p.pos[q0 + row] : -1; // -1: a padding row sees nothing
+    const int rlo = row < nq ? att_first(p.kv, rpos) : 0;
 
-    for (int t0 = 0; t0 < kv_end; t0 += FA_K) {
+    for (int t0 = kv_lo; t0 < kv_end; t0 += FA_K) {
         __syncthreads(); // the previous tile's K/V are no longer read
         for (int i = tid; i < FA_K * CH; i += 128) {
             const int t = i / CH, c = i % CH, pos = t0 + t;
             int4 kq = make_int4(0, 0, 0, 0), vq = kq;
             if (pos < kv_end) {
                 const uint8_t *ksec =
-                    kvbase + (((int64_t)table[pos / CU_KV_BLOCK] * p.kv.n_layer + p.kv.layer) * 2) * sec;
+                    kvbase + (int64_t)table[pos / CU_KV_BLOCK] * p.kv.block_bytes + p.kv.offset;
                 const int slot = pos % CU_KV_BLOCK;
                 const int64_t col = (int64_t)kvh * hd + c * 8;
                 if (!Q8) {
@@ -735,7 +749,7 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
             float mx = -FLT_MAX;
             for (int c = 0; c < 32; c++) {
                 const int pos = t0 + half * 32 + c;
-                const float v = pos <= rpos ? srow[c] * p.scale : -INFINITY;
+                const float v = pos <= rpos && pos >= rlo ? srow[c] * p.scale : -INFINITY;
                 srow[c] = v;
                 mx = fmaxf(mx, v);
             }

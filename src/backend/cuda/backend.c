@@ -3,9 +3,10 @@
  *
  * The engine opens it for CERA_DEVICE_CUDA (or AUTO when a GPU answers). KV blocks live
  * on the GPU: kv_init gives the engine's pool device storage, one allocation for every
- * block (F16, llama.cpp's default, or Q8_0; an F32 request is refused at open, so AUTO
- * falls back to the CPU), and a forward call hands the batch's block tables to the
- * kernels, which read K/V through them; the storage never moves, so the decode graph is
+ * block of each group (full layers; sliding-window layers, kv/kv_cache.h) (F16, llama.cpp's
+ * default, or Q8_0; an F32 request is refused at open, so AUTO falls back to the CPU), and a
+ * forward call hands the batch's block tables of both groups to the kernels, which read
+ * K/V through them; the storage never moves, so the decode graph is
  * captured once. Logits come back only for the tokens that want them; a forward without
  * a host buffer keeps each sequence's last wanted row in that sequence's slot (dev_logits,
  * indexed by cera_kv_seq.id), where logits_get copies it out and sample runs the sampler
@@ -39,9 +40,9 @@ typedef struct cu_sampler {
 typedef struct cuda_backend {
     cera_backend base;
     cera_cuda_state *s;
-    void *kv;          /* the engine pool's blocks (kv_init) */
-    size_t kv_block;   /* bytes of one block */
-    float *dev_logits; /* [n_seq_max, n_vocab]: each sequence slot's kept row */
+    void *kv[CERA_KV_GROUPS];        /* the engine pool's blocks of each group (kv_init) */
+    size_t kv_block[CERA_KV_GROUPS]; /* bytes of one block of each */
+    float *dev_logits;               /* [n_seq_max, n_vocab]: each sequence slot's kept row */
     int n_seq_max;
     int32_t *offs;     /* [n_batch]: each batch sequence's block table offset */
     int32_t *tok_slot; /* [n_batch]: each token's sequence slot */
@@ -50,7 +51,7 @@ typedef struct cuda_backend {
     int32_t *last_row; /* [n_batch]: each batch sequence's last wanted row, or -1 */
     int32_t *tok_tbl;  /* [n_batch] */
     int32_t *rows;     /* [n_batch] */
-    int32_t *tables;   /* [tables_cap] */
+    int32_t *tables;   /* [2][tables_cap]: the full group's tables, then the sliding group's */
     cu_sampler smp;    /* device sampling (unused when CERA_CUDA_SAMPLE=0) */
 } cuda_backend;
 
@@ -145,23 +146,32 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
 
 static cera_status cuda_kv_init(cera_backend *b, const cera_kv_pool *pool, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
-    if (pool->n_layer != be->s->n_kv_layer || pool->kv_dim != be->s->n_kv)
-        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: KV pool of %d layers x %d, model has %d x %d",
-                         pool->n_layer, pool->kv_dim, be->s->n_kv_layer, be->s->n_kv);
-    be->kv_block = cu_kv_block_bytes(be->s);
-    const size_t bytes = (size_t)pool->n_blocks * be->kv_block;
-    CU_TRY(cudaSetDevice(be->s->prm.device));
-    cudaError_t e = cudaMalloc(&be->kv, bytes);
-    if (e != cudaSuccess) {
-        be->kv = NULL;
-        cudaGetLastError();
-        return cera_fail(err, CERA_ERR_NO_MEMORY,
-                         "cuda: KV cache of %d blocks (%zu bytes): %s: a smaller kv_bytes", pool->n_blocks,
-                         bytes, cudaGetErrorString(e));
+    const cera_cuda_state *s = be->s;
+    bool same = pool->n_layer == s->n_kv_layer;
+    for (int i = 0; same && i < pool->n_layer; i++)
+        same = pool->layers[i].row == s->kvl[i].kv_dim && pool->layers[i].group == s->kvl[i].group;
+    if (!same)
+        return cera_fail(err, CERA_ERR_INTERNAL,
+                         "cuda: the KV pool's %d layers are not the model's %d KV slots", pool->n_layer,
+                         s->n_kv_layer);
+    CU_TRY(cudaSetDevice(s->prm.device));
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        be->kv_block[g] = (size_t)s->kv_block[g];
+        const size_t bytes = pool->group[g].n_layer ? (size_t)pool->group[g].n_blocks * be->kv_block[g] : 0;
+        if (!bytes) continue;
+        cudaError_t e = cudaMalloc(&be->kv[g], bytes);
+        if (e != cudaSuccess) {
+            be->kv[g] = NULL;
+            cudaGetLastError();
+            return cera_fail(err, CERA_ERR_NO_MEMORY,
+                             "cuda: KV cache of %d %sblocks (%zu bytes): %s: a smaller kv_bytes",
+                             pool->group[g].n_blocks, g == CERA_KV_SWA ? "sliding-window " : "", bytes,
+                             cudaGetErrorString(e));
+        }
+        CU_TRY(cudaMemset(be->kv[g], 0, bytes));
     }
-    CU_TRY(cudaMemset(be->kv, 0, bytes));
     const size_t lbytes = sizeof(float) * (size_t)be->s->n_vocab * (size_t)pool->n_seq_max;
-    e = cudaMalloc((void **)&be->dev_logits, lbytes);
+    cudaError_t e = cudaMalloc((void **)&be->dev_logits, lbytes);
     if (e != cudaSuccess) {
         be->dev_logits = NULL;
         cudaGetLastError();
@@ -185,21 +195,27 @@ static cera_status cuda_kv_init(cera_backend *b, const cera_kv_pool *pool, cera_
 
 static void cuda_kv_free(cera_backend *b) {
     cuda_backend *be = (cuda_backend *)b;
-    if (be->kv) cudaFree(be->kv);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        if (be->kv[g]) cudaFree(be->kv[g]);
+        be->kv[g] = NULL;
+    }
     if (be->dev_logits) cudaFree(be->dev_logits);
     if (be->state) cudaFree(be->state);
-    be->kv = NULL;
     be->dev_logits = NULL;
     be->state = NULL;
 }
 
 static cera_status cuda_kv_copy(cera_backend *b, const cera_kv_copy *copies, int n, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
-    uint8_t *kv = be->kv;
-    for (int i = 0; i < n; i++)
-        CU_TRY(cudaMemcpyAsync(kv + (size_t)copies[i].dst * be->kv_block,
-                               kv + (size_t)copies[i].src * be->kv_block, be->kv_block,
+    for (int i = 0; i < n; i++) {
+        const int g = copies[i].group;
+        if (g < 0 || g >= CERA_KV_GROUPS || !be->kv[g])
+            return cera_fail(err, CERA_ERR_INTERNAL, "cuda: a KV block copy in group %d", g);
+        uint8_t *kv = be->kv[g];
+        const size_t bb = be->kv_block[g];
+        CU_TRY(cudaMemcpyAsync(kv + (size_t)copies[i].dst * bb, kv + (size_t)copies[i].src * bb, bb,
                                cudaMemcpyDeviceToDevice, be->s->st));
+    }
     return CERA_OK;
 }
 
@@ -249,7 +265,8 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
     if (batch->n_tokens < 1) return CERA_OK;
     if (batch->n_seqs < 1 || batch->n_seqs > s->prm.n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: a batch of %d sequences", batch->n_seqs);
-    if (!be->kv) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: no KV storage (kv_init)");
+    if (!be->kv[CERA_KV_FULL] && !be->kv[CERA_KV_SWA])
+        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: no KV storage (kv_init)");
     int n_tables = 0;
     for (int j = 0; j < batch->n_seqs; j++) {
         const cera_kv_seq *q = batch->seqs[j];
@@ -261,6 +278,15 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
         memcpy(be->tables + n_tables, q->blocks, sizeof(int32_t) * (size_t)q->n_blocks);
         n_tables += q->n_blocks;
     }
+    /* the sliding group's tables (-1 where a block before the window was dropped, which the
+     * kernels never read) after the full group's, at the same offsets */
+    if (be->kv[CERA_KV_SWA])
+        for (int j = 0; j < batch->n_seqs; j++) {
+            const cera_kv_seq *q = batch->seqs[j];
+            memcpy(be->tables + n_tables + be->offs[j],
+                   q->blocks + (size_t)CERA_KV_SWA * (size_t)q->max_blocks,
+                   sizeof(int32_t) * (size_t)q->n_blocks);
+        }
     int n_out = 0;
     for (int i = 0; i < batch->n_tokens; i++) {
         const int j = batch->seq[i];
@@ -341,7 +367,7 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->tok_slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->last_row = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     be->rows = malloc(sizeof(int32_t) * (size_t)p.n_batch);
-    be->tables = malloc(sizeof(int32_t) * (size_t)be->s->tables_cap);
+    be->tables = malloc(sizeof(int32_t) * CERA_KV_GROUPS * (size_t)be->s->tables_cap);
     if (!be->tok_tbl || !be->offs || !be->tok_slot || !be->last_row || !be->rows || !be->tables) {
         cuda_free(&be->base);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda backend tables");

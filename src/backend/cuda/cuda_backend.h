@@ -147,11 +147,14 @@ cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const 
  * 0..n_kv-1 (f32 [n_kv][n_head_kv * hd] each) are stored by the RoPE/KV-store kernel (no
  * rotation) into a paged cache of kv_type whose block table is not the identity; then the
  * queries q [n_tok][n_head * hd] of one sequence, at positions pos[] (< n_kv), attend with
- * n_splits splits and qt tokens per block (qt 1: the decode kernel). out: [n_tok][n_head * hd]. */
+ * n_splits splits and qt tokens per block (qt 1: the decode kernel). window > 0: a query at p
+ * sees p - window + 1 .. p only, and the blocks wholly before the first query's window leave
+ * the block table (-1, as a sliding group drops them) before the attention runs. out:
+ * [n_tok][n_head * hd]. */
 cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_type kv_type, int n_kv,
                                      const float *k, const float *v, int n_tok, const int32_t *pos,
-                                     const float *q, float scale, int n_splits, int qt, float *out,
-                                     cera_error *err);
+                                     const float *q, float scale, int n_splits, int qt, int window,
+                                     float *out, cera_error *err);
 
 #ifdef __cplusplus
 }

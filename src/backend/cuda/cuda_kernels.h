@@ -12,11 +12,14 @@
  *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
  *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
  *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
- *   - KV cache: paged as the engine's (kv/kv_cache.h): blocks of CU_KV_BLOCK
- *     positions, each [n_layer][K|V] sections; a section is [CU_KV_BLOCK][n_head_kv * head_dim]
- *     F16 values or, for a Q8_0 cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their
- *     F16 scales [CU_KV_BLOCK][kv_dim / 32] (llama.cpp's q8_0 numbers, split so that rows load
- *     16 bytes at a time). A token finds its rows through its sequence's block table.
+ *   - KV cache: paged as the engine's (kv/kv_cache.h): each group (full layers, sliding-window
+ *     layers) has its own storage of blocks of CU_KV_BLOCK positions; a block holds, for each
+ *     layer of the group in KV-layer order, its K then V section; a section is
+ *     [CU_KV_BLOCK][kv_dim] (the layer's n_head_kv * head_dim) F16 values or, for a Q8_0
+ *     cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their F16 scales
+ *     [CU_KV_BLOCK][kv_dim / 32] (llama.cpp's q8_0 numbers, split so that rows load 16 bytes
+ *     at a time). A token finds its rows through its sequence's block table of the layer's
+ *     group.
  *
  * Every launch function returns the launch's cudaError_t (cudaGetLastError), so the host
  * code checks each one.
@@ -98,9 +101,11 @@ cudaError_t cu_convert_rows(cudaStream_t st, const float *src, int64_t src_strid
 cudaError_t cu_add_scaled(cudaStream_t st, float *x, int64_t x_stride, const float *y, int64_t y_stride,
                           const float *bias, int n_rows, int64_t k, float scale);
 
-/* h[i, j] = silu(g[i, j] + bg[j]) * (u[i, j] + bu[j]) into act rows (f32, k_pad stride). */
-cudaError_t cu_swiglu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride, const float *bg,
-                      const float *bu, int n_rows, const cu_act *h);
+/* h[i, j] = act(g[i, j] + bg[j]) * (u[i, j] + bu[j]) into act rows (f32, k_pad stride); act
+ * silu, or with gelu GELU's tanh approximation with its input and result rounded to F16 (as
+ * llama.cpp's CPU table, which the goldens come from). */
+cudaError_t cu_glu(cudaStream_t st, const float *g, const float *u, int64_t gu_stride, const float *bg,
+                   const float *bu, int n_rows, bool gelu, const cu_act *h);
 
 /* y[i, j] = (y[i, j] + bias[j]) * scale (bias may be NULL), in place. */
 cudaError_t cu_bias_scale(cudaStream_t st, float *y, int64_t stride, const float *bias, int n_rows, int64_t k,
@@ -201,11 +206,14 @@ static inline CU_HD int64_t cu_kv_section_bytes(bool q8, int64_t kv_dim) {
 
 /* One layer's view of the paged KV cache for a batch. */
 typedef struct cu_kv {
-    void *base;               /* blocks [n_blocks][n_layer][K|V] sections */
-    const int32_t *tables;    /* device: the batch's block tables, concatenated */
+    void *base;               /* its group's blocks, block_bytes each */
+    const int32_t *tables;    /* device: the batch's block tables of the group, concatenated */
     const int32_t *tok_table; /* device [n_tok]: where each token's table starts in tables */
-    int n_layer, layer, kv_dim;
-    bool q8; /* Q8_0 sections (else F16) */
+    int64_t block_bytes;      /* bytes of one block of the group */
+    int64_t offset;           /* bytes from a block's start to this layer's K section */
+    int kv_dim;               /* the layer's row: n_head_kv * head_dim */
+    int window;               /* a query at p sees positions p - window + 1 .. p (0: every earlier one) */
+    bool q8;                  /* Q8_0 sections (else F16) */
 } cu_kv;
 
 typedef struct cu_rope {
@@ -215,7 +223,8 @@ typedef struct cu_rope {
     const float *inv_freq; /* [n_rot/2]: base^(-2i/n_rot) / freq_factor[i] */
     const float *ramp;     /* [n_rot/2]: YaRN ramp mix times ext_factor (0 without YaRN) */
     float freq_scale;
-    float mscale; /* cos/sin magnitude (attn_factor, times YaRN's 1 + 0.1 ln(1/freq_scale)) */
+    float mscale;  /* cos/sin magnitude (attn_factor, times YaRN's 1 + 0.1 ln(1/freq_scale)) */
+    float q_scale; /* Q multiplied by it after the rotation (Gemma 3; 1: none) */
 } cu_rope;
 
 /* For n_tok tokens: Q/K per-head RMS norm (when q_norm/k_norm set), RoPE at pos[i], Q
@@ -235,12 +244,13 @@ typedef struct cu_attn_scratch {
 
 /* out (f32 [n_tok, n_head * hd] in act->f, quantized when act->q is set and hd % 32 == 0,
  * else by a cu_quantize_act the caller runs) = softmax(q K^T * scale) V over the KV slots
- * 0..pos[i] (causal). qt = 1: each token on its own (decode; tokens may belong to different
- * sequences), split over n_splits chunks per KV head (flash-decoding) and combined by the
- * last block of each head. qt > 1: the tokens are consecutive ones of one sequence (one
- * block table, increasing positions): with act->q unset and hd a multiple of 16 up to 128
- * they go to the tensor-core kernel (64 per block, no splits), else qt of them (capped at
- * 16 / query heads per KV head) share each staged tile. attention.cu says more. */
+ * 0..pos[i] (causal; with kv->window only pos[i] - window + 1 .. pos[i], and no slot before
+ * that is read: a sliding group's dropped blocks have no table entry). qt = 1: each token on its own (decode;
+ * tokens may belong to different sequences), split over n_splits chunks per KV head (flash-decoding) and
+ * combined by the last block of each head. qt > 1: the tokens are consecutive ones of one sequence (one block
+ * table, increasing positions): with act->q unset and hd a multiple of 16 up to 128 they go to the
+ * tensor-core kernel (64 per block, no splits), else qt of them (capped at 16 / query heads per KV head)
+ * share each staged tile. attention.cu says more. */
 cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos, int n_head,
                          int n_head_kv, int hd, const cu_kv *kv, float scale, int n_splits, int qt,
                          const cu_attn_scratch *scr, const cu_act *out);

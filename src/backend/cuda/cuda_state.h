@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/lora_cuda.h"
 #include "core/error.h"
+#include "kv/kv_cache.h"
 #include "lora/lora.h"
 #include "model/graph.h"
 
@@ -91,7 +92,7 @@ typedef enum cu_step_kind {
     CU_STEP_ROPE_KV, /* per-head norms of Q/K (w, w2), rope, K/V into the cache; Q into dst (ROT) */
     CU_STEP_ATTEND,  /* dst (ACT) = attention of the queries src over the KV slot */
     CU_STEP_ADD,     /* dst += src · scale (an ADD no matmul epilogue took) */
-    CU_STEP_GLU,     /* dst (ACT) = silu(src) ⊙ src2 (a GLU no matmul epilogue took) */
+    CU_STEP_GLU,     /* dst (ACT) = act(src) ⊙ src2 (a GLU no matmul epilogue took; GEGLU always) */
     CU_STEP_CONV,    /* dst (ACT) = the short convolution of src (B | C | X), state slot conv */
     CU_STEP_OUTPUT,  /* logits = (rms_norm(src) · w into dst) · mw (+ bias) · scale */
 } cu_step_kind;
@@ -124,12 +125,24 @@ typedef struct cu_step {
     const float *w, *w2; /* NORM, OUTPUT, CONV: the weight; ROPE_KV: the Q and K norms or NULL */
     const cu_weight *mw; /* EMBED: the table; OUTPUT: the output weight */
     const float *bias;   /* OUTPUT */
-    float scale, eps;
-    bool rope;         /* ROPE_KV: rotate */
-    int kv;            /* ROPE_KV, ATTEND: the KV slot */
-    int lc;            /* CONV: taps */
-    int64_t state_off; /* CONV: its rows in a sequence's state */
+    float scale, eps;    /* ROPE_KV: scale multiplies Q after the rotation (1: none) */
+    bool rope;           /* ROPE_KV: rotate */
+    bool rope_swa;       /* ROPE_KV: with the sliding layers' tables (rope_swa) */
+    bool gelu;           /* GLU: GEGLU (else SwiGLU) */
+    int kv;              /* ROPE_KV, ATTEND: the KV slot */
+    int window;          /* ATTEND: the sliding window (0: none) */
+    int lc;              /* CONV: taps */
+    int64_t state_off;   /* CONV: its rows in a sequence's state */
 } cu_step;
+
+/* Where a KV slot (the plan's ROPE_KV order, which is the engine's KV-layer order) keeps
+ * its rows on the device: its group's blocks (kv/kv_cache.h), its K section at offset. */
+typedef struct cu_kv_slot {
+    int group;      /* CERA_KV_FULL or CERA_KV_SWA (a layer with a sliding window) */
+    int n_head_kv;  /* the layer's KV heads */
+    int kv_dim;     /* n_head_kv * head_dim */
+    int64_t offset; /* bytes from its group's block start to its K section */
+} cu_kv_slot;
 
 /* A model weight's device copy, uploaded once (a tied output is token_embd's entry). */
 typedef struct cu_wentry {
@@ -155,11 +168,14 @@ struct cera_cuda_state {
     int n_vecs, cap_vecs;
     int rows_max;  /* the most rows of a several-sequence decode step (forward.c: use_decode_rows) */
     int64_t k_max; /* the widest k_pad a matmul reads */
-    cu_rope rope;
-    float *rope_tab; /* inv_freq | ramp */
+    /* rope_swa: the sliding layers' (their own base, no frequency scaling), when one slides */
+    cu_rope rope, rope_swa;
+    float *rope_tab, *rope_tab_swa; /* inv_freq | ramp */
 
-    int n_embd, n_q, n_kv, n_vocab, hd; /* the residual width; the attention's Q and K/V widths */
+    int n_embd, n_q, n_kv, n_vocab, hd; /* the residual width; Q's, the widest K/V row */
     int n_kv_layer;                     /* KV slots (the plan's ROPE_KV steps) */
+    cu_kv_slot *kvl;                    /* [n_kv_layer] */
+    int64_t kv_block[CERA_KV_GROUPS];   /* bytes of a block of each group (0: a group without layers) */
     int n_conv;                         /* conv steps (their states) */
     int32_t *d_first, *d_slot, *d_last; /* device [n_batch]: per token, for the conv (conv.cu) */
     int32_t *h_conv;                    /* pinned [3 n_batch]: their staging */
@@ -177,13 +193,14 @@ struct cera_cuda_state {
     void *deq;      /* the largest weight dequantized to F16 (GEMM operand) */
     int32_t *d_tok, *d_pos, *d_argmax; /* device [n_batch], [n_batch], [1] */
     int32_t *h_io;                     /* pinned: tokens [n_batch] | positions [n_batch] | token tables
-                                        * [n_batch] | argmax | block tables [tables_cap] */
+                                        * [n_batch] | argmax | block tables [2][tables_cap] */
     int32_t *d_tok_tbl;                /* device [n_batch]: each token's block table offset */
-    int32_t *d_tables;                 /* device [tables_cap]: the batch's block tables */
+    int32_t *d_tables;                 /* device [2][tables_cap]: the batch's block tables, the full
+                                        * group's, then the sliding group's at the same offsets */
     int tables_cap;
 
-    void *kv_base; /* the KV blocks the current batch uses */
-    void *own_kv;  /* the standalone API's KV blocks (identity block table) */
+    void *kv_base[CERA_KV_GROUPS]; /* each group's KV blocks the current batch uses */
+    void *own_kv[CERA_KV_GROUPS];  /* the standalone API's KV blocks (identity block tables) */
     int own_blocks;
     cu_attn_scratch att;
     int dec_splits;
@@ -191,7 +208,7 @@ struct cera_cuda_state {
     /* the decode graph; it bakes in the KV base it was captured with and is re-captured
      * when that moves (a new session's pool) */
     cudaGraphExec_t graph[DEC_BUCKETS];
-    void *graph_kv_base[DEC_BUCKETS];
+    void *graph_kv_base[DEC_BUCKETS][CERA_KV_GROUPS];
     bool graph_ready[DEC_BUCKETS];
     unsigned graph_lora_mask[DEC_BUCKETS]; /* the LoRA launches it was captured with */
     float *graph_lora_t[DEC_BUCKETS];
@@ -243,11 +260,12 @@ cera_status cu_gemm(cera_cuda_state *s, const cu_weight *w, const cu_act *a, int
                     cera_error *err);
 
 /* forward.c: one batch. tok_tbl[i] is the offset of token i's block table in tables (host
- * arrays), tok_slot[i] its sequence's slot (conv states; NULL: slot 0); out_rows lists the tokens whose
- * logits go to logits (row after row); argmax, when set, receives the argmax of the last of them; lora: the
- * batch's rows grouped by adapter, or NULL. */
+ * arrays; a model with sliding layers has the sliding group's tables at tables + n_tables,
+ * at the same offsets), kv_base each group's blocks, tok_slot[i] its sequence's slot (conv states; NULL: slot
+ * 0); out_rows lists the tokens whose logits go to logits (row after row); argmax, when set, receives the
+ * argmax of the last of them; lora: the batch's rows grouped by adapter, or NULL. */
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
-                       const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
+                       const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *const *kv_base,
                        const int32_t *tok_slot, const int32_t *out_rows, int n_out, float *logits,
                        int32_t *argmax, const cera_lora_batch *lora, cera_error *err);
 
@@ -279,7 +297,7 @@ cera_status cu_lora_join(cera_cuda_state *s, cera_error *err);
 cera_status cu_lora_prefill_gemm(cera_cuda_state *s, int layer, const cu_lora_segs *g, const cu_act *x, int n,
                                  cera_error *err);
 
-/* init.c: bytes of one KV block (every layer's K and V for CU_KV_BLOCK positions, F16). */
-size_t cu_kv_block_bytes(const cera_cuda_state *s);
+/* init.c: lays the KV slots out in their groups' blocks (s->kvl offsets, s->kv_block). */
+void cu_kv_layout(cera_cuda_state *s);
 
 #endif

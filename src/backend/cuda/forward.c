@@ -103,15 +103,18 @@ static bool capturing(const cera_cuda_state *s) {
     return cudaStreamIsCapturing(s->st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive;
 }
 
-/* The KV slot's view of the paged cache for the current batch. */
-static cu_kv slot_kv(const cera_cuda_state *s, int slot) {
+/* The KV slot's view of the paged cache for the current batch (its group's blocks and
+ * tables), attended over a window (0: none). */
+static cu_kv slot_kv(const cera_cuda_state *s, int slot, int window) {
+    const cu_kv_slot *L = &s->kvl[slot];
     cu_kv kv;
-    kv.base = s->kv_base;
-    kv.tables = s->d_tables;
+    kv.base = s->kv_base[L->group];
+    kv.tables = s->d_tables + (size_t)L->group * (size_t)s->tables_cap;
     kv.tok_table = s->d_tok_tbl;
-    kv.n_layer = s->n_kv_layer;
-    kv.layer = slot;
-    kv.kv_dim = s->n_kv;
+    kv.block_bytes = s->kv_block[L->group];
+    kv.offset = L->offset;
+    kv.kv_dim = L->kv_dim;
+    kv.window = window;
     kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
     return kv;
 }
@@ -209,7 +212,8 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
                  CU_TRY(cu_add_scaled(s->st, dst, st->dst.stride, y[0], y_stride, segs[0].bias, n, d[0],
                                       st->scale)));
         } else if (glu) {
-            PROF(r, 2, CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, &out)));
+            PROF(r, 2,
+                 CU_TRY(cu_glu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, false, &out)));
         } else {
             for (int j = 0; j < ns; j++)
                 if (segs[j].bias) CU_TRY(cu_bias_scale(s->st, y[j], y_stride, segs[j].bias, n, d[j], 1.0f));
@@ -233,7 +237,7 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
             CERA_TRY(rows_linear(s, segs[j].w, glu ? NULL : segs[j].bias, &in, n, y[j], y_stride, false, 1.0f,
                                  err));
         if (glu) {
-            CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, &out));
+            CU_TRY(cu_glu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, false, &out));
             CU_TRY(cu_quantize_act(s->st, &out, n));
         }
         return CERA_OK;
@@ -272,7 +276,7 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
             CU_TRY(cu_lora_swiglu(s->st, &s->lora, st->layer, y[0], y[1], segs[0].bias, segs[1].bias, &out));
         } else {
             CU_TRY(cu_lora_b(s->st, &s->lora, st->layer, &g, 1, 1.0f));
-            CU_TRY(cu_swiglu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, 1, &out));
+            CU_TRY(cu_glu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, 1, false, &out));
             CU_TRY(cu_quantize_act(s->st, &out, 1));
         }
         return CERA_OK;
@@ -290,38 +294,41 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
 static cera_status step_rope(run *r, const cu_step *st, cera_error *err) {
     cera_cuda_state *s = r->s;
     const cera_hparams *hp = &s->hp;
-    const cu_kv kv = slot_kv(s, st->kv);
-    cu_rope rope = s->rope;
+    const cu_kv kv = slot_kv(s, st->kv, 0);
+    const int n_head_kv = s->kvl[st->kv].n_head_kv;
+    cu_rope rope = st->rope_swa ? s->rope_swa : s->rope;
     rope.enabled = st->rope;
+    rope.q_scale = st->scale;
     float *q = rows_at(r, st->src), *k = rows_at(r, st->k), *v = rows_at(r, st->v), *qo = rows_at(r, st->dst);
     if (r->lora_to_rope) {
         r->lora_to_rope = false;
         CERA_TRY(cu_lora_join(s, err));
-        CU_TRY(cu_rope_store_lora(s->st, q, k, v, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, st->w, st->w2,
+        CU_TRY(cu_rope_store_lora(s->st, q, k, v, s->d_pos, hp->n_head, n_head_kv, s->hd, st->w, st->w2,
                                   st->eps, &rope, qo, &kv, &s->lora, st->layer));
         return CERA_OK;
     }
     PROF(r, 2,
-         CU_TRY(cu_rope_store(s->st, q, k, v, st->src.stride, r->n, s->d_pos, hp->n_head, hp->n_head_kv,
-                              s->hd, st->w, st->w2, st->eps, &rope, qo, &kv)));
+         CU_TRY(cu_rope_store(s->st, q, k, v, st->src.stride, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd,
+                              st->w, st->w2, st->eps, &rope, qo, &kv)));
     return CERA_OK;
 }
 
 static cera_status step_attend(run *r, const cu_step *st, cera_error *err) {
     cera_cuda_state *s = r->s;
     const cera_hparams *hp = &s->hp;
-    const cu_kv kv = slot_kv(s, st->kv);
+    const cu_kv kv = slot_kv(s, st->kv, st->window);
+    const int n_head_kv = s->kvl[st->kv].n_head_kv;
     cu_act out = act_at(r, st->dst);
     const float *q = rows_at(r, st->src);
     if (r->mode == RUN_PREFILL) {
         out.q = NULL; // the GEMM path reads f32 rows only (and so may the tensor-core attention)
         PROF(r, 1,
-             CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, st->scale,
+             CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale,
                                  r->splits, r->qt, &s->att, &out)));
         return CERA_OK;
     }
-    CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, hp->n_head_kv, s->hd, &kv, st->scale,
-                        s->dec_splits, 1, &s->att, &out));
+    CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale, s->dec_splits,
+                        1, &s->att, &out));
     if (s->hd % 32) CU_TRY(cu_quantize_act(s->st, &out, r->n));
     return CERA_OK;
 }
@@ -397,8 +404,8 @@ static cera_status run_plan(run *r, cera_error *err) {
         case CU_STEP_GLU: {
             const cu_act h = act_at(r, st->dst);
             PROF(r, 2,
-                 CU_TRY(cu_swiglu(s->st, rows_at(r, st->src), rows_at(r, st->src2), st->src.stride, NULL,
-                                  NULL, r->n, &h)));
+                 CU_TRY(cu_glu(s->st, rows_at(r, st->src), rows_at(r, st->src2), st->src.stride, NULL, NULL,
+                               r->n, st->gelu, &h)));
             if (r->mode != RUN_PREFILL) CU_TRY(cu_quantize_act(s->st, &h, r->n));
             break;
         }
@@ -456,7 +463,7 @@ static cera_status graph_launch(cera_cuda_state *s, int bucket, int n, cera_erro
             return cera_fail(err, CERA_ERR_DEVICE, "cuda: decode graph (%d rows) instantiate: %s", n,
                              cudaGetErrorString(e));
         s->graph_ready[bucket] = true;
-        s->graph_kv_base[bucket] = s->kv_base;
+        memcpy(s->graph_kv_base[bucket], s->kv_base, sizeof s->kv_base);
     }
     CU_TRY(cudaGraphLaunch(s->graph[bucket], s->st));
     return CERA_OK;
@@ -465,7 +472,7 @@ static cera_status graph_launch(cera_cuda_state *s, int bucket, int n, cera_erro
 /* The several-sequence decode step of n tokens through its bucket's graph. */
 static cera_status run_decode_rows(cera_cuda_state *s, int n, cera_error *err) {
     const int bucket = n - 1;
-    if (s->graph_ready[bucket] && s->graph_kv_base[bucket] != s->kv_base) {
+    if (s->graph_ready[bucket] && memcmp(s->graph_kv_base[bucket], s->kv_base, sizeof s->kv_base)) {
         cudaGraphExecDestroy(s->graph[bucket]);
         s->graph_ready[bucket] = false;
     }
@@ -493,10 +500,10 @@ static cera_status compact_logits(cera_cuda_state *s, const int32_t *out_rows, i
 static cera_status run_decode(cera_cuda_state *s, int pos, cera_error *err) {
     (void)pos;
     const int bucket = 0;
-    if (s->graph_ready[bucket] &&
-        (s->graph_kv_base[bucket] != s->kv_base || s->graph_lora_mask[bucket] != s->lora_mask ||
-         (s->lora_mask &&
-          (s->graph_lora_t[bucket] != s->lora.t || s->graph_lora_nent[bucket] != s->lora_n_ent)))) {
+    if (s->graph_ready[bucket] && (memcmp(s->graph_kv_base[bucket], s->kv_base, sizeof s->kv_base) ||
+                                   s->graph_lora_mask[bucket] != s->lora_mask ||
+                                   (s->lora_mask && (s->graph_lora_t[bucket] != s->lora.t ||
+                                                     s->graph_lora_nent[bucket] != s->lora_n_ent)))) {
         cudaGraphExecDestroy(s->graph[bucket]);
         s->graph_ready[bucket] = false;
     }
@@ -602,7 +609,7 @@ static cera_status stage_conv(cera_cuda_state *s, const int32_t *pos, int n, con
 }
 
 cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t *pos, int n,
-                       const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *kv_base,
+                       const int32_t *tok_tbl, const int32_t *tables, int n_tables, void *const *kv_base,
                        const int32_t *tok_slot, const int32_t *out_rows, int n_out, float *logits,
                        int32_t *argmax, const cera_lora_batch *lora, cera_error *err) {
     const int B = s->prm.n_batch;
@@ -622,12 +629,17 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     memcpy(h_pos, pos, sizeof(int32_t) * (size_t)n);
     memcpy(h_tt, tok_tbl, sizeof(int32_t) * (size_t)n);
     memcpy(h_tab, tables, sizeof(int32_t) * (size_t)n_tables);
+    const bool swa = s->kv_block[CERA_KV_SWA] > 0;
+    if (swa) memcpy(h_tab + s->tables_cap, tables + n_tables, sizeof(int32_t) * (size_t)n_tables);
     CU_TRY(cudaMemcpyAsync(s->d_tok, h_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
     CU_TRY(cudaMemcpyAsync(s->d_pos, h_pos, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
     CU_TRY(cudaMemcpyAsync(s->d_tok_tbl, h_tt, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->st));
     CU_TRY(cudaMemcpyAsync(s->d_tables, h_tab, sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice,
                            s->st));
-    s->kv_base = kv_base;
+    if (swa)
+        CU_TRY(cudaMemcpyAsync(s->d_tables + s->tables_cap, h_tab + s->tables_cap,
+                               sizeof(int32_t) * (size_t)n_tables, cudaMemcpyHostToDevice, s->st));
+    for (int g = 0; g < CERA_KV_GROUPS; g++) s->kv_base[g] = kv_base[g];
     if (s->n_conv) CERA_TRY(stage_conv(s, pos, n, tok_tbl, tok_slot, err));
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1) {
@@ -667,11 +679,11 @@ cera_status cu_forward_own(cera_cuda_state *s, const int32_t *tokens, const int3
                              positions[i], s->prm.n_ctx);
         if (positions[i] > max_pos) max_pos = positions[i];
     }
-    // the standalone sequence: block b of the sequence is block b of its own storage
+    // the standalone sequence: block b of the sequence is block b of each group's own storage
     const int n_tables = max_pos / CU_KV_BLOCK + 1;
-    int32_t *ids = s->h_io + 3 * s->prm.n_batch + 1 + s->tables_cap; // the scratch after the staging area
-    int32_t *rows = ids + s->own_blocks;
-    for (int b = 0; b < n_tables; b++) ids[b] = b;
+    int32_t *ids = s->h_io + 3 * s->prm.n_batch + 1 + CERA_KV_GROUPS * s->tables_cap; // after the staging
+    int32_t *rows = ids + CERA_KV_GROUPS * s->own_blocks;
+    for (int b = 0; b < n_tables; b++) ids[b] = ids[n_tables + b] = b;
     int n_out = 0;
     if (all_logits)
         for (int i = 0; i < n; i++) rows[n_out++] = i;

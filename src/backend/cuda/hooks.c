@@ -290,8 +290,8 @@ cera_status cera_cuda_test_get_rows(cera_type type, int64_t k, int64_t n, const 
 
 cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_type kv_type, int n_kv,
                                      const float *k, const float *v, int n_tok, const int32_t *pos,
-                                     const float *q, float scale, int n_splits, int qt, float *out,
-                                     cera_error *err) {
+                                     const float *q, float scale, int n_splits, int qt, int window,
+                                     float *out, cera_error *err) {
     if (!cera_cuda_available()) return cera_fail(err, CERA_ERR_DEVICE, "cuda: no CUDA device found");
     if (n_head <= 0 || n_head_kv <= 0 || hd <= 0 || n_kv <= 0 || n_tok <= 0 || n_splits <= 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: attention test shape");
@@ -367,14 +367,25 @@ cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_
     kv.base = d_kv;
     kv.tables = d_tab;
     kv.tok_table = d_tt; // zeros: every token reads the one table
-    kv.n_layer = 1;
     kv.kv_dim = (int)kvd;
+    kv.block_bytes = 2 * cu_kv_section_bytes(q8, kvd); // one layer's K and V
     kv.q8 = q8;
     cu_rope rope;
     memset(&rope, 0, sizeof rope); // no rotation
+    rope.q_scale = 1.0f;
     if (e == cudaSuccess)
         e = cu_rope_store(st, d_in, d_in + nq, d_in + nq + kvd, row, n_kv, d_pos, n_head, n_head_kv, hd, NULL,
                           NULL, 1e-6f, &rope, d_qr, &kv);
+    if (window > 0 && e == cudaSuccess) {
+        // the blocks no query's window reaches are dropped, as the sliding group's
+        int lo = pos[0];
+        for (int i = 1; i < n_tok; i++) lo = pos[i] < lo ? pos[i] : lo;
+        lo = lo - window + 1 > 0 ? lo - window + 1 : 0;
+        for (int b = 0; b < lo / CU_KV_BLOCK; b++) h_tab[b] = -1;
+        e = cudaMemcpyAsync(d_tab, h_tab, sizeof(int32_t) * (size_t)n_blocks, cudaMemcpyHostToDevice, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st); // h_tab is not pinned
+    }
+    kv.window = window;
     cu_act a;
     memset(&a, 0, sizeof a);
     a.f = d_out;

@@ -131,9 +131,17 @@ static void free_store(cu_store *h) {
 }
 
 /* RoPE tables as llama.cpp computes them: theta_i = pos * base^(-2i/n_rot) / factor_i, and
- * YaRN's ramp and magnitude (ext_factor 0 leaves plain linear scaling). */
-static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_error *err) {
-    const cera_hparams *hp = &m->hp;
+ * YaRN's ramp and magnitude (ext_factor 0 leaves plain linear scaling), into *tab_out and
+ * *rope; the sliding layers' (swa) with their own base and no frequency scaling, as the CPU
+ * backend's. */
+static cera_status build_rope(const cera_model *m, bool swa, float **tab_out, cu_rope *rope,
+                              cera_error *err) {
+    cera_hparams hs = m->hp;
+    if (swa) {
+        hs.rope_base = m->hp.rope_base_swa;
+        hs.rope_freq_scale = 1.0f;
+    }
+    const cera_hparams *hp = &hs;
     const int half = hp->n_rot / 2;
     float *tab = malloc(sizeof(float) * 2 * (size_t)(half > 0 ? half : 1));
     if (!tab) return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: rope table");
@@ -161,50 +169,51 @@ static cera_status build_rope(cera_cuda_state *s, const cera_model *m, cera_erro
         t *= theta_scale;
     }
     cera_status st =
-        dev_alloc((void **)&s->rope_tab, sizeof(float) * 2 * (size_t)(half > 0 ? half : 1), "rope", err);
+        dev_alloc((void **)tab_out, sizeof(float) * 2 * (size_t)(half > 0 ? half : 1), "rope", err);
     if (st == CERA_OK && half > 0) {
-        cudaError_t e =
-            cudaMemcpy(s->rope_tab, tab, sizeof(float) * 2 * (size_t)half, cudaMemcpyHostToDevice);
+        cudaError_t e = cudaMemcpy(*tab_out, tab, sizeof(float) * 2 * (size_t)half, cudaMemcpyHostToDevice);
         if (e != cudaSuccess)
             st = cera_fail(err, CERA_ERR_DEVICE, "cuda: rope table upload: %s", cudaGetErrorString(e));
     }
     free(tab);
     if (st != CERA_OK) return st;
-    s->rope.n_rot = hp->n_rot;
-    s->rope.neox = hp->rope_style == CERA_ROPE_NEOX;
-    s->rope.enabled = hp->n_rot > 0; /* and per step: the op's rope (plan.c) */
-    s->rope.inv_freq = s->rope_tab;
-    s->rope.ramp = s->rope_tab + half;
-    s->rope.freq_scale = hp->rope_freq_scale > 0.0f ? hp->rope_freq_scale : 1.0f;
+    rope->n_rot = hp->n_rot;
+    rope->neox = hp->rope_style == CERA_ROPE_NEOX;
+    rope->enabled = hp->n_rot > 0; /* and per step: the op's rope (plan.c) */
+    rope->inv_freq = *tab_out;
+    rope->ramp = *tab_out + half;
+    rope->freq_scale = hp->rope_freq_scale > 0.0f ? hp->rope_freq_scale : 1.0f;
     float mscale = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0f;
-    if (hp->rope_ext_factor != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / s->rope.freq_scale);
-    s->rope.mscale = mscale;
+    if (hp->rope_ext_factor != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / rope->freq_scale);
+    rope->mscale = mscale;
+    rope->q_scale = 1.0f; /* per step (plan.c) */
     return CERA_OK;
 }
 
 static cera_status check_model(const cera_model *m, cera_error *err) {
     const cera_hparams *hp = &m->hp;
-    /* the KV pool it reads has one row width and no window (kv/kv_cache.h): such models run
-     * on the CPU backend */
-    for (int il = 0; il < hp->n_layer; il++)
-        if (m->layers[il].swa || (m->layers[il].n_head_kv && m->layers[il].n_head_kv != hp->n_head_kv))
-            return cera_fail(
-                err, CERA_ERR_UNSUPPORTED,
-                "cuda: %s has sliding-window layers or per-layer KV widths; the CPU backend runs it",
-                cera_arch_name(hp->arch));
-    if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
+    if (hp->n_head <= 0 || hp->n_head_kv <= 0)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads", hp->n_head,
                          hp->n_head_kv);
-    if (hp->n_head / hp->n_head_kv > 16)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: more than 16 query heads per KV head");
+    /* each layer's own KV heads (hp->n_head_kv is the largest): the attention kernels take a
+     * group of up to 16 query heads per KV head */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const int nkv = m->layers[il].n_head_kv > 0 ? m->layers[il].n_head_kv : hp->n_head_kv;
+        if (hp->n_head % nkv)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: layer %d: %d query heads over %d KV heads", il,
+                             hp->n_head, nkv);
+        if (hp->n_head / nkv > 16)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "cuda: layer %d: more than 16 query heads per KV head", il);
+        if ((hp->n_head / nkv) * hp->head_dim > 2048)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: layer %d: query group of %d x %d too wide", il,
+                             hp->n_head / nkv, hp->head_dim);
+    }
     if (hp->head_dim <= 0 || hp->head_dim > 256 || hp->head_dim % 8)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: head size %d (8..256, a multiple of 8)",
                          hp->head_dim);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: %d rotated dims of %d", hp->n_rot, hp->head_dim);
-    if ((hp->n_head / hp->n_head_kv) * hp->head_dim > 2048)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: query group of %d x %d too wide",
-                         hp->n_head / hp->n_head_kv, hp->head_dim);
     return CERA_OK;
 }
 
@@ -226,6 +235,9 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     s->n_kv = hp->n_head_kv * hp->head_dim;
     s->n_vocab = hp->n_vocab;
 
+    CERA_TRY(build_rope(m, false, &s->rope_tab, &s->rope, err));
+    if (hp->n_swa > 0) CERA_TRY(build_rope(m, true, &s->rope_tab_swa, &s->rope_swa, err));
+
     // the plan: its steps, and every weight they use uploaded through one staging buffer
     void *staging = NULL;
     if (!s->prm.synthetic_weights && m->graph)
@@ -233,7 +245,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     cera_status st = cu_plan_compile(s, m, staging, err);
     if (staging) cudaFree(staging);
     if (st != CERA_OK) return st;
-    CERA_TRY(build_rope(s, m, err));
+    cu_kv_layout(s);
 
     // the plan's homes, sized for n_batch tokens
     for (int h = 0; h < CU_ST_COUNT; h++)
@@ -242,7 +254,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     s->embd_pad = s->store[CU_ST_F32(CERA_BUF_X)].width;
     // block tables: up to 64 sequences of a full context in one batch
     s->own_blocks = (s->prm.n_ctx + CU_KV_BLOCK - 1) / CU_KV_BLOCK;
-    s->tables_cap = 64 * (s->own_blocks + 1);
+    s->tables_cap = 64 * (s->own_blocks + 1); /* per group */
     {
         // the tensor-core matmul's workspace (the largest any matmul needs for DEC_ROWS_MAX rows)
         // and the GEMM's dequantized weight (the largest)
@@ -283,11 +295,13 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             {(void **)&s->d_pos, (size_t)B * sizeof(int32_t)},
             {(void **)&s->d_argmax, sizeof(int32_t)},
             {(void **)&s->d_tok_tbl, (size_t)B * sizeof(int32_t)},
-            {(void **)&s->d_tables, (size_t)s->tables_cap * sizeof(int32_t)},
-            {&s->own_kv, s->prm.external_kv ? 0 : (size_t)s->own_blocks * cu_kv_block_bytes(s)},
+            {(void **)&s->d_tables, (size_t)CERA_KV_GROUPS * s->tables_cap * sizeof(int32_t)},
         };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             CERA_TRY(dev_alloc(bufs[i].p, bufs[i].bytes, "scratch", err));
+        for (int g = 0; g < CERA_KV_GROUPS && !s->prm.external_kv; g++)
+            CERA_TRY(
+                dev_alloc(&s->own_kv[g], (size_t)s->own_blocks * (size_t)s->kv_block[g], "KV cache", err));
         // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
         s->att.max_splits = 64;
         const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
@@ -302,9 +316,10 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             dev_alloc((void **)&s->att.counters, (size_t)B * hp->n_head * sizeof(int32_t), "attention", err));
     }
     {
-        // staging (tokens, positions, table offsets, argmax, tables), then the standalone
-        // API's identity table, output rows and table offsets
-        const size_t n_io = 3 * (size_t)B + 1 + (size_t)s->tables_cap + (size_t)s->own_blocks + 2 * (size_t)B;
+        // staging (tokens, positions, table offsets, argmax, each group's tables), then the
+        // standalone API's identity tables (one per group), output rows and table offsets
+        const size_t n_io = 3 * (size_t)B + 1 + (size_t)CERA_KV_GROUPS * (size_t)s->tables_cap +
+                            (size_t)CERA_KV_GROUPS * (size_t)s->own_blocks + 2 * (size_t)B;
         cudaError_t e = cudaMallocHost((void **)&s->h_io, n_io * sizeof(int32_t));
         if (e != cudaSuccess) {
             s->h_io = NULL;
@@ -353,8 +368,14 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
 
 size_t cera_cuda_weight_bytes(const cera_cuda_state *s) { return s->weight_bytes; }
 
-size_t cu_kv_block_bytes(const cera_cuda_state *s) {
-    return (size_t)s->n_kv_layer * 2 * cu_kv_section_bytes(s->prm.kv_type == CERA_KV_Q8_0, s->n_kv);
+void cu_kv_layout(cera_cuda_state *s) {
+    const bool q8 = s->prm.kv_type == CERA_KV_Q8_0;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) s->kv_block[g] = 0;
+    for (int i = 0; i < s->n_kv_layer; i++) {
+        cu_kv_slot *L = &s->kvl[i];
+        L->offset = s->kv_block[L->group];
+        s->kv_block[L->group] += 2 * cu_kv_section_bytes(q8, L->kv_dim);
+    }
 }
 
 void cera_cuda_free(cera_cuda_state *s) {
@@ -365,12 +386,14 @@ void cera_cuda_free(cera_cuda_state *s) {
     cu_plan_free(s);
     for (int h = 0; h < CU_ST_COUNT; h++) free_store(&s->store[h]);
     cudaFree(s->rope_tab);
+    cudaFree(s->rope_tab_swa);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) cudaFree(s->own_kv[g]);
     cudaFree(s->d_first);
     cudaFree(s->own_state);
     cudaFree(s->mma_work);
     if (s->h_conv) cudaFreeHost(s->h_conv);
-    void *bufs[] = {s->logits,       s->half_act,    s->deq,          s->d_tok,     s->d_pos,    s->d_argmax,
-                    s->att.part_acc, s->att.part_ml, s->att.counters, s->d_tok_tbl, s->d_tables, s->own_kv};
+    void *bufs[] = {s->logits,       s->half_act,    s->deq,          s->d_tok,     s->d_pos,   s->d_argmax,
+                    s->att.part_acc, s->att.part_ml, s->att.counters, s->d_tok_tbl, s->d_tables};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
     cu_lora_free(s);

@@ -7,8 +7,9 @@
  *   - NORM: the RMS norm also quantizes its output for the next matmul (every NORM step);
  *   - LINEAR of one segment, then an ADD of its output into another buffer: the matvec's
  *     residual-add epilogue (scale and bias in the epilogue);
- *   - LINEAR of two segments of one shape, then the GLU of their outputs: the SwiGLU
- *     epilogue, into the quantized activation the next matmul reads;
+ *   - LINEAR of two segments of one shape, then the SwiGLU of their outputs: the SwiGLU
+ *     epilogue, into the quantized activation the next matmul reads (a GEGLU is a step of
+ *     its own);
  *   - per-head NORMs of Q and K, then ROPE_KV: the norms run inside the rope + KV-store
  *     kernel (which also writes the rotated queries the attention reads);
  *   - LoRA on a LINEAR's segments: in a one-token decode step, B·t goes into the kernel that
@@ -48,6 +49,7 @@ size_t cu_plan_staging_bytes(const cera_model *m) {
 
 typedef struct compiler {
     cera_cuda_state *s;
+    const cera_model *m;
     const cera_graph *g;
     void *staging;
     cera_error *err;
@@ -216,7 +218,7 @@ static cera_status compile_linear(compiler *c, const cera_op *op, const cera_op 
             st.lora_at = CU_LORA_AT_NORM;
     } else if (op->n_seg == 2 && nx && nx->kind == CERA_OP_GLU && nx->src == op->seg[0].dst &&
                nx->src2 == op->seg[1].dst && w0->type == w1->type && w0->k == w1->k && w0->n == w1->n &&
-               st.src.st != CU_ST_ACT(nx->dst)) {
+               nx->act == CERA_GLU_SILU && st.src.st != CU_ST_ACT(nx->dst)) {
         st.epi = CU_MV_SWIGLU;
         claim(c, CU_ST_ACT(nx->dst));
         st.dst = act_loc(c, nx->dst, w0->n);
@@ -239,15 +241,23 @@ static cera_status compile_rope(compiler *c, const cera_op *op) {
     st.kind = CU_STEP_ROPE_KV;
     st.layer = op->layer;
     st.rope = op->rope && s->hp.n_rot > 0;
+    st.rope_swa = op->rope_swa;
+    st.scale = op->scale != 0.0f ? op->scale : 1.0f;
+    if (st.rope && st.rope_swa && !s->rope_tab_swa)
+        return unsupported(c, "the sliding layers' rope base without a sliding window");
     CERA_TRY(reads(c, op->src, &st.src));
     CERA_TRY(reads(c, CERA_BUF_K, &st.k));
     CERA_TRY(reads(c, CERA_BUF_V, &st.v));
     if (!is_f32(st.src) || st.k.stride != st.src.stride || st.v.stride != st.src.stride)
         return unsupported(c, "Q, K and V must come from one matmul");
-    if (st.src.k != s->n_q || st.k.k != s->n_kv || st.v.k != s->n_kv)
-        return unsupported(c, "Q, K and V widths are not the attention's heads");
     if (op->layer < 0 || op->layer >= s->hp.n_layer || c->kv_of_layer[op->layer] >= 0)
         return unsupported(c, "one KV store per model layer");
+    const cera_layer *L = &c->m->layers[op->layer];
+    const int n_head_kv = L->n_head_kv > 0 ? L->n_head_kv : s->hp.n_head_kv;
+    if (st.src.k != s->n_q || st.k.k != (int64_t)n_head_kv * s->hd || st.v.k != st.k.k)
+        return unsupported(c, "Q, K and V widths are not the attention's heads");
+    if (L->kv_index != s->n_kv_layer)
+        return unsupported(c, "the KV stores are not in the KV pool's layer order");
     const cera_op *qn = c->head_norm[op->src], *kn = c->head_norm[CERA_BUF_K];
     st.eps = qn ? qn->eps : kn ? kn->eps : s->hp.rms_eps;
     if (qn) CERA_TRY(use_vec(c, qn->w, "attn_q_norm", op->layer, s->hd, 1.0f, &st.w, err));
@@ -256,6 +266,7 @@ static cera_status compile_rope(compiler *c, const cera_op *op) {
     for (int b = 0; b < CERA_BUF_COUNT; b++)
         if (c->head_norm[b]) return unsupported(c, "a per-head norm of a buffer rope does not read");
     st.kv = c->kv_of_layer[op->layer] = s->n_kv_layer++;
+    s->kvl[st.kv] = (cu_kv_slot){L->swa ? CERA_KV_SWA : CERA_KV_FULL, n_head_kv, n_head_kv * s->hd, 0};
     // the matmul just before stored Q, K and V: their adapters' B·t can go into this kernel
     cu_step *prev = s->n_steps > 0 ? &s->steps[s->n_steps - 1] : NULL;
     if (prev && prev->kind == CU_STEP_LINEAR && prev->epi == CU_MV_STORE && prev->n_seg == 3 &&
@@ -322,6 +333,10 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         if (op->layer < 0 || op->layer >= s->hp.n_layer || c->kv_of_layer[op->layer] < 0)
             return unsupported(c, "attention before its layer's KV store");
         st.kv = c->kv_of_layer[op->layer];
+        st.window = op->window;
+        // a sliding layer's KV blocks before its window are gone: it must not look further back
+        if (s->kvl[st.kv].group == CERA_KV_SWA && (op->window <= 0 || op->window > s->hp.n_swa))
+            return unsupported(c, "a sliding layer's attention reaches past the window its KV cache keeps");
         claim(c, CU_ST_ACT(op->dst));
         st.dst = act_loc(c, op->dst, s->n_q);
         c->loc[op->dst] = st.dst;
@@ -334,6 +349,7 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         return push(c, &st);
     case CERA_OP_GLU:
         st.kind = CU_STEP_GLU;
+        st.gelu = op->act == CERA_GLU_GELU;
         CERA_TRY(reads(c, op->src, &st.src));
         CERA_TRY(reads(c, op->src2, &st.src2));
         if (st.src.stride != st.src2.stride || st.src.k != st.src2.k)
@@ -396,15 +412,14 @@ static int rows_max(const cera_cuda_state *s) {
     return most;
 }
 
-/* The op variants the CUDA kernels do not implement (yet): refused by name at open, never
- * run as something else. */
+/* The op variants the CUDA kernels do not implement: refused by name at open, never run as
+ * something else. */
 static cera_status check_variants(const cera_graph *g, cera_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const cera_op *op = &g->ops[i];
-        const char *why = op->kind == CERA_OP_GLU && op->act != CERA_GLU_SILU ? "a GLU other than SwiGLU"
-                          : op->kind == CERA_OP_ROPE_KV && op->scale != 0.0f  ? "a query scale after rope"
-                          : op->kind == CERA_OP_ROPE_KV && op->rope_swa  ? "the sliding layers' rope base"
-                          : op->kind == CERA_OP_ATTEND && op->window > 0 ? "a sliding attention window"
+        const bool glu_ok = op->act == CERA_GLU_SILU || op->act == CERA_GLU_GELU;
+        const char *why = op->kind == CERA_OP_GLU && !glu_ok             ? "a GLU other than SwiGLU or GEGLU"
+                          : op->kind == CERA_OP_ATTEND && op->window < 0 ? "a negative attention window"
                                                                          : NULL;
         if (why)
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: plan: op %d (%s): %s; the CPU backend runs it",
@@ -420,6 +435,7 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     compiler c;
     memset(&c, 0, sizeof c);
     c.s = s;
+    c.m = m;
     c.g = g;
     c.staging = staging;
     c.err = err;
@@ -430,7 +446,8 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     s->vecs = calloc((size_t)s->cap_vecs, sizeof *s->vecs);
     s->steps = calloc((size_t)g->n_ops, sizeof *s->steps);
     c.kv_of_layer = malloc(sizeof(int) * (size_t)(s->hp.n_layer > 0 ? s->hp.n_layer : 1));
-    if (!s->wts || !s->vecs || !s->steps || !c.kv_of_layer) {
+    s->kvl = calloc((size_t)(s->hp.n_layer > 0 ? s->hp.n_layer : 1), sizeof *s->kvl);
+    if (!s->wts || !s->vecs || !s->steps || !c.kv_of_layer || !s->kvl) {
         free(c.kv_of_layer);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: plan of %d ops", g->n_ops);
     }
@@ -467,6 +484,8 @@ void cu_plan_free(cera_cuda_state *s) {
     free(s->wts);
     free(s->vecs);
     free(s->steps);
+    free(s->kvl);
+    s->kvl = NULL;
     s->wts = NULL;
     s->vecs = NULL;
     s->steps = NULL;
