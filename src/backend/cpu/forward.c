@@ -504,12 +504,13 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->base.free = cpu_free;
     be->m = m;
     be->n_batch = nb;
-    cera_rope_init(&be->rope, hp, m->rope_freqs.data);
+    const float *rope_factors = cera_model_rope_factors(m, params->n_ctx);
+    cera_rope_init(&be->rope, hp, rope_factors);
     if (hp->n_swa) { /* llama.cpp: the sliding layers' own base, without the model's rope scaling */
         cera_hparams hs = *hp;
         hs.rope_base = hp->rope_base_swa;
         hs.rope_freq_scale = 1.0f;
-        cera_rope_init(&be->rope_swa, &hs, m->rope_freqs.data);
+        cera_rope_init(&be->rope_swa, &hs, rope_factors);
     }
     cera_gelu_init();
 
