@@ -131,6 +131,10 @@ cera_status cera_lora_merge(const cera_model *m, cera_adapter *const *adapters, 
         return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     }
     for (uint64_t i = 0; i < f->n_kv; i++) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+    /* a split base model is written as one file */
+    gguf_writer_remove(w, "split.count");
+    gguf_writer_remove(w, "split.no");
+    gguf_writer_remove(w, "split.tensors.count");
 
     cera_status st = CERA_OK;
     char name[256];

@@ -152,31 +152,45 @@ static void print_types(const gguf_file *f) {
 }
 
 /* Whether cera can run the file, and why not: what opening it as a model would check,
- * short of mapping a KV cache and repacking the weights. */
-static void print_runnable(const gguf_file *f) {
+ * short of mapping a KV cache and repacking the weights. The first shard of a split model
+ * is checked with all its shards. */
+static void print_runnable(const gguf_file *f, const char *path) {
+    cera_error err = {0};
+    gguf_file *set = NULL;
+    uint32_t n_split = 0;
+    if (gguf_get_u32(f, "split.count", &n_split) && n_split > 1) {
+        if (gguf_open_model(path, &set, &err)) {
+            printf("runnable: no: %s\n", err.message);
+            return;
+        }
+        f = set;
+    }
     gguf_str s;
     char arch[64] = "?";
     if (gguf_get_str(f, "general.architecture", &s)) gguf_str_copy(s, arch, sizeof arch);
     if (gguf_get_str(f, "general.type", &s) && gguf_str_eq(s, "adapter")) {
         printf("runnable: no: a LoRA adapter for %s (use it with --lora on its base model)\n", arch);
+        gguf_close(set);
         return;
     }
     cera_model m;
     cera_tokenizer *tok = NULL;
-    cera_error err = {0};
     cera_status st = cera_model_load(f, &m, &err);
     if (st) {
         printf("runnable: no: %s\n", err.message);
+        gguf_close(set);
         return;
     }
     if (!(st = cera_tokenizer_load(f, &tok, &err))) st = cera_cpu_backend_check(&m, &err);
     if (st)
         printf("runnable: no: %s\n", err.message);
     else
-        printf("runnable: yes: architecture %s, %d layers, every tensor supported; the CPU backend runs it\n",
-               arch, m.hp.n_layer);
+        printf(
+            "runnable: yes: architecture %s, %d layers%s, every tensor supported; the CPU backend runs it\n",
+            arch, m.hp.n_layer, set ? " in its shards" : "");
     cera_tokenizer_free(tok);
     cera_model_free(&m);
+    gguf_close(set);
 }
 
 static int inspect_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
@@ -268,7 +282,7 @@ int cmd_inspect(int argc, char **argv) {
            (unsigned long long)f->n_tensors, (unsigned long long)params, hp, (unsigned long long)bytes, hb,
            params ? 8.0 * (double)bytes / (double)params : 0.0);
     print_types(f);
-    print_runnable(f);
+    print_runnable(f, path);
     gguf_close(f);
     return 0;
 }
