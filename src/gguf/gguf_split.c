@@ -77,9 +77,10 @@ static cera_status join(gguf_file **parts, uint32_t n, uint64_t total, char *con
             if (gguf_index_insert(ix, tensors[k].name, k, tensors, sizeof *tensors,
                                   offsetof(gguf_tensor, name)) >= 0) {
                 char name[GGUF_NAME_SHOWN + 1];
+                gguf_show_name(parts[p]->tensors[i].name, name);
                 gguf_arena_free(arena);
                 return cera_fail(err, CERA_ERR_FORMAT, "%s: tensor '%s' is in an earlier shard too", paths[p],
-                                 gguf_show_name(tensors[k].name, name));
+                                 name);
             }
         }
     *f = *parts[0];
