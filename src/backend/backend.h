@@ -93,6 +93,9 @@ struct cera_backend {
 };
 
 /* The CPU backend (src/backend/cpu/forward.c). */
+/* Whether the CPU backend has kernels for every weight the model's op list multiplies
+ * (CERA_ERR_UNSUPPORTED naming the first tensor and its type when not), without opening it. */
+cera_status cera_cpu_backend_check(const cera_model *model, cera_error *err);
 cera_status cera_cpu_backend_open(const cera_model *model, const cera_engine_params *params,
                                   cera_backend **out, cera_error *err);
 

@@ -53,19 +53,30 @@ cera_status cera_params_read(void *dst, size_t size, const void *src, const char
     return CERA_OK;
 }
 
-/* Reads the weights (the data section of the mapping) ahead in chunks, one byte per page,
- * saying how far it got: from disk this is most of a load, and the backend then finds the
- * pages in memory. */
-static void read_ahead(const gguf_file *f, void (*progress)(float, void *), void *user) {
+/* The bytes of a file's data section. */
+static size_t data_bytes(const gguf_file *f) {
+    return f->size > f->data_offset ? (size_t)(f->size - f->data_offset) : 0;
+}
+
+/* Reads the weights (the data sections of the mappings: every shard of a split model)
+ * ahead in chunks, one byte per page, saying how far it got: from disk this is most of a
+ * load, and the backend then finds the pages in memory. */
+static void read_ahead(const gguf_file *set, void (*progress)(float, void *), void *user) {
     const size_t page = 4096, chunk = (size_t)64 << 20;
-    const uint8_t *base = f->base + f->data_offset;
-    const size_t n = f->size > f->data_offset ? (size_t)(f->size - f->data_offset) : 0;
+    size_t total = 0, done = 0;
+    for (uint32_t p = 0; p < gguf_n_files(set); p++) total += data_bytes(gguf_file_part(set, p));
     volatile uint8_t sink = 0;
     progress(0.0f, user);
-    for (size_t off = 0; off < n; off += chunk) {
-        const size_t end = n - off < chunk ? n : off + chunk;
-        for (size_t i = off; i < end; i += page) sink ^= base[i];
-        progress((float)((double)end / (double)n), user);
+    for (uint32_t p = 0; p < gguf_n_files(set); p++) {
+        const gguf_file *f = gguf_file_part(set, p);
+        const uint8_t *base = f->base + f->data_offset;
+        const size_t n = data_bytes(f);
+        for (size_t off = 0; off < n; off += chunk) {
+            const size_t end = n - off < chunk ? n : off + chunk;
+            for (size_t i = off; i < end; i += page) sink ^= base[i];
+            progress((float)((double)(done + end) / (double)total), user);
+        }
+        done += n;
     }
     (void)sink;
 }
@@ -174,7 +185,7 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
     cera_engine *e = calloc(1, sizeof *e);
     if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");
     pthread_mutex_init(&e->forward_lock, NULL);
-    st = gguf_open(path, &e->file, err);
+    st = gguf_open_model(path, &e->file, err);
     if (st) goto fail;
     if ((st = cera_model_load(e->file, &e->model, err))) {
         cera_error_prefix(err, "%s", path);

@@ -105,6 +105,8 @@ typedef struct gguf_file {
     void *arena;                /* every decoded array, this struct included */
     struct gguf_index *kv_idx;  /* hash of keys, for gguf_find_kv */
     struct gguf_index *ten_idx; /* hash of tensor names, for gguf_find_tensor */
+    struct gguf_file **parts;   /* a split model's files, the first included (gguf_open_model) */
+    uint32_t n_parts;           /* 0 for a single file */
 } gguf_file;
 
 /* Opens and validates a file through mmap. Errors name the path.
@@ -114,7 +116,20 @@ typedef struct gguf_file {
 cera_status gguf_open(const char *path, gguf_file **out, cera_error *err);
 /* Parses a buffer the caller keeps alive while the gguf_file is used. */
 cera_status gguf_open_memory(const void *data, size_t size, gguf_file **out, cera_error *err);
+/* Closes a file, or every file of a split model. */
 void gguf_close(gguf_file *f);
+
+/* Opens a model: a single GGUF file, or the first shard of a split one (llama.cpp's
+ * gguf-split: split.count files named <prefix>-0000K-of-0000N.gguf, split.no K - 1, and
+ * split.tensors.count the tensors of all of them). A split model opens as one gguf_file:
+ * the metadata of the first shard, the tensors of every shard (each file mmapped, data
+ * pointing into its own mapping). A missing shard, one whose split keys disagree (another
+ * count, another position, another model's tensor total) or a tensor name in two shards
+ * is an error naming the file. Opening a later shard is an error naming the first. */
+cera_status gguf_open_model(const char *path, gguf_file **out, cera_error *err);
+/* The files of f: f itself, or the shards of a split model (for reading them ahead). */
+uint32_t gguf_n_files(const gguf_file *f);
+const gguf_file *gguf_file_part(const gguf_file *f, uint32_t i);
 
 size_t gguf_vtype_size(gguf_vtype t); /* bytes of a fixed-size scalar; 0 for string/array */
 const char *gguf_vtype_name(gguf_vtype t);

@@ -32,6 +32,12 @@ struct gguf_index {
 };
 
 uint64_t gguf_hash(const char *s, uint64_t len);
+/* An empty index for n names, in the arena; NULL when out of memory. */
+struct gguf_index *gguf_index_new(gguf_arena **a, uint64_t n);
+/* Inserts name as entry i of items (stride bytes apart, the gguf_str name at name_off);
+ * returns the index of an earlier entry of that name, or -1. */
+int64_t gguf_index_insert(struct gguf_index *ix, gguf_str name, uint64_t i, const void *items, size_t stride,
+                          size_t name_off);
 
 /* ---- Little-endian loads and stores ---------------------------------------- */
 

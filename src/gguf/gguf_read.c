@@ -221,7 +221,7 @@ static cera_status rd_array(reader *r, gguf_array *arr, int depth) {
 
 /* ---- Hash index -------------------------------------------------------------- */
 
-static struct gguf_index *index_new(gguf_arena **a, uint64_t n) {
+struct gguf_index *gguf_index_new(gguf_arena **a, uint64_t n) {
     uint64_t cap = 8;
     while (cap < 2 * n) cap <<= 1;
     struct gguf_index *ix = gguf_arena_alloc(a, sizeof *ix);
@@ -232,9 +232,8 @@ static struct gguf_index *index_new(gguf_arena **a, uint64_t n) {
     return ix;
 }
 
-/* Inserts name as entry i; returns the index of an earlier entry of that name, or -1. */
-static int64_t index_insert(struct gguf_index *ix, gguf_str name, uint64_t i, const void *items,
-                            size_t stride, size_t name_off) {
+int64_t gguf_index_insert(struct gguf_index *ix, gguf_str name, uint64_t i, const void *items, size_t stride,
+                          size_t name_off) {
     for (uint64_t h = gguf_hash(name.data, name.len) & ix->mask;; h = (h + 1) & ix->mask) {
         uint64_t s = ix->slots[h];
         if (!s) {
@@ -328,7 +327,7 @@ static cera_status parse_header(reader *r, gguf_file *f) {
 static cera_status parse_kvs(reader *r, gguf_file *f) {
     cera_status st;
     f->kv = f->n_kv ? gguf_arena_alloc(r->arena, f->n_kv * sizeof *f->kv) : NULL;
-    f->kv_idx = index_new(r->arena, f->n_kv);
+    f->kv_idx = gguf_index_new(r->arena, f->n_kv);
     if ((f->n_kv && !f->kv) || !f->kv_idx) return no_memory(r);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
@@ -338,7 +337,7 @@ static cera_status parse_kvs(reader *r, gguf_file *f) {
         if (!kv->key.len)
             return cera_fail(r->err, CERA_ERR_FORMAT, "key %llu is empty (byte %llu)", (unsigned long long)i,
                              (unsigned long long)(r->pos - 8));
-        int64_t dup = index_insert(f->kv_idx, kv->key, i, f->kv, sizeof *kv, offsetof(gguf_kv, key));
+        int64_t dup = gguf_index_insert(f->kv_idx, kv->key, i, f->kv, sizeof *kv, offsetof(gguf_kv, key));
         if (dup >= 0)
             return cera_fail(r->err, CERA_ERR_FORMAT, "%s: duplicate key (also key %lld)", r->what,
                              (long long)dup);
@@ -374,7 +373,7 @@ static cera_status parse_tensor_infos(reader *r, gguf_file *f) {
             r->err, CERA_ERR_FORMAT, "%llu tensor infos cannot fit in the %llu bytes left at byte %llu",
             (unsigned long long)f->n_tensors, (unsigned long long)left, (unsigned long long)r->pos);
     f->tensors = f->n_tensors ? gguf_arena_alloc(r->arena, f->n_tensors * sizeof *f->tensors) : NULL;
-    f->ten_idx = index_new(r->arena, f->n_tensors);
+    f->ten_idx = gguf_index_new(r->arena, f->n_tensors);
     if ((f->n_tensors && !f->tensors) || !f->ten_idx) return no_memory(r);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -382,7 +381,7 @@ static cera_status parse_tensor_infos(reader *r, gguf_file *f) {
         if ((st = rd_str(r, &t->name, "name"))) return st;
         describe(r, "tensor", i, t->name);
         int64_t dup =
-            index_insert(f->ten_idx, t->name, i, f->tensors, sizeof *t, offsetof(gguf_tensor, name));
+            gguf_index_insert(f->ten_idx, t->name, i, f->tensors, sizeof *t, offsetof(gguf_tensor, name));
         if (dup >= 0)
             return cera_fail(r->err, CERA_ERR_FORMAT, "%s: duplicate tensor name (also tensor %lld)", r->what,
                              (long long)dup);
@@ -517,6 +516,10 @@ void gguf_close(gguf_file *f) {
     if (!f) return;
     void *map = f->map;
     size_t map_size = f->map_size;
+    gguf_file **parts = f->parts;
+    const uint32_t n_parts = f->n_parts;
     gguf_arena_free(f->arena); /* f lives in its own arena */
     if (map) munmap(map, map_size);
+    for (uint32_t i = 0; i < n_parts; i++) gguf_close(parts[i]);
+    free(parts);
 }

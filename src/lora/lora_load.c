@@ -6,9 +6,11 @@
  * A GGUF adapter (llama.cpp's convert_lora_to_gguf.py) carries general.type = adapter,
  * adapter.type = lora, adapter.lora.alpha and, per targeted projection, the tensors
  * blk.N.<name>.weight.lora_a (ne0 = k, ne1 = rank) and .lora_b (ne0 = rank, ne1 = d),
- * where blk.N.<name>.weight is the base tensor. Factors may be F32, F16, BF16 or Q8_0;
- * they are converted to F32 at load. *_norm.weight tensors are skipped, as llama.cpp
- * does; anything else is an error naming the tensor.
+ * where blk.N.<name>.weight is the base tensor. An adapter of a fused tensor (phi3's
+ * attn_qkv and ffn_up, as llama.cpp names them) is split at load into one pair per
+ * projection bound to a row range of it: the same A, and B's rows of that range. Factors may be F32, F16,
+ * BF16 or Q8_0; they are converted to F32 at load. *_norm.weight tensors are skipped, as llama.cpp does;
+ * anything else is an error naming the tensor.
  */
 #include <errno.h>
 #include <math.h>
@@ -219,11 +221,49 @@ static void tensor_to_f32(const gguf_tensor *t, float *dst, int64_t n) {
     }
 }
 
+/* The projections of the layer that are row ranges of the fused base tensor `base`
+ * ("blk.N.attn_qkv.weight" in phi3), in row order; 0 when base is no fused tensor. */
+static int fused_projs(const cera_model *m, const char *base, int *layer, cera_proj ps[CERA_PROJ_COUNT]) {
+    if (strncmp(base, "blk.", 4) || base[4] < '0' || base[4] > '9') return 0;
+    char *end;
+    const long l = strtol(base + 4, &end, 10);
+    if (*end != '.' || l < 0 || l >= m->hp.n_layer) return 0;
+    int n = 0;
+    for (int p = 0; p < CERA_PROJ_COUNT; p++) {
+        const cera_weight *w = &m->layers[l].proj[p];
+        if (w->t && (w->row0 || w->n != w->t->ne[1]) && gguf_str_eq(w->t->name, base)) ps[n++] = (cera_proj)p;
+    }
+    *layer = (int)l;
+    return n;
+}
+
 typedef struct gguf_factor {
     const gguf_tensor *a, *b;
     int layer;
     cera_proj proj;
+    int n_fused; /* > 0: the pair of a fused tensor, split over fused[] */
+    cera_proj fused[CERA_PROJ_COUNT];
 } gguf_factor;
+
+/* The pairs of a fused tensor's adapter: each part gets A and the rows of B of its range. */
+static cera_status add_fused(cera_adapter *a, const cera_model *m, const gguf_factor *g, const char *name,
+                             cera_error *err) {
+    const int64_t k = g->a->ne[0], r = g->a->ne[1], d = g->b->ne[1];
+    float *b_all = malloc((size_t)(r * d) * sizeof *b_all);
+    if (!b_all) return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: out of memory", a->source);
+    tensor_to_f32(g->b, b_all, r * d);
+    cera_status st = CERA_OK;
+    for (int i = 0; i < g->n_fused && !st; i++) {
+        const cera_weight *w = &m->layers[g->layer].proj[g->fused[i]];
+        float *pa, *pb;
+        st = cera_lora_add_pair(a, m, g->layer, g->fused[i], (int)r, k, w->n, &pa, &pb, name, err);
+        if (st) break;
+        tensor_to_f32(g->a, pa, k * r);
+        memcpy(pb, b_all + (size_t)(w->row0 * r), (size_t)(w->n * r) * sizeof *pb);
+    }
+    free(b_all);
+    return st;
+}
 
 cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const char *source,
                                 cera_adapter **out, cera_error *err) {
@@ -280,8 +320,9 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         memcpy(base, name, n - 7);
         base[n - 7] = '\0';
         int layer;
-        cera_proj p;
-        if (!parse_gguf_target(base, &layer, &p)) {
+        cera_proj p = CERA_PROJ_COUNT, fused[CERA_PROJ_COUNT];
+        const int n_fused = fused_projs(m, base, &layer, fused);
+        if (!n_fused && !parse_gguf_target(base, &layer, &p)) {
             st = cera_fail(
                 err, CERA_ERR_UNSUPPORTED,
                 "%s: tensor '%s' targets '%s', which is not one of the seven projections cera adapts", source,
@@ -314,6 +355,8 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         fac[n_fac].b = twin;
         fac[n_fac].layer = layer;
         fac[n_fac].proj = p;
+        fac[n_fac].n_fused = n_fused;
+        memcpy(fac[n_fac].fused, fused, sizeof fused);
         n_fac++;
         const int64_t k = t->ne[0], r = t->ne[1], r2 = twin->ne[0], d = twin->ne[1];
         if (r != r2) {
@@ -327,6 +370,17 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
                            source, base, (long long)k, (long long)r, (long long)r, (long long)d);
             break;
         }
+        if (n_fused) {
+            const cera_weight *w0 = &m->layers[layer].proj[fused[0]];
+            if (d != w0->t->ne[1]) {
+                st =
+                    cera_fail(err, CERA_ERR_INVALID_ARG,
+                              "%s: '%s' has %lld output rows but %s has %lld (an adapter for another model?)",
+                              source, base, (long long)d, base, (long long)w0->t->ne[1]);
+                break;
+            }
+            n_floats += (size_t)(r * k) * (size_t)(n_fused - 1); /* A once per part; B's rows are split */
+        }
         n_floats += (size_t)(r * (k + d));
     }
     if (!st && !n_fac) st = cera_fail(err, CERA_ERR_NOT_FOUND, "%s: no LoRA tensors", source);
@@ -337,6 +391,11 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         gguf_str_copy(g->a->name, name, sizeof name);
         name[strlen(name) - 7] = '\0';
         float *pa, *pb;
+        if (g->n_fused) {
+            st = add_fused(a, m, g, name, err);
+            if (st) break;
+            continue;
+        }
         st = cera_lora_add_pair(a, m, g->layer, g->proj, (int)g->a->ne[1], g->a->ne[0], g->b->ne[1], &pa, &pb,
                                 name, err);
         if (st) break;

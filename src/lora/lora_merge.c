@@ -57,11 +57,13 @@ static bool row_from_f32(cera_type type, const float *src, void *dst, int64_t n)
     return true;
 }
 
-/* Merges every adapter's pair for (layer, p) into the weight; writes the converted
- * tensor into a new buffer *out. */
-static cera_status merge_weight(const cera_weight *w, int layer, cera_proj p, cera_adapter *const *adapters,
-                                const float *scales, int n, cera_type out_type, void **out, cera_error *err) {
-    const char *what = cera_lora_proj_gguf_name(p);
+/* Merges every adapter's pairs into a tensor of layer `layer`, whose parts are the projections
+ * parts[0 .. n_parts) (one, or the row ranges of a fused tensor); w covers the whole tensor.
+ * Writes the converted tensor into a new buffer *out. */
+static cera_status merge_weight(const cera_weight *w, int layer, const cera_proj *parts, int n_parts,
+                                cera_adapter *const *adapters, const float *scales, int n, cera_type out_type,
+                                void **out, cera_error *err) {
+    const char *what = cera_lora_proj_gguf_name(parts[0]);
     const size_t in_row = cera_row_size(w->type, w->k), out_row = cera_row_size(out_type, w->k);
     if (!in_row || !out_row)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "blk.%d.%s.weight: %lld columns do not fit type %s",
@@ -81,11 +83,17 @@ static cera_status merge_weight(const cera_weight *w, int layer, cera_proj p, ce
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "blk.%d.%s.weight: no dequantizer for type %s", layer,
                              what, cera_type_get(w->type) ? cera_type_get(w->type)->name : "?");
         }
+        cera_proj p = parts[0];
+        int64_t i0 = 0; /* the part's first row in the tensor */
+        for (int j = 0; j < n_parts; j++) {
+            const cera_weight *pw = &adapters[0]->model->layers[layer].proj[parts[j]];
+            if (i >= pw->row0 && i < pw->row0 + pw->n) p = parts[j], i0 = pw->row0;
+        }
         for (int a = 0; a < n; a++) {
             const cera_lora_pair *q = cera_lora_pair_get(adapters[a], layer, p);
             if (!q || scales[a] == 0.0f) continue;
             const float s = cera_lora_scale(adapters[a], q, scales[a]);
-            const float *b = q->b + (size_t)i * q->rank; /* row i of B: [rank] */
+            const float *b = q->b + (size_t)(i - i0) * q->rank; /* row i - i0 of B: [rank] */
             for (int j = 0; j < q->rank; j++) {
                 const float c = s * b[j];
                 const float *arow = q->a + (size_t)j * q->k;
@@ -123,32 +131,39 @@ cera_status cera_lora_merge(const cera_model *m, cera_adapter *const *adapters, 
         return cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     }
     for (uint64_t i = 0; i < f->n_kv; i++) gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].value);
+    /* a split base model is written as one file */
+    gguf_writer_remove(w, "split.count");
+    gguf_writer_remove(w, "split.no");
+    gguf_writer_remove(w, "split.tensors.count");
 
     cera_status st = CERA_OK;
     char name[256];
     for (uint64_t i = 0; i < f->n_tensors && !st; i++) {
         const gguf_tensor *t = &f->tensors[i];
         gguf_str_copy(t->name, name, sizeof name);
-        /* Is this a projection some adapter targets? */
-        int layer = -1;
-        cera_proj proj = CERA_PROJ_COUNT;
+        /* Is this a projection some adapter targets? (A fused tensor is several, phi3's attn_qkv.) */
+        int layer = -1, n_parts = 0;
+        cera_proj parts[CERA_PROJ_COUNT];
         for (int l = 0; l < m->hp.n_layer && layer < 0; l++)
             for (int p = 0; p < CERA_PROJ_COUNT; p++)
                 if (m->layers[l].proj[p].t == t) {
                     layer = l;
-                    proj = (cera_proj)p;
-                    break;
+                    parts[n_parts++] = (cera_proj)p;
                 }
         bool targeted = false;
-        for (int a = 0; a < n && layer >= 0; a++)
-            if (scales[a] != 0.0f && cera_lora_pair_get(adapters[a], layer, proj)) targeted = true;
+        for (int a = 0; a < n; a++)
+            for (int j = 0; j < n_parts; j++)
+                if (scales[a] != 0.0f && cera_lora_pair_get(adapters[a], layer, parts[j])) targeted = true;
         if (!targeted) {
             st = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, err);
             continue;
         }
-        const cera_weight *wt = &m->layers[layer].proj[proj];
-        const cera_type ot = out_type >= 0 ? (cera_type)out_type : wt->type;
-        st = merge_weight(wt, layer, proj, adapters, scales, n, ot, &owned[i], err);
+        cera_weight whole = m->layers[layer].proj[parts[0]];
+        whole.data = t->data;
+        whole.n = t->ne[1];
+        whole.row0 = 0;
+        const cera_type ot = out_type >= 0 ? (cera_type)out_type : whole.type;
+        st = merge_weight(&whole, layer, parts, n_parts, adapters, scales, n, ot, &owned[i], err);
         if (!st) st = gguf_writer_add_tensor(w, name, ot, t->n_dims, t->ne, owned[i], err);
     }
     if (!st) st = gguf_writer_write(w, out_path, err);

@@ -170,6 +170,11 @@ cera_status cera_lora_load_peft(const cera_model *m, const char *config_json, si
                                 const safetensors_file *sf, const char *source, cera_adapter **out,
                                 cera_error *err) {
     *out = NULL;
+    if (m->hp.arch == CERA_ARCH_PHI3) /* its modules qkv_proj and gate_up_proj are fused */
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "%s: PEFT adapters for phi3 (fused qkv_proj / gate_up_proj) are not supported; "
+                         "convert it to a GGUF adapter (llama.cpp's convert_lora_to_gguf.py)",
+                         source);
     peft_config cfg;
     cera_status st = parse_config(m->hp.arch, config_json, config_len, source, &cfg, err);
     if (st) return st;

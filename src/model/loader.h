@@ -30,6 +30,12 @@ cera_status cera_load_tensor(const cera_loader *ld, const char *name, int64_t ne
 cera_status cera_load_layer_tensor(const cera_loader *ld, int il, const char *suffix, int64_t ne0,
                                    int64_t ne1, bool required, cera_weight *w);
 
+/* An optional rope-factor vector [n_rot/2] (rope_freqs, LongRoPE's rope_factors_long/short),
+ * checked finite and positive. */
+cera_status cera_load_rope_factors(const cera_loader *ld, const char *name, cera_weight *w);
+/* Rows first .. first + n of w as a weight of their own (a part of a fused tensor). */
+void cera_weight_rows(const cera_weight *w, int64_t first, int64_t n, cera_weight *out);
+
 /* An architecture: its traits, its extra metadata and tensors, and its forward pass. */
 typedef struct cera_arch_def {
     cera_arch id;
@@ -46,6 +52,6 @@ typedef struct cera_arch_def {
 } cera_arch_def;
 
 extern const cera_arch_def cera_arch_llama, cera_arch_qwen2, cera_arch_qwen3, cera_arch_granite,
-    cera_arch_lfm2, cera_arch_gemma3;
+    cera_arch_lfm2, cera_arch_gemma3, cera_arch_phi3;
 
 #endif

@@ -19,6 +19,7 @@ static const cera_arch_def *const arch_table[CERA_ARCH_COUNT] = {
     [CERA_ARCH_LLAMA] = &cera_arch_llama, [CERA_ARCH_QWEN2] = &cera_arch_qwen2,
     [CERA_ARCH_QWEN3] = &cera_arch_qwen3, [CERA_ARCH_GRANITE] = &cera_arch_granite,
     [CERA_ARCH_LFM2] = &cera_arch_lfm2,   [CERA_ARCH_GEMMA3] = &cera_arch_gemma3,
+    [CERA_ARCH_PHI3] = &cera_arch_phi3,
 };
 
 static const char *const proj_names[CERA_PROJ_COUNT] = {
@@ -284,6 +285,37 @@ static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_
     return ai->hparams ? ai->hparams(ld, hp) : CERA_OK;
 }
 
+/* Divisors of the rotation angles (F32, checked aligned by bind) must be finite and positive. */
+static cera_status check_rope_factors(const cera_weight *w, const char *name, int n_rot, cera_error *err) {
+    const float *rf = w->data;
+    for (int i = 0; rf && i < n_rot / 2; i++)
+        if (!isfinite(rf[i]) || rf[i] <= 0)
+            return cera_fail(err, CERA_ERR_FORMAT,
+                             "tensor '%s': value %g at %d is not a finite positive number", name,
+                             (double)rf[i], i);
+    return CERA_OK;
+}
+
+cera_status cera_load_rope_factors(const cera_loader *ld, const char *name, cera_weight *w) {
+    const int n_rot = ld->m->hp.n_rot;
+    const cera_status st = cera_load_tensor(ld, name, n_rot / 2, 0, false, w);
+    return st ? st : check_rope_factors(w, name, n_rot, ld->err);
+}
+
+const float *cera_model_rope_factors(const cera_model *m, int n_ctx) {
+    if (m->rope_freqs.data) return m->rope_freqs.data;
+    const cera_weight *w = n_ctx > m->hp.rope_n_ctx_orig ? &m->rope_long : &m->rope_short;
+    return w->data;
+}
+
+void cera_weight_rows(const cera_weight *w, int64_t first, int64_t n, cera_weight *out) {
+    CERA_ASSERT(first >= 0 && n > 0 && first + n <= w->n);
+    *out = *w;
+    out->data = (const uint8_t *)w->data + (size_t)first * cera_row_size(w->type, w->k);
+    out->n = n;
+    out->row0 = w->row0 + first;
+}
+
 cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) {
     memset(m, 0, sizeof *m);
     gguf_str arch_s;
@@ -302,7 +334,8 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     if (!ai)
         return cera_fail(
             err, CERA_ERR_UNSUPPORTED,
-            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, gemma3)", arch);
+            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, gemma3, phi3)",
+            arch);
     loader ld = {f, ai->name, m, err, calloc((size_t)f->n_tensors, sizeof(bool))};
     if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
     cera_hparams *hp = &m->hp;
@@ -338,17 +371,7 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     if ((st = cera_load_tensor(&ld, "output.bias", n_vocab, 0, false, &m->output_b)) ||
         (st = cera_load_tensor(&ld, "rope_freqs.weight", hp->n_rot / 2, 0, false, &m->rope_freqs)))
         goto fail;
-    if (m->rope_freqs.data) {
-        /* divisors of the rotation angles (F32, checked aligned by bind) */
-        const float *rf = m->rope_freqs.data;
-        for (int i = 0; i < hp->n_rot / 2; i++)
-            if (!isfinite(rf[i]) || rf[i] <= 0) {
-                st = cera_fail(err, CERA_ERR_FORMAT,
-                               "tensor 'rope_freqs.weight': value %g at %d is not a finite positive number",
-                               (double)rf[i], i);
-                goto fail;
-            }
-    }
+    if ((st = check_rope_factors(&m->rope_freqs, "rope_freqs.weight", hp->n_rot, err))) goto fail;
     for (int il = 0; il < hp->n_layer; il++)
         if ((st = ai->layer(&ld, il, &m->layers[il]))) goto fail;
     /* no tensor may be left over: a block beyond block_count, a name no architecture uses */

@@ -2,7 +2,7 @@
  * model.h — the model shared by every backend: hyperparameters, weight handles, and the
  * forward pass written once as a short list of coarse ops (model/graph.h) that each
  * backend compiles into its own plan. Architectures: llama/mistral, qwen2, qwen3,
- * granite, lfm2 and gemma3, one file each under model/arch/ (reading their metadata and tensors
+ * granite, lfm2, gemma3 and phi3, one file each under model/arch/ (reading their metadata and tensors
  * and emitting their ops from the shared blocks of model/arch/blocks.c).
  *
  * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
@@ -26,6 +26,7 @@ typedef enum cera_arch {
     CERA_ARCH_GRANITE,
     CERA_ARCH_LFM2,
     CERA_ARCH_GEMMA3,
+    CERA_ARCH_PHI3,
     CERA_ARCH_COUNT
 } cera_arch;
 
@@ -78,6 +79,7 @@ typedef struct cera_weight {
     int64_t k;        /* ne[0]: input length (row length) */
     int64_t n;        /* ne[1]: output count (rows) */
     const void *data; /* row-major, n rows of cera_row_size(type, k) bytes */
+    int64_t row0;     /* its first row within t: a row range of a fused tensor (phi3's attn_qkv), else 0 */
 } cera_weight;
 
 /* The seven projections a LoRA adapter may target, in llama.cpp's tensor names. */
@@ -124,7 +126,9 @@ typedef struct cera_model {
     cera_weight output;      /* [n_vocab rows of n_embd]; == tok_embd when tied */
     cera_weight output_b;    /* qwen2's optional output bias [n_vocab], or absent */
     cera_weight rope_freqs;  /* llama-3 rope factors [n_rot/2], or absent */
-    cera_layer *layers;      /* [n_layer] */
+    /* LongRoPE factors [n_rot/2] (phi3), or absent: long for contexts past rope_n_ctx_orig */
+    cera_weight rope_long, rope_short;
+    cera_layer *layers; /* [n_layer] */
 } cera_model;
 
 /* The GGUF `general.architecture` name of an arch ("llama", "qwen2", ...). */
@@ -133,6 +137,10 @@ const char *cera_arch_name(cera_arch a);
 /* Reads hyperparameters, binds weights from a validated GGUF file (every shape is
  * checked) and builds the forward pass. An unsupported architecture is an error naming it. */
 cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err);
+/* The divisors of the rotation angles [n_rot/2] for a context of n_ctx positions per
+ * sequence, or NULL: rope_freqs when the file has it, else LongRoPE's long factors past
+ * the original context and the short ones within it (as llama.cpp picks them). */
+const float *cera_model_rope_factors(const cera_model *m, int n_ctx);
 void cera_model_free(cera_model *m);
 
 #endif

@@ -198,7 +198,7 @@ cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_
     }
 
     gguf_file *in = NULL;
-    st = gguf_open(in_path, &in, err);
+    st = gguf_open_model(in_path, &in, err); /* a split model is written as one file */
     if (st) return st;
 
     const uint64_t nt = in->n_tensors;
@@ -222,6 +222,9 @@ cera_status cera_quantize_model(const char *in_path, const char *out_path, cera_
 
     for (uint64_t i = 0; i < in->n_kv; i++) gguf_writer_set_value(w, in->kv[i].key, &in->kv[i].value);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_remove(w, "split.count");
+    gguf_writer_remove(w, "split.no");
+    gguf_writer_remove(w, "split.tensors.count");
     if (has_ftype)
         gguf_writer_set_u32(w, "general.file_type", ftype);
     else

@@ -3,10 +3,11 @@
  * qwen2 with QKV biases, qwen3 with Q/K norms, granite with its multipliers): a random
  * rank-48 adapter on all seven projections (F16 factors, written here as a llama.cpp GGUF
  * adapter) applied unmerged must give the logits of the same adapter merged into an F32
- * copy of the model. Since merging changes the weights themselves, this holds only if
- * the unmerged hook sits where llama.cpp puts it: on each projection's output, before
- * its bias, the Q/K norms and rope. Also: prefill and decode give the same bits with the
- * adapter (the CPU hook's pooled, single-run and serial paths all meet here).
+ * copy of the model (phi3: one pair per fused tensor, attn_qkv and ffn_up, as llama.cpp
+ * names them; cera splits it over the tensor's parts). Since merging changes the weights themselves, this
+ * holds only if the unmerged hook sits where llama.cpp puts it: on each projection's output, before its bias,
+ * the Q/K norms and rope. Also: prefill and decode give the same bits with the adapter (the CPU hook's
+ * pooled, single-run and serial paths all meet here).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,18 @@
 
 #define RANK 48 /* large enough that the CPU hook uses the thread pool on the wide projections */
 
+/* The weight the adapter pair of projection wt targets: wt itself, or (a row range of a
+ * fused tensor) the whole tensor for its first part and NULL for the others. */
+static bool target(const cera_weight *wt, cera_weight *out, char *name, size_t cap, int l, cera_proj p) {
+    *out = *wt;
+    snprintf(name, cap, "blk.%d.%s.weight", l, cera_proj_name(p));
+    if (!wt->t || (wt->row0 == 0 && wt->n == wt->t->ne[1])) return true;
+    if (wt->row0) return false;
+    out->n = wt->t->ne[1];
+    gguf_str_copy(wt->t->name, name, cap);
+    return true;
+}
+
 /* Writes a random adapter for the engine's model; returns false on failure. */
 static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
     const cera_model *m = &e->model;
@@ -34,22 +47,24 @@ static bool write_adapter(const cera_engine *e, const char *path, test_rng *r) {
     for (int l = 0; l < m->hp.n_layer; l++)
         for (int p = 0; p < CERA_PROJ_COUNT; p++)
             if (m->layers[l].proj[p].data)
-                n += (size_t)RANK * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].n);
+                n += (size_t)RANK * (size_t)(m->layers[l].proj[p].k + m->layers[l].proj[p].t->ne[1]);
     uint16_t *data = malloc(n * sizeof *data), *at = data;
     cera_error err = {0};
     bool ok = true;
     for (int l = 0; l < m->hp.n_layer && ok; l++)
         for (int p = 0; p < CERA_PROJ_COUNT && ok; p++) {
-            const cera_weight *wt = &m->layers[l].proj[p];
-            if (!wt->data) continue; /* a projection this architecture's layer lacks */
+            if (!m->layers[l].proj[p].data) continue; /* a projection this architecture's layer lacks */
+            cera_weight tw;
+            const cera_weight *wt = &tw;
+            char base[96], name[128];
+            if (!target(&m->layers[l].proj[p], &tw, base, sizeof base, l, (cera_proj)p)) continue;
             const int64_t ne_a[2] = {wt->k, RANK}, ne_b[2] = {RANK, wt->n};
-            char name[96];
             for (int64_t i = 0; i < RANK * (wt->k + wt->n); i++)
                 at[i] = cera_f32_to_f16(0.05f * test_rng_normal(r));
-            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", l, cera_proj_name((cera_proj)p));
+            snprintf(name, sizeof name, "%s.lora_a", base);
             ok = !gguf_writer_add_tensor(w, name, CERA_TYPE_F16, 2, ne_a, at, &err);
             at += RANK * wt->k;
-            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", l, cera_proj_name((cera_proj)p));
+            snprintf(name, sizeof name, "%s.lora_b", base);
             ok = ok && !gguf_writer_add_tensor(w, name, CERA_TYPE_F16, 2, ne_b, at, &err);
             at += RANK * wt->n;
         }
@@ -144,5 +159,6 @@ int main(void) {
     arch_case("qwen2", &r);
     arch_case("qwen3", &r);
     arch_case("granite", &r);
+    arch_case("phi3", &r);
     return test_finish();
 }

@@ -84,6 +84,8 @@ static const golden_case cases[] = {
     {"golden/synth-lfm2-q8_0.gguf", "synth-lfm2-q8_0", K_QUANT, true, true},
     {"golden/synth-gemma3-f32.gguf", "synth-gemma3-f32", K_F32, false, true},
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", K_QUANT, true, true},
+    {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", K_F32, false, true},
+    {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", K_QUANT, true, true},
 };
 
 static double tol_rel(kind k) {

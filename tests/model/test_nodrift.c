@@ -59,6 +59,8 @@ static const nd_case cases[] = {
     {"golden/synth-lfm2-q8_0.gguf", "synth-lfm2-q8_0", NULL, 0, NULL},
     {"golden/synth-gemma3-f32.gguf", "synth-gemma3-f32", NULL, 0, NULL},
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", NULL, 0, NULL},
+    {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", NULL, 0, NULL},
+    {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", NULL, 0, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a", "golden/lora-stories-a.gguf", 1.0f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-half", "golden/lora-stories-a.gguf", 0.5f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-b", "golden/lora-stories-a.gguf", 1.0f,

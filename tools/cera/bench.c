@@ -115,7 +115,7 @@ static const char *ftype_name(uint32_t ft) {
 
 static cera_status read_model_info(const char *path, model_info *mi, cera_error *err) {
     gguf_file *f = NULL;
-    cera_status st = gguf_open(path, &f, err);
+    cera_status st = gguf_open_model(path, &f, err);
     if (st) return st;
     memset(mi, 0, sizeof *mi);
     const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");

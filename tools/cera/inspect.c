@@ -1,18 +1,28 @@
 /*
- * inspect.c — `cera inspect FILE [--all]`: what is inside a GGUF file.
+ * inspect.c — `cera inspect FILE [--all] [--template]`: what is inside a GGUF file.
  *
  * Prints the header (version, counts, alignment, where the data starts), every
  * metadata key with its type and value (long strings and arrays shortened unless
- * --all), every tensor (index, name, type, shape, offset, bytes) and the totals
- * (parameters, bytes, bits per weight). The file is fully validated by gguf_open
- * first, so a corrupt file gives one clear error and exit code 1.
+ * --all), every tensor (index, name, type, shape, offset, bytes), the totals
+ * (parameters, bytes, bits per weight), the tensor types with whether the CPU backend
+ * has kernels for them, and whether cera can run the file: the model loads (its
+ * architecture, every tensor's name, shape and type), the tokenizer loads, and the CPU
+ * backend has kernels for every weight it multiplies; when not, why. --template prints
+ * the chat template (tokenizer.chat_template) alone, in full and unescaped. The file is
+ * fully validated by gguf_open first, so a corrupt file gives one clear error and exit
+ * code 1.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "args.h"
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "model/graph.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 #define SHORT_STRING   64 /* bytes of a string shown without --all */
 #define SHORT_ARRAY    8  /* elements of a numeric array shown without --all */
@@ -102,17 +112,86 @@ static void human(double x, const char *unit, char *buf, size_t cap) {
 }
 
 static int usage(FILE *out) {
-    fprintf(out, "usage: cera inspect FILE [--all]\n\n"
+    fprintf(out, "usage: cera inspect FILE [--all] [--template]\n\n"
                  "Prints a GGUF file's header, metadata (key, type, value), tensors (index, name,\n"
-                 "type, shape, offset, bytes) and totals (parameters, bytes, bits per weight).\n\n"
-                 "  --all   show long strings and arrays in full\n");
+                 "type, shape, offset, bytes), totals (parameters, bytes, bits per weight), its\n"
+                 "tensor types and whether cera can run it (and why not).\n\n"
+                 "  --all        show long strings and arrays in full\n"
+                 "  --template   print only the chat template (tokenizer.chat_template), in full\n");
     return out == stdout ? 0 : 2;
 }
 
 typedef struct inspect_opts {
     const char *path;
-    bool all;
+    bool all, template_only;
 } inspect_opts;
+
+/* The chat template as it is, or exit code 1 when the file has none. */
+static int print_template(const gguf_file *f, const char *path) {
+    gguf_str t;
+    if (!gguf_get_str(f, "tokenizer.chat_template", &t)) {
+        fprintf(stderr, "cera inspect: %s has no chat template (tokenizer.chat_template)\n", path);
+        return 1;
+    }
+    fwrite(t.data, 1, (size_t)t.len, stdout);
+    if (!t.len || t.data[t.len - 1] != '\n') putchar('\n');
+    return 0;
+}
+
+/* The tensor types with their counts, each marked when the CPU backend has no kernels. */
+static void print_types(const gguf_file *f) {
+    uint64_t count[CERA_TYPE_COUNT] = {0};
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].type < CERA_TYPE_COUNT) count[f->tensors[i].type]++;
+    printf("\ntensor types:");
+    for (int t = 0; t < CERA_TYPE_COUNT; t++)
+        if (count[t])
+            printf(" %s × %llu%s", cera_type_get((cera_type)t)->name, (unsigned long long)count[t],
+                   cera_cpu_ops((cera_type)t) || t == CERA_TYPE_F32 ? "" : " (no CPU matmul kernels)");
+    putchar('\n');
+}
+
+/* Whether cera can run the file, and why not: what opening it as a model would check,
+ * short of mapping a KV cache and repacking the weights. The first shard of a split model
+ * is checked with all its shards. */
+static void print_runnable(const gguf_file *f, const char *path) {
+    cera_error err = {0};
+    gguf_file *set = NULL;
+    uint32_t n_split = 0;
+    if (gguf_get_u32(f, "split.count", &n_split) && n_split > 1) {
+        if (gguf_open_model(path, &set, &err)) {
+            printf("runnable: no: %s\n", err.message);
+            return;
+        }
+        f = set;
+    }
+    gguf_str s;
+    char arch[64] = "?";
+    if (gguf_get_str(f, "general.architecture", &s)) gguf_str_copy(s, arch, sizeof arch);
+    if (gguf_get_str(f, "general.type", &s) && gguf_str_eq(s, "adapter")) {
+        printf("runnable: no: a LoRA adapter for %s (use it with --lora on its base model)\n", arch);
+        gguf_close(set);
+        return;
+    }
+    cera_model m;
+    cera_tokenizer *tok = NULL;
+    cera_status st = cera_model_load(f, &m, &err);
+    if (st) {
+        printf("runnable: no: %s\n", err.message);
+        gguf_close(set);
+        return;
+    }
+    if (!(st = cera_tokenizer_load(f, &tok, &err))) st = cera_cpu_backend_check(&m, &err);
+    if (st)
+        printf("runnable: no: %s\n", err.message);
+    else
+        printf(
+            "runnable: yes: architecture %s, %d layers%s, every tensor supported; the CPU backend runs it\n",
+            arch, m.hp.n_layer, set ? " in its shards" : "");
+    cera_tokenizer_free(tok);
+    cera_model_free(&m);
+    gguf_close(set);
+}
 
 static int inspect_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
     (void)argc;
@@ -120,6 +199,8 @@ static int inspect_extra(const char *cmd, int argc, char **argv, int *i, void *u
     const char *a = argv[*i];
     if (!strcmp(a, "--all")) {
         o->all = true;
+    } else if (!strcmp(a, "--template")) {
+        o->template_only = true;
     } else if (a[0] == '-' && a[1]) {
         return 0;
     } else if (!o->path) {
@@ -132,7 +213,7 @@ static int inspect_extra(const char *cmd, int argc, char **argv, int *i, void *u
 }
 
 int cmd_inspect(int argc, char **argv) {
-    inspect_opts o = {NULL, false};
+    inspect_opts o = {NULL, false, false};
     cli_args args;
     cli_args_init(&args);
     const int pr = cli_parse("inspect", 0, argc, argv, &args, inspect_extra, &o, NULL, NULL);
@@ -145,6 +226,11 @@ int cmd_inspect(int argc, char **argv) {
     gguf_file *f;
     cera_error err = {0};
     if (gguf_open(path, &f, &err)) return cli_fail(&err);
+    if (o.template_only) {
+        const int rc = print_template(f, path);
+        gguf_close(f);
+        return rc;
+    }
 
     printf("%s: GGUF version %u, %llu bytes\n", path, f->version, (unsigned long long)f->size);
     printf("  %llu keys, %llu tensors, alignment %llu, data section at byte %llu\n",
@@ -195,6 +281,8 @@ int cmd_inspect(int argc, char **argv) {
     printf("\ntotals: %llu tensors, %llu parameters (%s), %llu bytes (%s), %.3f bits per weight\n",
            (unsigned long long)f->n_tensors, (unsigned long long)params, hp, (unsigned long long)bytes, hb,
            params ? 8.0 * (double)bytes / (double)params : 0.0);
+    print_types(f);
+    print_runnable(f, path);
     gguf_close(f);
     return 0;
 }

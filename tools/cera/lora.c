@@ -166,7 +166,7 @@ static int merge(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) {
+    if (gguf_open_model(model, &f, &err) || cera_model_load(f, &m, &err)) {
         rc = cli_fail(&err);
         goto done;
     }

@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -468,18 +469,41 @@ static void cpu_free(cera_backend *base) {
     free(be);
 }
 
+static cera_status check_kernels(const cera_weight *w, const char *what, int il, cera_error *err) {
+    if (cera_cpu_ops(w->type)) return CERA_OK;
+    const cera_type_traits *tt = cera_type_get(w->type);
+    char name[128];
+    if (w->t)
+        gguf_str_copy(w->t->name, name, sizeof name);
+    else if (il >= 0)
+        snprintf(name, sizeof name, "blk.%d.%s.weight", il, what);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    return cera_fail(err, CERA_ERR_UNSUPPORTED, "tensor '%s': type %s has no CPU kernels", name,
+                     tt ? tt->name : "?");
+}
+
+static const char *output_name(const cera_model *m) {
+    return m->hp.tied_output ? "token_embd.weight" : "output.weight";
+}
+
+cera_status cera_cpu_backend_check(const cera_model *m, cera_error *err) {
+    const cera_graph *g = m->graph;
+    for (int i = 0; i < g->n_ops; i++) {
+        const cera_op *op = &g->ops[i];
+        cera_status st = CERA_OK;
+        for (int k = 0; k < op->n_seg && !st; k++)
+            st = check_kernels(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, err);
+        if (op->kind == CERA_OP_OUTPUT && !st) st = check_kernels(op->w2, output_name(m), -1, err);
+        if (st) return st;
+    }
+    return CERA_OK;
+}
+
 static cera_status check_weight(const cera_weight *w, const char *what, int il, size_t *act_max, int n_batch,
                                 cera_error *err) {
-    if (!cera_cpu_ops(w->type)) {
-        const cera_type_traits *tt = cera_type_get(w->type);
-        if (il >= 0)
-            return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                             "tensor 'blk.%d.%s.weight': type %s has no CPU kernels", il, what,
-                             tt ? tt->name : "?");
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "tensor '%s': type %s has no CPU kernels", what,
-                         tt ? tt->name : "?");
-    }
-    cera_status st = cera_matmul_prepare(w, err);
+    cera_status st = check_kernels(w, what, il, err);
+    if (!st) st = cera_matmul_prepare(w, err);
     if (st) return st;
     const size_t s = cera_matmul_scratch_size(w->type, w->k, n_batch);
     if (s > *act_max) *act_max = s;
@@ -504,12 +528,13 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->base.free = cpu_free;
     be->m = m;
     be->n_batch = nb;
-    cera_rope_init(&be->rope, hp, m->rope_freqs.data);
+    const float *rope_factors = cera_model_rope_factors(m, params->n_ctx);
+    cera_rope_init(&be->rope, hp, rope_factors);
     if (hp->n_swa) { /* llama.cpp: the sliding layers' own base, without the model's rope scaling */
         cera_hparams hs = *hp;
         hs.rope_base = hp->rope_base_swa;
         hs.rope_freq_scale = 1.0f;
-        cera_rope_init(&be->rope_swa, &hs, m->rope_freqs.data);
+        cera_rope_init(&be->rope_swa, &hs, rope_factors);
     }
     cera_gelu_init();
 
@@ -523,8 +548,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
         for (int k = 0; k < op->n_seg && !st; k++)
             st = check_weight(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, &act_max, nb, err);
         if (op->kind == CERA_OP_OUTPUT && !st)
-            st = check_weight(op->w2, hp->tied_output ? "token_embd.weight" : "output.weight", -1, &act_max,
-                              nb, err);
+            st = check_weight(op->w2, output_name(m), -1, &act_max, nb, err);
     }
     if (st) goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;

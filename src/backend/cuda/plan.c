@@ -412,13 +412,20 @@ static int rows_max(const cera_cuda_state *s) {
     return most;
 }
 
+/* A weight that is a row range of a fused tensor (phi3's attn_qkv, ffn_up): the upload
+ * keys weights by their tensor. */
+static bool row_view(const cera_weight *w) { return w->row0 != 0 || (w->t && w->n != w->t->ne[1]); }
+
 /* The op variants the CUDA kernels do not implement: refused by name at open, never run as
  * something else. */
 static cera_status check_variants(const cera_graph *g, cera_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const cera_op *op = &g->ops[i];
+        bool view = false;
+        for (int k = 0; k < op->n_seg; k++) view = view || row_view(op->seg[k].w);
         const bool glu_ok = op->act == CERA_GLU_SILU || op->act == CERA_GLU_GELU;
-        const char *why = op->kind == CERA_OP_GLU && !glu_ok             ? "a GLU other than SwiGLU or GEGLU"
+        const char *why = view ? "a weight that is a row range of a fused tensor"
+                          : op->kind == CERA_OP_GLU && !glu_ok           ? "a GLU other than SwiGLU or GEGLU"
                           : op->kind == CERA_OP_ATTEND && op->window < 0 ? "a negative attention window"
                                                                          : NULL;
         if (why)
@@ -432,6 +439,9 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     const cera_graph *g = m->graph;
     if (!g || g->n_ops == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: the model has no op list");
     CERA_TRY(check_variants(g, err));
+    if (m->rope_long.data && !m->rope_freqs.data)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "cuda: plan: LongRoPE factors (rope_factors_long/short); the CPU backend runs them");
     compiler c;
     memset(&c, 0, sizeof c);
     c.s = s;
