@@ -1,0 +1,132 @@
+/*
+ * serve.h — what the files of `cera serve` share: the server (engine, template, adapters,
+ * limits, the queue and the running jobs, the counters of /metrics) and a job (one
+ * request: its prompt, sampling, and one sequence per choice).
+ *
+ * Threads: libmicrohttpd runs one thread per connection (serve_http.c); they parse a
+ * request, submit a job and wait on it. One scheduler thread (serve_sched.c) owns every
+ * session: it admits queued jobs, evaluates all running sequences together, step after
+ * step, and publishes their text. Everything a job shares with its connection is guarded
+ * by the server's mutex; the sessions are the scheduler's alone.
+ */
+#ifndef CERA_CLI_SERVE_H
+#define CERA_CLI_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cera.h"
+#include "serve_api.h"
+
+#define SERVE_ADAPTERS_MAX 16
+
+typedef struct serve_adapter {
+    const char *name; /* the model name it is served as */
+    const char *path;
+    cera_adapter *adapter;
+} serve_adapter;
+
+/* One choice of a job: one session. */
+typedef struct serve_seq {
+    struct serve_job *job;
+    int index;
+    cera_session *s; /* NULL before admission and once finished */
+    size_t n_done;   /* prompt tokens evaluated */
+    size_t chunk;    /* the prompt's chunk size (fixed at admission: the same cuts whatever runs) */
+    cera_token next; /* the sampled token evaluated by the next step, or -1 */
+    char *text;      /* the generated text (a stop string and what follows are cut off) */
+    size_t len, cap;
+    size_t ready;       /* bytes of text final (no stop string can still take them back) */
+    size_t sent;        /* bytes the connection has taken */
+    int n_gen;          /* generated tokens */
+    const char *finish; /* "stop", "length": set when done */
+    bool finish_sent;
+} serve_seq;
+
+typedef enum serve_job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } serve_job_state;
+
+typedef struct serve_job {
+    struct serve_job *next; /* the queue's or the running list's link */
+    int refs;               /* the connection's and the scheduler's */
+    serve_kind kind;
+    serve_job_state state;
+    bool cancelled;
+    int err_status; /* a failure after submission (500, 503, 504); 0 when none */
+    char err[256];
+    cera_token *prompt;
+    size_t n_prompt;
+    cera_sampler_params sp;
+    cera_logit_bias *bias; /* sp.logit_bias, owned */
+    char *stop[SERVE_STOP_MAX];
+    int n_stop;
+    int max_tokens;
+    bool ignore_eos;
+    cera_adapter *adapters[SERVE_LORA_MAX];
+    float scales[SERVE_LORA_MAX];
+    int n_adapters;
+    bool stream, include_usage, parse_tools;
+    char id[48];
+    char model[128];
+    long created;
+    double deadline; /* the request's time limit (serve_now clock) */
+    double t_submit, t_first;
+    pthread_cond_t cv; /* signalled when the job's text or state changes */
+    int n;
+    serve_seq seqs[];
+} serve_job;
+
+typedef struct serve_server {
+    cera_engine *e;
+    cera_chat_template *tmpl;
+    const char *model_id;
+    serve_adapter ad[SERVE_ADAPTERS_MAX];
+    int n_ad;
+    serve_limits lim;
+    cera_sampler_params sp_default;
+    /* options */
+    const char *host;
+    int port;
+    int parallel;
+    int max_queue;
+    size_t max_body;
+    int timeout_s;      /* per request */
+    int conn_timeout_s; /* idle or half-sent connections */
+    int prefill_chunk;
+    int budget; /* tokens per step */
+    const char *api_key;
+    /* state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* wakes the scheduler */
+    serve_job *q_head, *q_tail;
+    int n_queued;
+    serve_job *running;
+    serve_job *done; /* finished, the scheduler's reference not yet dropped */
+    int n_seqs;      /* sessions open */
+    bool stopping;
+    uint64_t rng;
+    uint64_t next_id;
+    /* counters, under mu */
+    uint64_t n_req[16]; /* by endpoint (serve_http.c's table) */
+    uint64_t n_errors;
+    uint64_t n_prompt_tokens, n_gen_tokens;
+    double busy_s; /* seconds spent in steps */
+    pthread_t sched;
+} serve_server;
+
+double serve_now(void);
+
+/* serve_sched.c */
+serve_job *serve_job_new(int n);
+/* Queues a job (taking a reference for the scheduler): 0, or 503 when the queue is full. */
+int serve_submit(serve_server *sv, serve_job *job);
+/* Drops the connection's reference (mu held). */
+void serve_job_release_locked(serve_server *sv, serve_job *job);
+/* The scheduler thread. */
+void *serve_sched_main(void *arg);
+
+/* serve_http.c: starts the HTTP daemon; NULL on failure (printed). *port receives the
+ * port bound (for --port 0). */
+struct MHD_Daemon *serve_http_start(serve_server *sv, int *port);
+
+#endif
