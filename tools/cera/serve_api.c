@@ -269,7 +269,21 @@ static int parse_content(parse_ctx *c, const cJSON *v, cera_chat_message *m) {
         if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(p, "text")))
             return bad(c, "messages", "a text part needs a string 'text'");
     }
-    if (!(m->content_parts = print_json(c, v))) return bad(c, NULL, "out of memory");
+    /* text parts become one string (joined by newlines): most templates add content to
+     * strings, and the text is the same */
+    size_t n = 0;
+    cJSON_ArrayForEach(p, v) n += strlen(cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring) + 1;
+    char *t = own(c, malloc(n + 1));
+    if (!t) return bad(c, NULL, "out of memory");
+    t[0] = 0;
+    size_t w = 0;
+    cJSON_ArrayForEach(p, v) {
+        const char *s = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        if (w) t[w++] = '\n';
+        memcpy(t + w, s, strlen(s) + 1);
+        w += strlen(s);
+    }
+    m->content = t;
     return 0;
 }
 

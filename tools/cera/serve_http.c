@@ -291,6 +291,7 @@ static cJSON *chunk_of(const serve_job *j, int i, cJSON **delta_or_choice, const
         *delta_or_choice = cJSON_AddObjectToObject(ch, "delta");
     else
         *delta_or_choice = ch;
+    if (!chat && finish) cJSON_AddStringToObject(ch, "text", "");
     cJSON_AddNullToObject(ch, "logprobs");
     if (finish)
         cJSON_AddStringToObject(ch, "finish_reason", finish);
