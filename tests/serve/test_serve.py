@@ -127,6 +127,18 @@ def group_openai(cera, shared, models, corpus):
         check(roles == ["assistant"], "the first chunk carries the role")
         check(finish == r.choices[0].finish_reason, "the stream's finish_reason")
         check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, "the usage chunk")
+        # the prefix cache: the same conversation again reuses the KV of its prompt (all but
+        # the last token), and a longer one the shared part
+        check(r.usage.prompt_tokens_details.cached_tokens == 0, "the first request found nothing cached")
+        again = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=24)
+        check(again.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1,
+              "cached tokens: %s of %d" % (again.usage.prompt_tokens_details, r.usage.prompt_tokens))
+        check(again.choices[0].message.content == whole, "the same answer from the cached prefix")
+        turn2 = msgs + [{"role": "assistant", "content": whole}, {"role": "user", "content": "And of Spain?"}]
+        r8 = cl.chat.completions.create(model=name, messages=turn2, temperature=0, max_tokens=8)
+        check(r8.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1,
+              "a second turn reuses the first: %s" % r8.usage.prompt_tokens_details)
+        check(sv.metric("cera_cached_tokens_total") > 0, "the metric of cached tokens")
         # multi-part content renders as the same text
         r2 = cl.chat.completions.create(model=name, temperature=0, max_tokens=24, messages=[
             {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}])
@@ -213,7 +225,7 @@ def group_errors(cera, shared, models, corpus):
         return SKIP
     key = {"Authorization": "Bearer sekrit"}
     sv = Server(cera, ["-m", model, "-c", "2048", "--parallel", "1", "--max-queue", "1", "--api-key", "sekrit",
-                       "--max-body", "1M"], key="sekrit")
+                       "--max-body", "1M", "--conn-timeout", "2"], key="sekrit")
     try:
         ok = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}
         st, data = sv.request("POST", "/v1/completions", ok, key)
@@ -291,8 +303,18 @@ def group_errors(cera, shared, models, corpus):
             reply += chunk
         check(reply.startswith(b"HTTP/1.1 200"), "the queued request ran: %r" % reply[:100])
         s2.close()
-        # a half-sent request times out with the connection (not tested for its length here),
-        # and a keep-alive connection serves several requests
+        # a half-sent request is dropped after --conn-timeout (2 s here)
+        t0 = time.time()
+        h = socket.create_connection((sv.host, sv.port))
+        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        h.settimeout(20)
+        try:
+            rest = h.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            rest = b"timeout"
+        h.close()
+        check(rest != b"timeout" and time.time() - t0 < 10, "a half-sent request times out (%r)" % rest[:80])
+        # a keep-alive connection serves several requests
         c = http.client.HTTPConnection(sv.host, sv.port, timeout=30)
         for _ in range(3):
             c.request("POST", "/v1/completions", json.dumps(ok), {"Content-Type": "application/json", **key})
@@ -322,7 +344,7 @@ def group_batch(cera, shared, models, corpus):
         print("skip: no stories260K or its adapters")
         return SKIP
     sv = Server(cera, ["-m", model, "--parallel", "20", "-c", "256", "--lora", "a=" + la, "--lora", "b=" + lb,
-                       "--prefill-chunk", "16", "-b", "64"])
+                       "--prefill-chunk", "16", "-b", "64", "--cache-slots", "0"])
     try:
         names = [m.id for m in openai.OpenAI(base_url=sv.url + "/v1", api_key="x").models.list().data]
         check(names == ["stories260K", "a", "b"], "models: %s" % names)

@@ -72,9 +72,9 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     serve_server *sv = o->sv;
     const char *a = argv[*i];
     static const char *const with_value[] = {
-        "--host",  "--port",    "--parallel",     "-np",          "--kv-size",  "--chat-template",
-        "--lora",  "--api-key", "--timeout",      "--max-queue",  "--max-body", "--prefill-chunk",
-        "--alias", "-a",        "--conn-timeout", "--max-tokens", NULL};
+        "--host",  "--port",    "--parallel",     "-np",          "--kv-size",     "--chat-template",
+        "--lora",  "--api-key", "--timeout",      "--max-queue",  "--max-body",    "--prefill-chunk",
+        "--alias", "-a",        "--conn-timeout", "--max-tokens", "--cache-slots", NULL};
     bool known = false;
     for (int k = 0; with_value[k]; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -127,6 +127,9 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     } else if (!strcmp(a, "--prefill-chunk")) {
         ok = cli_parse_long(v, 1, 1 << 20, &l);
         sv->prefill_chunk = (int)l;
+    } else if (!strcmp(a, "--cache-slots")) {
+        ok = cli_parse_long(v, 0, 4096, &l);
+        sv->cache_slots = (int)l;
     } else if (!strcmp(a, "--max-tokens")) {
         ok = cli_parse_long(v, 1, 1 << 24, &l);
         o->max_tokens = (int)l;
@@ -162,7 +165,9 @@ static const char serve_help[] =
     "  --max-tokens N        the most tokens a request may ask for (default: the context)\n"
     "  --timeout S           a request's time limit in seconds (default 600)\n"
     "  --conn-timeout S      an idle or half-sent connection is closed after S seconds (default 30)\n"
-    "  --prefill-chunk N     prompt tokens per sequence per step (default 256)\n";
+    "  --prefill-chunk N     prompt tokens per sequence per step (default 256)\n"
+    "  --cache-slots N       finished sessions kept so that new requests reuse their prefixes\n"
+    "                        (default: --parallel; 0: no prefix cache)\n";
 
 static cera_status open_template(const serve_opts *o, const cera_engine *e, cera_chat_template **out,
                                  cera_error *err) {
@@ -205,6 +210,7 @@ int cmd_serve(int argc, char **argv) {
     sv->timeout_s = 600;
     sv->conn_timeout_s = 30;
     sv->prefill_chunk = 256;
+    sv->cache_slots = -1;
     serve_opts o = {.sv = sv};
     cli_args a;
     cli_args_init(&a);
@@ -229,7 +235,8 @@ int cmd_serve(int argc, char **argv) {
 
     cera_error err = {0};
     rc = 1;
-    a.ep.n_seq_max = sv->parallel;
+    if (sv->cache_slots < 0) sv->cache_slots = sv->parallel;
+    a.ep.n_seq_max = sv->parallel + sv->cache_slots; /* the running sequences and the cached ones */
     a.ep.kv_bytes = o.kv_bytes;
     if (a.ep.n_batch == 0) a.ep.n_batch = 512;
     if (a.ep.n_batch < sv->parallel) a.ep.n_batch = sv->parallel; /* a decode token of each fits a step */
@@ -263,6 +270,7 @@ int cmd_serve(int argc, char **argv) {
                              .max_prompt = (size_t)n_ctx};
     sv->sp_default = cera_sampler_default_params();
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    serve_cache_init(&sv->cache, sv->cache_slots);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&sv->sched, NULL, serve_sched_main, sv)) {
@@ -290,6 +298,7 @@ int cmd_serve(int argc, char **argv) {
     rc = d ? 0 : 1;
     goto out;
 fail_sync:
+    serve_cache_free(&sv->cache);
     pthread_mutex_destroy(&sv->mu);
     pthread_cond_destroy(&sv->cv);
 fail:

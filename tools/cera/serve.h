@@ -18,6 +18,7 @@
 
 #include "cera.h"
 #include "serve_api.h"
+#include "serve_cache.h"
 
 #define SERVE_ADAPTERS_MAX 16
 
@@ -37,9 +38,11 @@ typedef struct serve_seq {
     cera_token next; /* the sampled token evaluated by the next step, or -1 */
     char *text;      /* the generated text (a stop string and what follows are cut off) */
     size_t len, cap;
-    size_t ready;       /* bytes of text final (no stop string can still take them back) */
-    size_t sent;        /* bytes the connection has taken */
-    int n_gen;          /* generated tokens */
+    size_t ready;     /* bytes of text final (no stop string can still take them back) */
+    size_t sent;      /* bytes the connection has taken */
+    int n_gen;        /* generated tokens */
+    cera_token *hist; /* the timeline: the prompt, then every sampled token (for the prefix cache) */
+    size_t n_hist, cap_hist;
     const char *finish; /* "stop", "length": set when done */
     bool finish_sent;
 } serve_seq;
@@ -62,9 +65,8 @@ typedef struct serve_job {
     int n_stop;
     int max_tokens;
     bool ignore_eos;
-    cera_adapter *adapters[SERVE_LORA_MAX];
-    float scales[SERVE_LORA_MAX];
-    int n_adapters;
+    serve_adapter_set ad;
+    size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
     bool stream, include_usage, parse_tools;
     char id[48];
     char model[128];
@@ -93,7 +95,8 @@ typedef struct serve_server {
     int timeout_s;      /* per request */
     int conn_timeout_s; /* idle or half-sent connections */
     int prefill_chunk;
-    int budget; /* tokens per step */
+    int budget;      /* tokens per step */
+    int cache_slots; /* finished sessions kept for their prefixes (0: no prefix cache) */
     const char *api_key;
     /* state, under mu */
     pthread_mutex_t mu;
@@ -110,7 +113,10 @@ typedef struct serve_server {
     uint64_t n_req[16]; /* by endpoint (serve_http.c's table) */
     uint64_t n_errors;
     uint64_t n_prompt_tokens, n_gen_tokens;
-    double busy_s; /* seconds spent in steps */
+    double busy_s;            /* seconds spent in steps */
+    uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
+    int n_cache_entries;
+    serve_cache cache; /* the scheduler's alone */
     pthread_t sched;
 } serve_server;
 

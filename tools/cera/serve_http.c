@@ -199,7 +199,7 @@ static void add_usage(cJSON *o, const serve_job *j) {
     cJSON_AddNumberToObject(u, "completion_tokens", gen);
     cJSON_AddNumberToObject(u, "total_tokens", (double)j->n_prompt + gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", 0);
+    cJSON_AddNumberToObject(d, "cached_tokens", (double)j->n_cached);
 }
 
 static cJSON *answer_head(const serve_job *j, const char *object) {
@@ -329,7 +329,8 @@ static void stream_events(stream_ctx *s) {
     }
     for (int i = 0; i < j->n; i++) {
         serve_seq *q = &j->seqs[i];
-        if (q->ready > q->sent && !j->parse_tools) {
+        if (j->parse_tools) q->sent = q->ready; /* the reply is split and sent once it is whole */
+        if (q->ready > q->sent) {
             cJSON *o = chunk_of(j, i, &d, NULL);
             add_text(d, chat ? "content" : "text", q->text + q->sent, q->ready - q->sent);
             emit(s, o);
@@ -384,7 +385,8 @@ static void stream_events(stream_ctx *s) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *s = cls;
     (void)pos;
-    if (s->off == s->len) {
+    /* never 0 (MHD would call again at once): wait until there is something to send */
+    while (s->off == s->len) {
         if (s->end) return MHD_CONTENT_READER_END_OF_STREAM;
         s->off = s->len = 0;
         pthread_mutex_lock(&s->sv->mu);
@@ -392,7 +394,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (ok) stream_events(s);
         pthread_mutex_unlock(&s->sv->mu);
         if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (s->off == s->len) return s->end ? MHD_CONTENT_READER_END_OF_STREAM : 0;
     }
     const size_t n = s->len - s->off < max ? s->len - s->off : max;
     memcpy(buf, s->buf + s->off, n);
@@ -424,14 +425,14 @@ static int choose_model(serve_server *sv, const serve_req *r, serve_job *j, char
     if (r->has_lora) {
         for (int i = 0; i < r->n_lora; i++) {
             int k = 0;
-            while (k < j->n_adapters && j->adapters[k] != sv->ad[r->lora[i].id].adapter) k++;
-            if (k == j->n_adapters) j->adapters[j->n_adapters++] = sv->ad[r->lora[i].id].adapter;
-            j->scales[k] = r->lora[i].scale;
+            while (k < j->ad.n && j->ad.adapter[k] != sv->ad[r->lora[i].id].adapter) k++;
+            if (k == j->ad.n) j->ad.adapter[j->ad.n++] = sv->ad[r->lora[i].id].adapter;
+            j->ad.scale[k] = r->lora[i].scale;
         }
     } else if (ad >= 0) {
-        j->adapters[0] = sv->ad[ad].adapter;
-        j->scales[0] = 1;
-        j->n_adapters = 1;
+        j->ad.adapter[0] = sv->ad[ad].adapter;
+        j->ad.scale[0] = 1;
+        j->ad.n = 1;
     }
     return 0;
 }
@@ -787,6 +788,12 @@ static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c
     P("# HELP cera_kv_blocks_free KV cache blocks free.\n# TYPE cera_kv_blocks_free gauge\n"
       "cera_kv_blocks_free %d\n",
       total - used);
+    P("# HELP cera_cached_tokens_total Prompt tokens taken from the prefix cache.\n"
+      "# TYPE cera_cached_tokens_total counter\ncera_cached_tokens_total %llu\n",
+      (unsigned long long)sv->n_cached_tokens);
+    P("# HELP cera_cache_sessions Finished sessions kept for their prefixes.\n"
+      "# TYPE cera_cache_sessions gauge\ncera_cache_sessions %d\n",
+      sv->n_cache_entries);
 #undef P
     pthread_mutex_unlock(&sv->mu);
     if (n >= cap) {

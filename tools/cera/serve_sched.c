@@ -42,7 +42,10 @@ serve_job *serve_job_new(int n) {
 }
 
 static void job_free(serve_job *j) {
-    for (int i = 0; i < j->n; i++) free(j->seqs[i].text);
+    for (int i = 0; i < j->n; i++) {
+        free(j->seqs[i].text);
+        free(j->seqs[i].hist);
+    }
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompt);
     free(j->bias);
@@ -78,11 +81,25 @@ int serve_submit(serve_server *sv, serve_job *j) {
 
 /* ---- Sequences ------------------------------------------------------------------------ */
 
+/* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->s) return;
-    cera_session_free(q->s);
+    serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad);
+    sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     sv->n_seqs--;
+}
+
+static bool hist_push(serve_seq *q, cera_token t) {
+    if (q->n_hist == q->cap_hist) {
+        const size_t cap = q->cap_hist ? 2 * q->cap_hist : 256;
+        cera_token *h = realloc(q->hist, cap * sizeof *h);
+        if (!h) return false;
+        q->hist = h;
+        q->cap_hist = cap;
+    }
+    q->hist[q->n_hist++] = t;
+    return true;
 }
 
 /* The job is over: out of the running list, its sessions freed, its connection woken. */
@@ -160,6 +177,10 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
     }
     q->n_gen++;
     sv->n_gen_tokens++;
+    if (!hist_push(q, t)) {
+        job_fail(sv, j, 500, "out of memory");
+        return;
+    }
     char buf[256];
     int n = cera_token_to_piece(sv->e, t, buf, sizeof buf, false);
     if (n < 0) n = 0;
@@ -212,21 +233,37 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
 static bool admit_one(serve_server *sv, serve_job *j) {
     cera_error err = {0};
     const size_t nc = (size_t)sv->prefill_chunk;
-    const size_t n_chunks = (j->n_prompt + nc - 1) / nc;
     for (int i = 0; i < j->n; i++) {
         serve_seq *q = &j->seqs[i];
         cera_session_params p = cera_session_default_params();
         p.sampler = j->sp;
         p.sampler.seed = j->sp.seed + (uint64_t)i; /* n choices: n draws */
-        if (cera_session_create(sv->e, &p, &q->s, &err)) {
-            q->s = NULL;
-            break;
-        }
-        sv->n_seqs++;
-        for (int k = 0; k < j->n_adapters && !err.status; k++)
-            cera_session_set_adapter(q->s, j->adapters[k], j->scales[k], &err);
+        for (size_t k = 0; k < j->n_prompt; k++)
+            if (!hist_push(q, j->prompt[k])) {
+                err.status = CERA_ERR_NO_MEMORY;
+                snprintf(err.message, sizeof err.message, "out of memory");
+                break;
+            }
         if (err.status) break;
-        q->chunk = (j->n_prompt + n_chunks - 1) / n_chunks;
+        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s);
+        sv->n_cache_entries = sv->cache.n;
+        if (q->s) {
+            sv->n_seqs++;
+            sv->n_cached_tokens += q->n_done;
+            if (i == 0) j->n_cached = q->n_done;
+        } else {
+            if (cera_session_create(sv->e, &p, &q->s, &err)) {
+                q->s = NULL;
+                break;
+            }
+            sv->n_seqs++;
+            for (int k = 0; k < j->ad.n && !err.status; k++)
+                cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], &err);
+            if (err.status) break;
+        }
+        /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
+        const size_t left = j->n_prompt - q->n_done, n_chunks = (left + nc - 1) / nc;
+        q->chunk = (left + n_chunks - 1) / n_chunks;
     }
     if (err.status) {
         j->state = JOB_RUNNING;
@@ -317,7 +354,14 @@ static void build_step(serve_server *sv, step *s) {
  * (a session alone gives the same logits as in a batch). s->st[i] says how each went. */
 static void eval_step(serve_server *sv, step *s) {
     cera_error err = {0};
-    const cera_status st = cera_batch_eval(sv->e, s->items, s->n, &err);
+    cera_status st = cera_batch_eval(sv->e, s->items, s->n, &err);
+    if (st == CERA_ERR_CONTEXT_FULL && sv->cache.n > 0) { /* the cached prefixes give their blocks back */
+        pthread_mutex_lock(&sv->mu);
+        serve_cache_clear(&sv->cache);
+        sv->n_cache_entries = 0;
+        pthread_mutex_unlock(&sv->mu);
+        st = cera_batch_eval(sv->e, s->items, s->n, &err);
+    }
     for (int i = 0; i < s->n; i++) s->st[i] = st;
     if (st == CERA_OK) return;
     for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
@@ -403,6 +447,8 @@ void *serve_sched_main(void *arg) {
     }
     sv->q_tail = NULL;
     release_done(sv);
+    serve_cache_free(&sv->cache);
+    sv->n_cache_entries = 0;
     pthread_mutex_unlock(&sv->mu);
     free(s.items);
     free(s.seqs);
