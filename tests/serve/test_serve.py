@@ -5,6 +5,8 @@ Each group starts the server itself on a free loopback port (--port 0; the URL c
 its first stdout line), talks to it, and stops it (SIGTERM).
   openai  SmolLM2 through the official openai client: chat, completions, streaming equal to
           the whole answer (greedy), n, stop, usage, models, llama-server's endpoints
+  tools   SmolLM2 with a Hermes template: tools rendered, replies through the tool-call parser
+          whole and streamed; a request past --timeout answered 504
   errors  SmolLM2 over raw HTTP: 400 401 404 405 413 503 answers as OpenAI error objects,
           the malformed-request corpus (every file answered 4xx, the server still serving),
           and a client that disconnects mid-stream freeing its sequence
@@ -96,7 +98,8 @@ def group_openai(cera, shared, models, corpus):
     if not os.path.exists(model):
         print("skip: no SmolLM2 model (scripts/setup.sh fetches it)")
         return SKIP
-    sv = Server(cera, ["-m", model, "-c", "1024", "--parallel", "4"])
+        # prompt chunks of at most 48 tokens: every cached prefix is reusable exactly (serve_cache.h)
+    sv = Server(cera, ["-m", model, "-c", "1024", "--parallel", "4", "--prefill-chunk", "48"])
     try:
         cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
         models_list = cl.models.list()
@@ -211,6 +214,68 @@ def group_openai(cera, shared, models, corpus):
             {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
         check(r7.choices[0].message.tool_calls is None and r7.choices[0].finish_reason != "tool_calls",
               "no tool format: content")
+    finally:
+        sv.stop()
+    return 0
+
+
+# ---- tools ---------------------------------------------------------------------------------
+
+def group_tools(cera, shared, models, corpus):
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai Python client is not installed")
+        return SKIP
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    hermes = os.path.join(shared, "golden", "templates", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+                          "template.jinja")
+    if not os.path.exists(model) or not os.path.exists(hermes):
+        print("skip: no SmolLM2 model or no Hermes template")
+        return SKIP
+    # SmolLM2 with a Hermes template (ChatML plus tools): the reply goes through the tool-call
+    # parser, whole and streamed (where it is sent once complete); the parse itself is
+    # checked on a known reply by test_serve_api
+    sv = Server(cera, ["-m", model, "-c", "2048", "--chat-template", hermes])
+    try:
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                                   "parameters": {"type": "object",
+                                                                  "properties": {"city": {"type": "string"}}}}}]
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        st, data = sv.request("POST", "/apply-template", {"messages": msgs, "tools": tools})
+        check(st == 200 and "get_weather" in json.loads(data)["prompt"], "the tools are rendered")
+        r0 = cl.chat.completions.create(model=cl.models.list().data[0].id, messages=msgs, tools=tools,
+                                        tool_choice="none", temperature=0, max_tokens=8)
+        check(r0.choices[0].message.tool_calls is None and r0.choices[0].finish_reason != "tool_calls",
+              "tool_choice none: no tool calls")
+        r = cl.chat.completions.create(model=cl.models.list().data[0].id, messages=msgs,
+                                       tools=tools, temperature=0, max_tokens=24)
+        m = r.choices[0].message
+        check(r.choices[0].finish_reason == ("tool_calls" if m.tool_calls else "stop") or
+              r.choices[0].finish_reason == "length", "finish_reason %s" % r.choices[0].finish_reason)
+        content, calls, finish = [], [], None
+        for ch in cl.chat.completions.create(model=r.model, messages=msgs, tools=tools, temperature=0,
+                                             max_tokens=24, stream=True):
+            for c in ch.choices:
+                if c.delta.content:
+                    content.append(c.delta.content)
+                if c.delta.tool_calls:
+                    calls += c.delta.tool_calls
+                if c.finish_reason:
+                    finish = c.finish_reason
+        check("".join(content) == (m.content or ""), "streamed with tools %r == whole %r" % ("".join(content), m.content))
+        check(len(calls) == len(m.tool_calls or []) and finish == r.choices[0].finish_reason, "streamed tool calls")
+    finally:
+        sv.stop()
+    # a request past --timeout ends with 504
+    sv = Server(cera, ["-m", model, "-c", "2048", "--timeout", "2"])
+    try:
+        t0 = time.time()
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2000, "ignore_eos": True})
+        check(is_error(st, data, 504) and time.time() - t0 < 10, "a request past --timeout: 504 (%d)" % st)
+        st, data = sv.request("GET", "/health")
+        check(st == 200 and sv.metric("cera_sequences_running") == 0, "the timed-out sequence is freed")
     finally:
         sv.stop()
     return 0
@@ -395,7 +460,8 @@ def group_batch(cera, shared, models, corpus):
 
 def main():
     group, cera, shared, models, corpus = sys.argv[1:6]
-    rc = {"openai": group_openai, "errors": group_errors, "batch": group_batch}[group](cera, shared, models, corpus)
+    groups = {"openai": group_openai, "tools": group_tools, "errors": group_errors, "batch": group_batch}
+    rc = groups[group](cera, shared, models, corpus)
     if rc == SKIP:
         return SKIP
     if failures:

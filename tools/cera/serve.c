@@ -75,6 +75,10 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
         "--host",  "--port",    "--parallel",     "-np",          "--kv-size",     "--chat-template",
         "--lora",  "--api-key", "--timeout",      "--max-queue",  "--max-body",    "--prefill-chunk",
         "--alias", "-a",        "--conn-timeout", "--max-tokens", "--cache-slots", NULL};
+    if (!strcmp(a, "--cache-any")) {
+        sv->cache_any = true;
+        return 1;
+    }
     bool known = false;
     for (int k = 0; with_value[k]; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -167,7 +171,10 @@ static const char serve_help[] =
     "  --conn-timeout S      an idle or half-sent connection is closed after S seconds (default 30)\n"
     "  --prefill-chunk N     prompt tokens per sequence per step (default 256)\n"
     "  --cache-slots N       finished sessions kept so that new requests reuse their prefixes\n"
-    "                        (default: --parallel; 0: no prefix cache)\n";
+    "                        (default: --parallel; 0: no prefix cache). A prefix is reused as far\n"
+    "                        as it gives exactly the answer a fresh evaluation gives: all of it\n"
+    "                        with --prefill-chunk 63 or less, less with larger chunks\n"
+    "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n";
 
 static cera_status open_template(const serve_opts *o, const cera_engine *e, cera_chat_template **out,
                                  cera_error *err) {
@@ -270,7 +277,7 @@ int cmd_serve(int argc, char **argv) {
                              .max_prompt = (size_t)n_ctx};
     sv->sp_default = cera_sampler_default_params();
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    serve_cache_init(&sv->cache, sv->cache_slots);
+    serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&sv->sched, NULL, serve_sched_main, sv)) {

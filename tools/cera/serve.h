@@ -41,6 +41,7 @@ typedef struct serve_seq {
     size_t ready;     /* bytes of text final (no stop string can still take them back) */
     size_t sent;      /* bytes the connection has taken */
     int n_gen;        /* generated tokens */
+    int mode;         /* how its prompt was rounded (serve_cache.h) */
     cera_token *hist; /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
     const char *finish; /* "stop", "length": set when done */
@@ -97,6 +98,7 @@ typedef struct serve_server {
     int prefill_chunk;
     int budget;      /* tokens per step */
     int cache_slots; /* finished sessions kept for their prefixes (0: no prefix cache) */
+    bool cache_any;  /* reuse the longest prefix even where its rounding differs */
     const char *api_key;
     /* state, under mu */
     pthread_mutex_t mu;

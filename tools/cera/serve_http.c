@@ -437,11 +437,12 @@ static int choose_model(serve_server *sv, const serve_req *r, serve_job *j, char
     return 0;
 }
 
-/* The prompt of a chat request rendered by the template. */
-static int render_chat(serve_server *sv, const serve_req *r, bool with_tools, char **text, size_t *len,
-                       char *msg, size_t cap) {
+/* The prompt of a chat request rendered by the template, with its tools even for tool_choice
+ * "none" (a template may expect them once they are given; the reply is then not parsed). */
+static int render_chat(serve_server *sv, const serve_req *r, char **text, size_t *len, char *msg,
+                       size_t cap) {
     cera_chat_params cp = cera_chat_default_params();
-    cp.tools = with_tools ? r->tools : NULL;
+    cp.tools = r->tools;
     cp.extra = r->extra;
     cera_error err = {0};
     if (cera_chat_render(sv->tmpl, r->msgs, (size_t)r->n_msgs, &cp, text, len, &err)) {
@@ -456,7 +457,7 @@ static int prompt_tokens(serve_server *sv, const serve_req *r, serve_job *j, cha
     if (r->kind == SERVE_CHAT) {
         char *text = NULL;
         size_t len = 0;
-        int st = render_chat(sv, r, !r->tool_choice_none, &text, &len, msg, cap);
+        int st = render_chat(sv, r, &text, &len, msg, cap);
         if (st) return st;
         const cera_status cs = cera_chat_tokenize(sv->e, text, len, &j->prompt, &j->n_prompt, &err);
         cera_free(text);
@@ -717,7 +718,7 @@ static enum MHD_Result handle_template(serve_server *sv, struct MHD_Connection *
     if (st) return send_error(sv, c, (unsigned)st, param, "%s", msg);
     char *text = NULL;
     size_t len = 0;
-    st = render_chat(sv, &r, !r.tool_choice_none, &text, &len, msg, sizeof msg);
+    st = render_chat(sv, &r, &text, &len, msg, sizeof msg);
     serve_req_free(&r);
     if (st) return send_error(sv, c, (unsigned)st, NULL, "%s", msg);
     cJSON *o = cJSON_CreateObject();

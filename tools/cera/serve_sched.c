@@ -84,7 +84,7 @@ int serve_submit(serve_server *sv, serve_job *j) {
 /* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->s) return;
-    serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad);
+    serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     sv->n_seqs--;
@@ -245,7 +245,7 @@ static bool admit_one(serve_server *sv, serve_job *j) {
                 break;
             }
         if (err.status) break;
-        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s);
+        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
         sv->n_cache_entries = sv->cache.n;
         if (q->s) {
             sv->n_seqs++;
@@ -262,8 +262,7 @@ static bool admit_one(serve_server *sv, serve_job *j) {
             if (err.status) break;
         }
         /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
-        const size_t left = j->n_prompt - q->n_done, n_chunks = (left + nc - 1) / nc;
-        q->chunk = (left + n_chunks - 1) / n_chunks;
+        q->chunk = serve_plan_chunk(j->n_prompt - q->n_done, nc);
     }
     if (err.status) {
         j->state = JOB_RUNNING;
