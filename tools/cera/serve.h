@@ -133,6 +133,26 @@ void serve_job_release_locked(serve_server *sv, serve_job *job);
 /* The scheduler thread. */
 void *serve_sched_main(void *arg);
 
+/* serve_answer.c */
+struct MHD_Connection;
+struct MHD_Response;
+bool serve_job_admitted(const serve_job *j); /* out of the queue */
+bool serve_job_over(const serve_job *j);
+/* Waits (mu held) until pred(j); false when the client hung up meanwhile (the job is then
+ * cancelled). */
+bool serve_wait_job(serve_server *sv, serve_job *j, struct MHD_Connection *c,
+                    bool (*pred)(const serve_job *));
+/* Cancels the job unless it is over and drops the connection's reference (takes mu). */
+void serve_cancel_and_release(serve_server *sv, serve_job *j);
+/* The whole answer of a finished job (mu held). */
+cJSON *serve_answer_full(serve_server *sv, serve_job *j);
+/* The event stream of an admitted job: the connection's reference passes to it; NULL (the job
+ * cancelled and released) when out of memory. */
+struct MHD_Response *serve_stream_response(serve_server *sv, serve_job *j, struct MHD_Connection *c);
+/* A copy of s[0..n) with invalid UTF-8 replaced by U+FFFD; its text added to obj as key. */
+char *serve_clean_utf8(const char *s, size_t n);
+cJSON *serve_add_text(cJSON *obj, const char *key, const char *s, size_t n);
+
 /* serve_http.c: starts the HTTP daemon; NULL on failure (printed). *port receives the
  * port bound (for --port 0). */
 struct MHD_Daemon *serve_http_start(serve_server *sv, int *port);

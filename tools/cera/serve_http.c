@@ -1,14 +1,12 @@
 /*
  * serve_http.c — the HTTP side of `cera serve` (libmicrohttpd, one thread per connection,
- * HTTP/1.1 keep-alive): routes, the API key, body limits, and the OpenAI answers, whole or
- * streamed as server-sent events over chunked encoding.
+ * HTTP/1.1 keep-alive): routes, the API key, body limits, the endpoints other than
+ * generation, and the turning of a generating request into a job.
  *
  * A generating request is parsed (serve_api.c), rendered and tokenized here, then
  * submitted as a job to the scheduler (serve_sched.c); the connection's thread waits on
- * the job and, while it waits, watches its socket: a client that hangs up cancels its job,
- * and the scheduler frees its sessions at the next step.
+ * the job and answers it, whole or as server-sent events (serve_answer.c).
  */
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,306 +104,6 @@ static enum MHD_Result send_error(serve_server *sv, struct MHD_Connection *c, un
     sv->n_errors++;
     pthread_mutex_unlock(&sv->mu);
     return send_text(c, status, serve_error_json((int)status, msg, param), "application/json");
-}
-
-/* A copy of s[0..n) with invalid UTF-8 replaced by U+FFFD (model output is bytes). */
-static char *clean_utf8(const char *s, size_t n) {
-    char *o = malloc(3 * n + 1);
-    if (!o) return NULL;
-    size_t w = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = 1;
-        while (k <= 4 && i + k <= n && !serve_utf8_valid(s + i, k)) k++;
-        if (k <= 4 && i + k <= n) {
-            memcpy(o + w, s + i, k);
-            w += k;
-            i += k;
-        } else {
-            memcpy(o + w, "\xef\xbf\xbd", 3);
-            w += 3;
-            i++;
-        }
-    }
-    o[w] = 0;
-    return o;
-}
-
-static cJSON *add_text(cJSON *obj, const char *key, const char *s, size_t n) {
-    char *t = clean_utf8(s, n);
-    cJSON *r = cJSON_AddStringToObject(obj, key, t ? t : "");
-    free(t);
-    return r;
-}
-
-/* ---- Waiting on a job ----------------------------------------------------------------- */
-
-static bool peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
-    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
-static bool job_has_news(const serve_job *j) {
-    if (j->state == JOB_DONE || j->err_status) return true;
-    for (int i = 0; i < j->n; i++) {
-        const serve_seq *q = &j->seqs[i];
-        if (q->ready > q->sent || (q->finish && !q->finish_sent)) return true;
-    }
-    return false;
-}
-static bool job_admitted(const serve_job *j) { return j->state != JOB_QUEUED; }
-static bool job_over(const serve_job *j) { return j->state == JOB_DONE; }
-
-/* Waits (mu held) until pred(j); false when the client hung up meanwhile (the job is then
- * cancelled). */
-static bool wait_job(serve_server *sv, serve_job *j, struct MHD_Connection *c,
-                     bool (*pred)(const serve_job *)) {
-    while (!pred(j)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &sv->mu, &ts);
-        if (!pred(j) && peer_gone(c)) {
-            j->cancelled = true;
-            pthread_cond_signal(&sv->cv);
-            return false;
-        }
-    }
-    return true;
-}
-
-static void cancel_and_release(serve_server *sv, serve_job *j) {
-    pthread_mutex_lock(&sv->mu);
-    if (j->state != JOB_DONE) {
-        j->cancelled = true;
-        pthread_cond_signal(&sv->cv);
-    }
-    serve_job_release_locked(sv, j);
-    pthread_mutex_unlock(&sv->mu);
-}
-
-/* ---- Answers of a job ------------------------------------------------------------------- */
-
-static void add_usage(cJSON *o, const serve_job *j) {
-    int gen = 0;
-    for (int i = 0; i < j->n; i++) gen += j->seqs[i].n_gen;
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", gen);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)j->n_prompt + gen);
-    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", (double)j->n_cached);
-}
-
-static cJSON *answer_head(const serve_job *j, const char *object) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", object);
-    cJSON_AddNumberToObject(o, "created", (double)j->created);
-    cJSON_AddStringToObject(o, "model", j->model);
-    return o;
-}
-
-/* The whole answer of a finished job (mu held). */
-static cJSON *answer_full(serve_server *sv, serve_job *j) {
-    const bool chat = j->kind == SERVE_CHAT;
-    cJSON *o = answer_head(j, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    for (int i = 0; i < j->n; i++) {
-        const serve_seq *q = &j->seqs[i];
-        cJSON *ch = cJSON_CreateObject();
-        cJSON_AddNumberToObject(ch, "index", i);
-        const char *finish = q->finish ? q->finish : "stop";
-        if (chat) {
-            int n_calls = 0;
-            char *t = clean_utf8(q->text ? q->text : "", q->len);
-            cJSON *m = serve_chat_message(sv->tmpl, j->parse_tools, t ? t : "", t ? strlen(t) : 0, j->id + 9,
-                                          &n_calls);
-            free(t);
-            cJSON_AddItemToObject(ch, "message", m ? m : cJSON_CreateNull());
-            if (n_calls) finish = "tool_calls";
-        } else {
-            add_text(ch, "text", q->text ? q->text : "", q->len);
-        }
-        cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", finish);
-        cJSON_AddItemToArray(choices, ch);
-    }
-    add_usage(o, j);
-    return o;
-}
-
-typedef struct stream_ctx {
-    serve_server *sv;
-    serve_job *j;
-    struct MHD_Connection *c;
-    char *buf;
-    size_t len, off, cap;
-    bool role_sent, end;
-} stream_ctx;
-
-static void emit(stream_ctx *s, cJSON *chunk) {
-    char *t = cJSON_PrintUnformatted(chunk);
-    cJSON_Delete(chunk);
-    if (!t) return;
-    const size_t n = strlen(t);
-    if (s->len + n + 16 > s->cap) {
-        const size_t cap = (s->len + n + 16) * 2;
-        char *b = realloc(s->buf, cap);
-        if (!b) {
-            free(t);
-            return;
-        }
-        s->buf = b;
-        s->cap = cap;
-    }
-    s->len += (size_t)sprintf(s->buf + s->len, "data: %s\n\n", t);
-    free(t);
-}
-
-static void emit_raw(stream_ctx *s, const char *text) {
-    const size_t n = strlen(text);
-    if (s->len + n > s->cap) {
-        char *b = realloc(s->buf, (s->len + n) * 2);
-        if (!b) return;
-        s->buf = b;
-        s->cap = (s->len + n) * 2;
-    }
-    memcpy(s->buf + s->len, text, n);
-    s->len += n;
-}
-
-/* One chunk of choice i: a delta (chat) or a text (completion), and a finish reason. */
-static cJSON *chunk_of(const serve_job *j, int i, cJSON **delta_or_choice, const char *finish) {
-    const bool chat = j->kind == SERVE_CHAT;
-    cJSON *o = answer_head(j, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", i);
-    if (chat)
-        *delta_or_choice = cJSON_AddObjectToObject(ch, "delta");
-    else
-        *delta_or_choice = ch;
-    if (!chat && finish) cJSON_AddStringToObject(ch, "text", "");
-    cJSON_AddNullToObject(ch, "logprobs");
-    if (finish)
-        cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else
-        cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
-    return o;
-}
-
-/* The events for what the job has done since the last call (mu held). */
-static void stream_events(stream_ctx *s) {
-    serve_server *sv = s->sv;
-    serve_job *j = s->j;
-    const bool chat = j->kind == SERVE_CHAT;
-    cJSON *d;
-    if (!s->role_sent && chat && !j->err_status)
-        for (int i = 0; i < j->n; i++) {
-            cJSON *o = chunk_of(j, i, &d, NULL);
-            cJSON_AddStringToObject(d, "role", "assistant");
-            cJSON_AddStringToObject(d, "content", "");
-            emit(s, o);
-        }
-    s->role_sent = true;
-    if (j->err_status) {
-        char *e = serve_error_json(j->err_status, j->err, NULL);
-        if (e) {
-            emit_raw(s, "data: ");
-            emit_raw(s, e);
-            emit_raw(s, "\n\n");
-        }
-        free(e);
-        emit_raw(s, "data: [DONE]\n\n");
-        s->end = true;
-        return;
-    }
-    for (int i = 0; i < j->n; i++) {
-        serve_seq *q = &j->seqs[i];
-        if (j->parse_tools) q->sent = q->ready; /* the reply is split and sent once it is whole */
-        if (q->ready > q->sent) {
-            cJSON *o = chunk_of(j, i, &d, NULL);
-            add_text(d, chat ? "content" : "text", q->text + q->sent, q->ready - q->sent);
-            emit(s, o);
-            q->sent = q->ready;
-        }
-        if (q->finish && !q->finish_sent) {
-            const char *finish = q->finish;
-            if (j->parse_tools) { /* the reply is split once it is whole */
-                int n_calls = 0;
-                char *t = clean_utf8(q->text ? q->text : "", q->len);
-                cJSON *m =
-                    serve_chat_message(sv->tmpl, true, t ? t : "", t ? strlen(t) : 0, j->id + 9, &n_calls);
-                free(t);
-                cJSON *o = chunk_of(j, i, &d, NULL);
-                const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-                if (cJSON_IsString(content) && content->valuestring[0])
-                    cJSON_AddStringToObject(d, "content", content->valuestring);
-                const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-                if (cJSON_IsString(rc)) cJSON_AddStringToObject(d, "reasoning_content", rc->valuestring);
-                cJSON *calls = cJSON_DetachItemFromObjectCaseSensitive(m, "tool_calls");
-                if (calls) {
-                    int k = 0;
-                    cJSON *call;
-                    cJSON_ArrayForEach(call, calls) cJSON_AddNumberToObject(call, "index", k++);
-                    cJSON_AddItemToObject(d, "tool_calls", calls);
-                }
-                cJSON_Delete(m);
-                if (d->child)
-                    emit(s, o);
-                else
-                    cJSON_Delete(o);
-                q->sent = q->len;
-                if (n_calls) finish = "tool_calls";
-            }
-            cJSON *o = chunk_of(j, i, &d, finish);
-            emit(s, o);
-            q->finish_sent = true;
-        }
-    }
-    if (j->state == JOB_DONE) {
-        if (j->include_usage) {
-            cJSON *o = answer_head(j, chat ? "chat.completion.chunk" : "text_completion");
-            cJSON_AddArrayToObject(o, "choices");
-            add_usage(o, j);
-            emit(s, o);
-        }
-        emit_raw(s, "data: [DONE]\n\n");
-        s->end = true;
-    }
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    stream_ctx *s = cls;
-    (void)pos;
-    /* never 0 (MHD would call again at once): wait until there is something to send */
-    while (s->off == s->len) {
-        if (s->end) return MHD_CONTENT_READER_END_OF_STREAM;
-        s->off = s->len = 0;
-        pthread_mutex_lock(&s->sv->mu);
-        const bool ok = wait_job(s->sv, s->j, s->c, job_has_news);
-        if (ok) stream_events(s);
-        pthread_mutex_unlock(&s->sv->mu);
-        if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    const size_t n = s->len - s->off < max ? s->len - s->off : max;
-    memcpy(buf, s->buf + s->off, n);
-    s->off += n;
-    return (ssize_t)n;
-}
-
-static void stream_free(void *cls) {
-    stream_ctx *s = cls;
-    cancel_and_release(s->sv, s->j);
-    free(s->buf);
-    free(s);
 }
 
 /* ---- Generating requests ------------------------------------------------------------------ */
@@ -558,7 +256,7 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
     /* the work may outlast the idle timeout: off until this request is answered */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     pthread_mutex_lock(&sv->mu);
-    const bool ok = wait_job(sv, j, c, j->stream ? job_admitted : job_over);
+    const bool ok = serve_wait_job(sv, j, c, j->stream ? serve_job_admitted : serve_job_over);
     if (ok && j->err_status) {
         const int es = j->err_status;
         char em[256];
@@ -573,26 +271,14 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
         return MHD_NO; /* the client is gone: close */
     }
     if (!j->stream) {
-        cJSON *o = answer_full(sv, j);
+        cJSON *o = serve_answer_full(sv, j);
         serve_job_release_locked(sv, j);
         pthread_mutex_unlock(&sv->mu);
         return send_json(c, 200, o);
     }
     pthread_mutex_unlock(&sv->mu);
-    stream_ctx *s = calloc(1, sizeof *s);
-    if (!s) {
-        cancel_and_release(sv, j);
-        return MHD_NO;
-    }
-    *s = (stream_ctx){.sv = sv, .j = j, .c = c};
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, s, stream_free);
-    if (!resp) {
-        stream_free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    struct MHD_Response *resp = serve_stream_response(sv, j, c);
+    if (!resp) return MHD_NO;
     const enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -665,7 +351,7 @@ static enum MHD_Result handle_tokenize(serve_server *sv, struct MHD_Connection *
         if (pl < 0 || pl > (int)sizeof buf) pl = 0;
         cJSON *p = cJSON_CreateObject();
         cJSON_AddNumberToObject(p, "id", t[i]);
-        add_text(p, "piece", buf, (size_t)pl);
+        serve_add_text(p, "piece", buf, (size_t)pl);
         cJSON_AddItemToArray(arr, p);
     }
     free(t);
@@ -705,7 +391,7 @@ static enum MHD_Result handle_detokenize(serve_server *sv, struct MHD_Connection
     }
     cJSON_Delete(b);
     cJSON *o = cJSON_CreateObject();
-    add_text(o, "content", text ? text : "", len);
+    serve_add_text(o, "content", text ? text : "", len);
     free(text);
     return send_json(c, 200, o);
 }
@@ -722,7 +408,7 @@ static enum MHD_Result handle_template(serve_server *sv, struct MHD_Connection *
     serve_req_free(&r);
     if (st) return send_error(sv, c, (unsigned)st, NULL, "%s", msg);
     cJSON *o = cJSON_CreateObject();
-    add_text(o, "prompt", text, len);
+    serve_add_text(o, "prompt", text, len);
     cera_free(text);
     return send_json(c, 200, o);
 }
