@@ -124,7 +124,7 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
         ok = cli_parse_long(v, 1, 86400, &l);
         sv->conn_timeout_s = (int)l;
     } else if (!strcmp(a, "--max-queue")) {
-        ok = cli_parse_long(v, 0, 1 << 20, &l);
+        ok = cli_parse_long(v, 1, 1 << 20, &l); /* a request waits there until a sequence is free */
         sv->max_queue = (int)l;
     } else if (!strcmp(a, "--max-body")) {
         ok = parse_size(v, &sv->max_body) && sv->max_body >= 1024 && sv->max_body <= ((size_t)1 << 30);
