@@ -158,6 +158,13 @@ def group_openai(cera, shared, models, corpus):
         r5 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, n=2)
         check(len(r5.choices) == 2 and r5.choices[0].message.content == r5.choices[1].message.content,
               "n=2 greedy")
+        # choice i of n is the request alone with seed + i (the choices fork the prompt's KV)
+        many = cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=5, max_tokens=12, n=3)
+        singles = [cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=5 + i,
+                                              max_tokens=12).choices[0].message.content for i in range(3)]
+        check([c.message.content for c in many.choices] == singles,
+              "n=3: %s, alone: %s" % ([c.message.content for c in many.choices], singles))
+        check(many.usage.prompt_tokens == r.usage.prompt_tokens and many.usage.completion_tokens <= 36, "n=3 usage")
         a = cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=7, max_tokens=16,
                                        top_p=0.9, frequency_penalty=0.5, presence_penalty=0.2,
                                        extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1})

@@ -38,11 +38,13 @@ typedef struct serve_seq {
     cera_token next; /* the sampled token evaluated by the next step, or -1 */
     char *text;      /* the generated text (a stop string and what follows are cut off) */
     size_t len, cap;
-    size_t ready;     /* bytes of text final (no stop string can still take them back) */
-    size_t sent;      /* bytes the connection has taken */
-    int n_gen;        /* generated tokens */
-    int mode;         /* how its prompt was rounded (serve_cache.h) */
-    cera_token *hist; /* the timeline: the prompt, then every sampled token (for the prefix cache) */
+    size_t ready;      /* bytes of text final (no stop string can still take them back) */
+    size_t sent;       /* bytes the connection has taken */
+    int n_gen;         /* generated tokens */
+    int mode;          /* how its prompt was rounded (serve_cache.h) */
+    bool slot;         /* it holds one of the --parallel sequences */
+    bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
+    cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
     const char *finish; /* "stop", "length": set when done */
     bool finish_sent;

@@ -83,10 +83,11 @@ int serve_submit(serve_server *sv, serve_job *j) {
 
 /* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
-    if (!q->s) return;
-    serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
+    if (!q->slot) return;
+    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
+    q->slot = false;
     sv->n_seqs--;
 }
 
@@ -245,9 +246,17 @@ static bool admit_one(serve_server *sv, serve_job *j) {
                 break;
             }
         if (err.status) break;
+        if (i > 0) { /* the same prompt: a fork of the first choice once that has read it */
+            q->slot = q->fork_pending = true;
+            q->n_done = j->n_prompt;
+            q->mode = j->seqs[0].mode;
+            sv->n_seqs++;
+            continue;
+        }
         q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
         sv->n_cache_entries = sv->cache.n;
         if (q->s) {
+            q->slot = true;
             sv->n_seqs++;
             sv->n_cached_tokens += q->n_done;
             if (i == 0) j->n_cached = q->n_done;
@@ -256,6 +265,7 @@ static bool admit_one(serve_server *sv, serve_job *j) {
                 q->s = NULL;
                 break;
             }
+            q->slot = true;
             sv->n_seqs++;
             for (int k = 0; k < j->ad.n && !err.status; k++)
                 cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], &err);
@@ -366,6 +376,30 @@ static void eval_step(serve_server *sv, step *s) {
     for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
 }
 
+/* The first choice has read the prompt: the other choices start as forks of it (the prompt's
+ * KV shared, not evaluated again), each with its own draw, and are sampled in this step. A
+ * fork that fails leaves its choice without a session (its job fails under the lock). */
+static void fork_choices(serve_job *j, step *s) {
+    for (int i = 1; i < j->n; i++) {
+        serve_seq *q = &j->seqs[i];
+        if (!q->fork_pending) continue;
+        q->fork_pending = false;
+        cera_sampler_params sp = j->sp;
+        sp.seed = j->sp.seed + (uint64_t)i;
+        if (cera_session_fork(j->seqs[0].s, &q->s, NULL) != CERA_OK) {
+            q->s = NULL;
+            continue;
+        }
+        if (cera_session_set_sampler(q->s, &sp, NULL) != CERA_OK) {
+            cera_session_free(q->s);
+            q->s = NULL;
+            continue;
+        }
+        s->samp[s->n_samp] = q->s;
+        s->samp_seq[s->n_samp++] = q;
+    }
+}
+
 void *serve_sched_main(void *arg) {
     serve_server *sv = arg;
     const int cap = sv->parallel;
@@ -407,6 +441,7 @@ void *serve_sched_main(void *arg) {
             }
             s.samp[s.n_samp] = q->s;
             s.samp_seq[s.n_samp++] = q;
+            fork_choices(q->job, &s);
         }
         cera_batch_sample(s.samp, s.n_samp, s.out, NULL);
         const double t1 = serve_now();
@@ -424,6 +459,15 @@ void *serve_sched_main(void *arg) {
                                                           : "");
                 job_fail(sv, q->job, s.st[i] == CERA_ERR_CONTEXT_FULL ? 503 : 500, msg);
             }
+        }
+        for (int i = 0; i < s.n; i++) {
+            serve_job *j = s.seqs[i]->job;
+            if (s.seqs[i]->index != 0 || j->state == JOB_DONE || s.seqs[i]->n_done < j->n_prompt) continue;
+            for (int k = 1; k < j->n; k++)
+                if (j->seqs[k].slot && !j->seqs[k].s && !j->seqs[k].fork_pending && !j->seqs[k].finish) {
+                    job_fail(sv, j, 500, "out of sessions or memory for the choices of n");
+                    break;
+                }
         }
         for (int i = 0; i < s.n_samp; i++) {
             serve_seq *q = s.samp_seq[i];
