@@ -158,7 +158,7 @@ static const char serve_help[] =
     "  --port N              the port (default 8080; 0 picks a free one)\n"
     "  --parallel, -np N     sequences at once (default 4); more requests wait in the queue\n"
     "  --kv-size BYTES       the KV cache shared by all sequences (K/M/G suffixes; default: room\n"
-    "                        for --parallel full contexts)\n"
+    "                        for --parallel + --cache-slots full contexts)\n"
     "  --chat-template F|N   a Jinja chat template file, or the model's template of that name\n"
     "                        (chatml: built in)\n"
     "  --lora NAME=PATH      an adapter, served as the model NAME (repeatable)\n"
