@@ -154,8 +154,9 @@ typedef struct gcase {
 } gcase;
 
 /* Runs each case n_seeds times. */
-static void sweep(cera_engine *e, const gcase *cases, int n_cases, int n_seeds, const char *prompt,
-                  int n_predict) {
+static void sweep(cera_engine *e, const char *label, const gcase *cases, int n_cases, int n_seeds,
+                  const char *prompt, int n_predict) {
+    const int runs0 = n_runs, complete0 = n_complete;
     for (int c = 0; c < n_cases; c++) {
         char *gbnf = NULL;
         if (!cases[c].file) {
@@ -175,6 +176,8 @@ static void sweep(cera_engine *e, const gcase *cases, int n_cases, int n_seeds, 
                     (uint64_t)(1000 * c + i), n_predict);
         cera_free(gbnf);
     }
+    fprintf(stderr, "%s: %d generations, %d ended by the grammar\n", label, n_runs - runs0,
+            n_complete - complete0);
 }
 
 /* Nothing allowed: CERA_OK, no token, DEAD_END; a complete grammar's end: COMPLETE. */
@@ -313,7 +316,7 @@ int main(void) {
         fprintf(stderr, "note: %s not fetched: stories260K only\n", smol);
     }
     /* 200 generations with both models: 18 cases x 10 on stories260K, 10 x 2 on SmolLM2 */
-    sweep(st, tiny, n_tiny, 10, "Once upon a time", 160);
+    sweep(st, "stories260K", tiny, n_tiny, 10, "Once upon a time", 200);
     if (sm) {
         static const gcase smol_cases[] = {
             {"golden/grammar/005.gbnf", true},
@@ -327,8 +330,8 @@ int main(void) {
             {"golden/json-schema/047.schema.json", true},
             {NULL, true},
         };
-        sweep(sm, smol_cases, (int)(sizeof smol_cases / sizeof smol_cases[0]), 2,
-              "Here is the answer, as JSON:\n", 24);
+        sweep(sm, "SmolLM2", smol_cases, (int)(sizeof smol_cases / sizeof smol_cases[0]), 2,
+              "Here is the answer, as JSON:\n", 40);
         fork_truncate(sm);
     }
     fprintf(stderr,
