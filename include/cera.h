@@ -204,7 +204,8 @@ CERA_API void cera_session_free(cera_session *session);
 
 /* A new session continuing src's timeline: the same tokens (their KV blocks shared, not
  * copied: a block is copied only when one of them writes into it), adapters and scales,
- * sampler parameters and state (penalty history and RNG), and the last eval's logits. A
+ * sampler parameters and state (penalty history and RNG), the grammar and its state, and
+ * the last eval's logits. A
  * pending generated token of src is evaluated first. Evaluating either afterwards does
  * not change the other. */
 CERA_API cera_status cera_session_fork(cera_session *src, cera_session **out, cera_error *err);
@@ -220,7 +221,8 @@ CERA_API int cera_session_n_past(const cera_session *session);
 /* Drops every token at positions >= n_keep (0 clears the session), with a generated
  * token not yet evaluated and the last eval's logits. The sampler is reset: its penalty
  * history becomes the kept tokens' and its RNG restarts from the seed (so truncate(0) and
- * the same prompt repeat a generation). n_keep outside 0..n_past: CERA_ERR_INVALID_ARG. A
+ * the same prompt repeat a generation), and a grammar restarts from its beginning (the
+ * matcher does not keep a history to cut back). n_keep outside 0..n_past: CERA_ERR_INVALID_ARG. A
  * model with recurrent layers (LFM2's short convolutions, whose state follows the last
  * position) can only be cut back to 0 or n_past: anything between is CERA_ERR_UNSUPPORTED. */
 CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
@@ -243,10 +245,11 @@ CERA_API const float *cera_session_logits(const cera_session *session, int i);
 /* Samples the next token from the last position's logits with the session's sampler
  * chain (does not append it). Also records it for the repetition penalties. -1 when there
  * is nothing to sample from (a NULL session, no eval yet, non-finite logits, or a pending
- * token that no longer fits in the context); cera_generate reports each as a status with a
- * message. A temperature so small that logit / temp overflows samples as greedy. On the CUDA
- * backend the chain runs on the GPU (greedy, or top-k of at most 1024 then top-p, min-p,
- * temperature and the draw; other chains on the host), with the same tokens and draws. */
+ * token that no longer fits in the context; and, without an error, when the session's grammar
+ * allows no token); cera_generate reports each as a status with a message. A temperature so small that logit
+ * / temp overflows samples as greedy. On the CUDA backend the chain runs on the GPU (greedy, or top-k of at
+ * most 1024 then top-p, min-p, temperature and the draw; other chains, and sessions with a grammar, on the
+ * host), with the same tokens and draws. */
 CERA_API cera_token cera_session_sample(cera_session *session);
 
 /* Replaces the session's sampler chain. The new one starts from its seed with the penalty
@@ -256,6 +259,58 @@ CERA_API cera_token cera_session_sample(cera_session *session);
  * refuses them alike). */
 CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_sampler_params *params,
                                               cera_error *err);
+
+/* ---- Grammars (structured output) ------------------------------------------ */
+/*
+ * A session may carry a grammar (GBNF, llama.cpp's syntax; start rule `root`): every token
+ * cera_session_sample, cera_batch_sample and cera_generate sample is then one the grammar
+ * allows next. Before the sampler chain, the tokens it does not allow are dropped (as if
+ * their logits were -inf, llama.cpp's grammar sampler); end-of-generation tokens are allowed
+ * only where the text so far is a complete match; the sampled token advances the grammar
+ * (a token may end inside a UTF-8 character: the grammar waits for the rest). Only sampled
+ * tokens advance it: tokens the caller evaluates (a prompt, a chat turn's markup) do not.
+ * On the CUDA backend such sessions sample on the host (the last logits row is fetched).
+ *
+ * When the grammar allows no token, sampling returns -1 without an error and cera_generate
+ * ends with CERA_OK; with a grammar, an end-of-generation token always ends cera_generate
+ * (ignore_eog only applies without one). cera_session_grammar_state tells how it ended.
+ * A fork copies the grammar's state; cera_session_truncate (to any n_keep) and
+ * cera_session_set_grammar restart it from the grammar's start.
+ */
+
+typedef enum cera_grammar_state {
+    CERA_GRAMMAR_NONE = 0, /* the session has no grammar */
+    CERA_GRAMMAR_ACTIVE,   /* the last sample was a token the grammar allowed (or none yet) */
+    CERA_GRAMMAR_COMPLETE, /* the match is complete and ended: an end-of-generation token was
+                            * sampled, or a complete match allows no further token */
+    CERA_GRAMMAR_DEAD_END, /* no token is allowed and the match is not complete (a grammar
+                            * that needs text no token of the vocabulary spells, or logit
+                            * biases that ban what it allows): generation stopped there */
+} cera_grammar_state;
+
+/* Sets the session's grammar from GBNF text (len bytes; it ends at the first NUL, as in
+ * llama.cpp), starting at its beginning; NULL (or len 0) clears it. `<text>` elements are
+ * resolved against the engine's vocabulary (exactly one token, special tokens included).
+ * A grammar that does not load is CERA_ERR_FORMAT (line, column, what was expected) or
+ * CERA_ERR_UNSUPPORTED (past the size limits), and the session keeps the grammar it had.
+ * The first grammar of an engine builds the vocabulary's token trie (once, shared). */
+CERA_API cera_status cera_session_set_grammar(cera_session *session, const char *gbnf, size_t len,
+                                              cera_error *err);
+
+/* Converts a JSON Schema (JSON text, len bytes) into GBNF as llama.cpp's
+ * json_schema_to_grammar does; *out_gbnf is NUL-terminated, free it with cera_free. A schema
+ * it refuses (external $refs, unanchored patterns, ...) is CERA_ERR_UNSUPPORTED or
+ * CERA_ERR_FORMAT with the reason. */
+CERA_API cera_status cera_json_schema_to_grammar(const char *schema, size_t len, char **out_gbnf,
+                                                 cera_error *err);
+
+/* cera_session_set_grammar with the grammar of a JSON Schema. A NULL schema is JSON mode:
+ * any JSON object (llama.cpp's json.gbnf; the schema {"type":"object"}). */
+CERA_API cera_status cera_session_set_json_schema(cera_session *session, const char *schema, size_t len,
+                                                  cera_error *err);
+
+/* Where the session's grammar stands after its last sample (see cera_grammar_state). */
+CERA_API cera_grammar_state cera_session_grammar_state(const cera_session *session);
 
 /* ---- Batches ---------------------------------------------------------------- */
 
@@ -282,7 +337,8 @@ CERA_API cera_status cera_batch_eval(cera_engine *engine, const cera_batch_item 
 
 /* Samples the next token of each session (as cera_session_sample on each, in order) into
  * out[i]. On an error (a session without logits, a sampler with nothing to choose), out[i]
- * is -1 for that session and the call reports the first one. */
+ * is -1 for that session and the call reports the first one. A session whose grammar
+ * allows no token gets -1 without an error (cera_session_grammar_state says so). */
 CERA_API cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out,
                                        cera_error *err);
 
@@ -314,7 +370,8 @@ typedef struct cera_generate_params {
 CERA_API cera_generate_params cera_generate_default_params(void);
 
 /* Evaluates the prompt tokens, then samples and evaluates until n_predict, an
- * end-of-generation token, a stop string, the callback's false or the cancel flag.
+ * end-of-generation token, a stop string, the callback's false, the cancel flag, or the
+ * session's grammar allowing no further token (CERA_OK; see cera_session_grammar_state).
  * The last streamed token stays pending (see cera_session_n_past): the prompt of the next
  * call follows it, and a call with no prompt continues after it, so two calls of n tokens
  * give the same tokens as one call of 2n. An end-of-generation token is not streamed and

@@ -224,6 +224,7 @@ void cera_engine_close(cera_engine *e) {
     if (e->backend && e->kv && e->backend->kv_free) e->backend->kv_free(e->backend);
     cera_kv_pool_free(e->kv);
     cera_batch_free(e);
+    cera_grammar_tokens_free(e->gtok);
     if (e->backend) e->backend->free(e->backend);
     cera_tokenizer_free(e->tok);
     cera_model_free(&e->model);

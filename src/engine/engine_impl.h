@@ -17,6 +17,7 @@
 
 #include "cera.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "backend/backend.h"
@@ -49,7 +50,14 @@ struct cera_engine {
     cera_lora_batch lora_plan;
     float *stage_logits;
     size_t stage_rows;
+    /* the vocabulary's byte trie for grammar masks: built by the first grammar a session
+     * sets (under forward_lock), read-only afterwards */
+    cera_grammar_tokens *gtok;
 };
+
+/* A parsed grammar shared by the sessions forked from one that set it (refcounted:
+ * sessions of one engine may live on several threads). */
+typedef struct cera_grammar_ref cera_grammar_ref;
 
 struct cera_session {
     cera_engine *engine;
@@ -76,6 +84,13 @@ struct cera_session {
     /* attached LoRA adapters and their batch plan (lora_session.c) */
     cera_lora_set lora;
     cera_lora_batch lora_batch;
+    /* constrained sampling (grammar_session.c): the grammar, its matcher (advanced by every
+     * token cera_session_sample returns), the mask buffer [(n_vocab + 31) / 32] and how the
+     * last sample went (cera_grammar_state); all NULL / NONE without a grammar */
+    cera_grammar_ref *grammar;
+    cera_grammar_matcher *gm;
+    uint32_t *gmask;
+    cera_grammar_state gstate;
 };
 
 /* Copies a caller's params struct (src, NULL: keep dst) over dst, which holds the
@@ -88,6 +103,16 @@ cera_status cera_params_read(void *dst, size_t size, const void *src, const char
  * everything and freeing the plan (from cera_session_free). */
 const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
 void cera_lora_session_free(cera_session *s);
+
+/* Grammar glue (grammar_session.c): a fork's copy of src's grammar and matcher; back to
+ * the grammar's start (truncate); detaching it (cera_session_free); and the constrained
+ * draw from the last position's host logits: *out = -1 with CERA_OK when the grammar allows
+ * no token (gstate says whether it was complete). */
+cera_status cera_grammar_session_fork(cera_session *dst, const cera_session *src, cera_error *err);
+cera_status cera_grammar_session_restart(cera_session *s, cera_error *err);
+void cera_grammar_session_free(cera_session *s);
+cera_status cera_grammar_session_sample(cera_session *s, const float *logits, cera_token *out,
+                                        cera_error *err);
 
 /* batch.c: the engine's batch buffers (at open; freed at close, also after a failed init). */
 cera_status cera_batch_init(cera_engine *e, cera_error *err);

@@ -7,7 +7,8 @@
  * until the next pieces decide (at most the longest stop string less a byte); a stop
  * string found ends generation and neither it nor anything after it is passed on.
  * Generation stops at n_predict, an end-of-generation token (not streamed), a stop
- * string, the callback's false, a full context, or the cancel flag. The buffers are
+ * string, the callback's false, a full context, the cancel flag, or the session's grammar
+ * allowing no token. The buffers are
  * allocated once per call, never per token.
  */
 #include <stdlib.h>
@@ -102,7 +103,9 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         if ((st = cera_session_flush_pending(s, err))) break;
         cera_token t;
         if ((st = cera_session_sample_status(s, &t, err))) break;
-        if (!p.ignore_eog && cera_tokenizer_is_eog(e->tok, t)) break;
+        if (t < 0) break; /* the grammar allows no token (cera_session_grammar_state) */
+        /* with a grammar, an end-of-generation token is its complete match: always the end */
+        if ((!p.ignore_eog || s->gm) && cera_tokenizer_is_eog(e->tok, t)) break;
         int len = cera_detok_push(&dt, t, piece, piece_cap);
         if (len < 0) len = 0;
         n_gen++;

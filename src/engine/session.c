@@ -32,6 +32,7 @@ cera_session_params cera_session_default_params(void) {
 void cera_session_free(cera_session *s) {
     if (!s) return;
     cera_lora_session_free(s);
+    cera_grammar_session_free(s);
     if (s->seq.pool) {
         pthread_mutex_lock(&s->engine->forward_lock);
         cera_kv_seq_close(&s->seq);
@@ -105,6 +106,7 @@ cera_status cera_session_fork(cera_session *src, cera_session **out, cera_error 
     if ((st = session_alloc(e, &src->seq, &s, err))) return st;
     s->sampler_params = src->sampler_params;
     if ((st = cera_sampler_clone(src->sampler, &s->sampler, err))) goto fail;
+    if ((st = cera_grammar_session_fork(s, src, err))) goto fail;
     for (int i = 0; i < src->lora.n; i++)
         if ((st = cera_session_set_adapter(s, src->lora.e[i].adapter, src->lora.e[i].scale, err))) goto fail;
     memcpy(s->tokens, src->tokens, (size_t)src->seq.n_pos * sizeof *s->tokens);
@@ -168,6 +170,8 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
      * penalty history becomes the kept tokens' (the RNG restarts from its seed) */
     s->pending_eval = -1;
     s->pending_sampled = -1;
+    cera_status st = cera_grammar_session_restart(s, err);
+    if (st) return st;
     cera_sampler_reset(s->sampler);
     for (int i = 0; i < n_keep; i++) cera_sampler_accept(s->sampler, s->tokens[i]);
     s->n_logit_rows = 0;
@@ -234,7 +238,8 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (st) return st;
     if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
-    if (s->logits_on_device && !s->logits_fetched && e->backend->sample) {
+    /* a grammar's mask is applied on the host: the row is fetched instead */
+    if (s->logits_on_device && !s->logits_fetched && e->backend->sample && !s->gm) {
         cera_token t = -1;
         pthread_mutex_lock(&e->forward_lock);
         st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, err);
@@ -253,8 +258,13 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (!l) return cera_fail(err, CERA_ERR_DEVICE, "sample: the logits could not be fetched from the device");
     if (cera_nonfinite_row(l, 1, e->model.hp.n_vocab) >= 0)
         return cera_nonfinite_fail(err, (long)s->seq.n_pos - 1);
-    /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
-    const cera_token t = cera_sampler_sample(s->sampler, l);
+    cera_token t;
+    if (s->gm) {
+        if ((st = cera_grammar_session_sample(s, l, &t, err)) || t < 0) return st;
+    } else {
+        /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
+        t = cera_sampler_sample(s->sampler, l);
+    }
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;
     *out = t;

@@ -296,6 +296,24 @@ cera_token cera_sampler_sample(cera_sampler *s, const float *logits) {
     return i >= 0 ? s->cur.data[i].id : 0;
 }
 
+cera_token cera_sampler_sample_masked(cera_sampler *s, const float *logits, const uint32_t *mask) {
+    chain_begin(s, logits);
+    /* the candidates are still in id order here: keep the allowed ones that bias left alive */
+    size_t n = 0;
+    for (size_t i = 0; i < s->cur.size; i++) {
+        const cera_candidate c = s->cur.data[i];
+        if ((mask[(uint32_t)c.id >> 5] >> ((uint32_t)c.id & 31)) & 1u && c.logit > -INFINITY)
+            s->cur.data[n++] = c;
+    }
+    s->cur.size = n;
+    const double u = cera_sampler_draw(s);
+    if (n == 0) return -1;
+    if (cera_sampler_params_greedy(&s->params)) return s->cur.data[argmax(&s->cur)].id;
+    chain_filter(s);
+    const int i = cera_stage_dist(&s->cur, u);
+    return i >= 0 ? s->cur.data[i].id : s->cur.data[0].id;
+}
+
 const cera_candidate *cera_sampler_candidates(cera_sampler *s, const float *logits, size_t *n) {
     chain_begin(s, logits);
     chain_filter(s);

@@ -38,6 +38,13 @@ void cera_sampler_free(cera_sampler *s);
  * divided by it overflows picks as greedy does. */
 cera_token cera_sampler_sample(cera_sampler *s, const float *logits);
 
+/* cera_sampler_sample over only the tokens a mask allows (bit i%32 of mask[i/32] for token
+ * i; a grammar's mask, src/grammar): the others are dropped before the chain (as logits of
+ * -inf, llama.cpp's grammar sampler, but without carrying them through the stages). Makes
+ * the same single draw. Returns -1 when no allowed token is left (the mask is empty, or
+ * logit biases of -inf ban every allowed token). */
+cera_token cera_sampler_sample_masked(cera_sampler *s, const float *logits, const uint32_t *mask);
+
 /* Records a token that entered the sequence (prompt or generated) for the penalties. */
 void cera_sampler_accept(cera_sampler *s, cera_token token);
 

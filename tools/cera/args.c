@@ -12,6 +12,7 @@
 #include "args.h"
 #include "cli.h"
 #include "prompt.h"
+#include "core/error.h"
 
 typedef enum opt_id {
     O_MODEL,
@@ -42,6 +43,11 @@ typedef enum opt_id {
     O_SYSTEM,
     O_TEMPLATE,
     O_KWARGS,
+    O_GRAMMAR,
+    O_GRAMMAR_FILE,
+    O_JSON_SCHEMA,
+    O_JSON_SCHEMA_FILE,
+    O_JSON,
 } opt_id;
 
 typedef struct opt {
@@ -117,6 +123,19 @@ static const opt opts[] = {
      {"--chat-template-kwargs"},
      "JSON",
      "more template variables, e.g. '{\"enable_thinking\": false}'"},
+    {CLI_G_GRAMMAR,
+     O_GRAMMAR,
+     {"--grammar"},
+     "GBNF",
+     "constrain the output to a GBNF grammar (root: its start)"},
+    {CLI_G_GRAMMAR, O_GRAMMAR_FILE, {"--grammar-file"}, "FILE", "the GBNF grammar from a file"},
+    {CLI_G_GRAMMAR,
+     O_JSON_SCHEMA,
+     {"-j", "--json-schema"},
+     "SCHEMA",
+     "constrain the output to a JSON Schema: the schema itself when it starts with {, else a file"},
+    {CLI_G_GRAMMAR, O_JSON_SCHEMA_FILE, {"-jf", "--json-schema-file"}, "FILE", "the JSON Schema from a file"},
+    {CLI_G_GRAMMAR, O_JSON, {"--json"}, NULL, "constrain the output to a JSON object (any)"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -216,6 +235,11 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
     case O_SYSTEM: a->system = v; return true;
     case O_TEMPLATE: a->chat_template = v; return true;
     case O_KWARGS: a->chat_kwargs = v; return true;
+    case O_GRAMMAR: a->grammar = v; return true;
+    case O_GRAMMAR_FILE: a->grammar_file = v; return true;
+    case O_JSON_SCHEMA: a->json_schema = v; return true;
+    case O_JSON_SCHEMA_FILE: a->json_schema_file = v; return true;
+    case O_JSON: a->json = true; return true;
     }
     return false;
 }
@@ -353,7 +377,50 @@ int cli_args_finish(const char *cmd, unsigned groups, cli_args *a) {
     }
     if ((groups & CLI_G_PROMPT) && a->prompt && a->file)
         return cli_usage_error(cmd, "give one of -p TEXT, -f FILE, not both");
+    if ((a->grammar != NULL) + (a->grammar_file != NULL) + (a->json_schema != NULL) +
+            (a->json_schema_file != NULL) + a->json >
+        1)
+        return cli_usage_error(cmd, "give at most one of --grammar, --grammar-file, --json-schema, "
+                                    "--json-schema-file, --json");
     return 0;
+}
+
+cera_status cli_args_grammar(const cli_args *a, char **gbnf, size_t *len, cera_error *err) {
+    *gbnf = NULL;
+    *len = 0;
+    if (a->grammar) {
+        if (!(*gbnf = strdup(a->grammar))) return cera_fail(err, CERA_ERR_NO_MEMORY, "grammar");
+        *len = strlen(*gbnf);
+        return CERA_OK;
+    }
+    if (a->grammar_file) {
+        if (!(*gbnf = cli_read_file(a->grammar_file, len, err))) return err->status;
+        return CERA_OK;
+    }
+    if (!a->json && !a->json_schema && !a->json_schema_file) return CERA_OK;
+    const char *schema = a->json ? "{\"type\":\"object\"}" : a->json_schema;
+    const char *path = a->json_schema_file;
+    if (schema && schema[0] != '{') path = schema; /* -j FILE */
+    char *text = NULL;
+    size_t n = 0;
+    if (path) {
+        if (!(text = cli_read_file(path, &n, err))) return err->status;
+        schema = text;
+    } else {
+        n = strlen(schema);
+    }
+    char *out = NULL;
+    cera_status st = cera_json_schema_to_grammar(schema, n, &out, err);
+    free(text);
+    if (st) {
+        cera_error_prefix(err, "%s", path ? path : "the JSON schema");
+        return st;
+    }
+    *gbnf = strdup(out);
+    cera_free(out);
+    if (!*gbnf) return cera_fail(err, CERA_ERR_NO_MEMORY, "grammar");
+    *len = strlen(*gbnf);
+    return CERA_OK;
 }
 
 const char *cli_args_prompt(const cli_args *a, size_t *len, char **owned, cera_error *err) {

@@ -18,12 +18,13 @@
 #include "lora_cli.h"
 
 enum {
-    CLI_G_MODEL = 1 << 0,  /* -m -t -c -b --kv --device -ngl --parallel-slots */
-    CLI_G_PROMPT = 1 << 1, /* -p -f (- = stdin) -e --no-escape */
-    CLI_G_SAMPLE = 1 << 2, /* -s --temp --top-k --top-p --min-p --typical --repeat-penalty ... */
-    CLI_G_GEN = 1 << 3,    /* -n -r/--reverse-prompt --stop --ignore-eos */
-    CLI_G_LORA = 1 << 4,   /* --lora --lora-scaled */
-    CLI_G_CHAT = 1 << 5,   /* -sys --template --chat-template-kwargs */
+    CLI_G_MODEL = 1 << 0,   /* -m -t -c -b --kv --device -ngl --parallel-slots */
+    CLI_G_PROMPT = 1 << 1,  /* -p -f (- = stdin) -e --no-escape */
+    CLI_G_SAMPLE = 1 << 2,  /* -s --temp --top-k --top-p --min-p --typical --repeat-penalty ... */
+    CLI_G_GEN = 1 << 3,     /* -n -r/--reverse-prompt --stop --ignore-eos */
+    CLI_G_LORA = 1 << 4,    /* --lora --lora-scaled */
+    CLI_G_CHAT = 1 << 5,    /* -sys --template --chat-template-kwargs */
+    CLI_G_GRAMMAR = 1 << 6, /* --grammar --grammar-file -j/--json-schema -jf --json */
 };
 
 #define CLI_STOP_MAX 16
@@ -51,6 +52,9 @@ typedef struct cli_args {
     const char *system;
     const char *chat_template; /* a file, or a name: tokenizer.chat_template.<name> / chatml */
     const char *chat_kwargs;   /* a JSON object of extra template variables */
+    /* CLI_G_GRAMMAR: at most one of them (cli_args_grammar turns it into GBNF) */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file;
+    bool json;
     /* what the escapes were applied to (owned) */
     char *owned[CLI_STOP_MAX + 2];
     int n_owned;
@@ -78,6 +82,12 @@ int cli_args_finish(const char *cmd, unsigned groups, cli_args *a);
 /* The prompt of -p or -f (- reads stdin); NULL with err set on failure. *owned receives
  * the buffer to free (NULL for -p). */
 const char *cli_args_prompt(const cli_args *a, size_t *len, char **owned, cera_error *err);
+
+/* The GBNF text the grammar options ask for (the grammar itself, a file's, a JSON Schema's
+ * conversion, or any JSON object for --json): *gbnf is malloc'ed (free it), NULL when no
+ * grammar was asked for. A -j value that starts with `{` is the schema itself, otherwise
+ * a file. Returns CERA_OK or the error (a file that does not read, a schema refused). */
+cera_status cli_args_grammar(const cli_args *a, char **gbnf, size_t *len, cera_error *err);
 
 /* Prints the help of the groups' options. */
 void cli_print_options(FILE *out, unsigned groups);

@@ -8,6 +8,8 @@
  * an answer (what came so far stays in the conversation) and clears the line being
  * typed; Ctrl-D or /exit ends; /reset starts a new conversation (the system message
  * stays). When stdin is not a terminal, each line is one user turn (scriptable).
+ * A grammar option (--grammar, --grammar-file, -j/--json-schema, --json) constrains each
+ * answer on its own: the turn's truncate restarts the grammar (cera.h).
  */
 #include <errno.h>
 #include <poll.h>
@@ -27,7 +29,7 @@
 #include "gen.h"
 #include "prompt.h"
 
-#define CHAT_GROUPS    (CLI_G_MODEL | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_CHAT)
+#define CHAT_GROUPS    (CLI_G_MODEL | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_CHAT | CLI_G_GRAMMAR)
 #define CHAT_MAX_TURNS 4096
 
 typedef struct chat {
@@ -172,6 +174,8 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
                 n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9), tty ? "\033[0m" : "");
         if (st == CERA_ERR_CANCELLED)
             fprintf(stderr, "cera: answer stopped (Ctrl-C)\n");
+        else if (cera_session_grammar_state(c->s) == CERA_GRAMMAR_DEAD_END)
+            fprintf(stderr, "cera: the grammar allows no further token (its match is not complete)\n");
         else if (cera_session_n_past(c->s) >= cera_engine_n_ctx(c->e))
             fprintf(stderr,
                     "cera: the context is full (%d tokens): /reset starts again; -c N sets a larger one\n",
@@ -283,6 +287,12 @@ int cmd_chat(int argc, char **argv) {
     sp.sampler = a.sp;
     if (cera_session_create(c->e, &sp, &c->s, &err)) goto fail;
     if (cli_lora_attach(c->e, c->s, &a.lora, &err)) goto fail;
+    char *gbnf = NULL;
+    size_t gbnf_len = 0;
+    if (cli_args_grammar(&a, &gbnf, &gbnf_len, &err)) goto fail;
+    const cera_status gst = gbnf ? cera_session_set_grammar(c->s, gbnf, gbnf_len, &err) : CERA_OK;
+    free(gbnf);
+    if (gst) goto fail;
     if (a.system && !add_message(c, "system", a.system)) goto oom;
     c->n_system = c->n_msg;
     if (a.seed_drawn && a.sp.temp > 0) fprintf(stderr, "cera: seed %lld\n", a.seed);

@@ -6,7 +6,10 @@
  * The prompt is evaluated first (timed on its own), then cera_generate continues from
  * its logits with llama.cpp's default sampler chain; --temp 0 is greedy. With --ids
  * only the generated token ids are printed, on one line, each preceded by a space.
- * Ctrl-C stops the generation (what came so far stays printed).
+ * Ctrl-C stops the generation (what came so far stays printed). With a grammar option
+ * (--grammar, --grammar-file, -j/--json-schema, --json) every token is one the grammar
+ * allows; generation also ends where it allows nothing more (said on stderr when the match
+ * was not complete).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +20,7 @@
 #include "gen.h"
 #include "prompt.h"
 
-#define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA)
+#define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_GRAMMAR)
 
 typedef struct run_state {
     bool ids;
@@ -68,11 +71,12 @@ int cmd_run(int argc, char **argv) {
     cera_engine *e = NULL;
     cera_session *s = NULL;
     cera_token *toks = NULL;
-    char *buf = NULL;
-    size_t n = 0, len = 0;
+    char *buf = NULL, *gbnf = NULL;
+    size_t n = 0, len = 0, gbnf_len = 0;
     rc = 1;
     const char *text = cli_args_prompt(&a, &len, &buf, &err);
     if (!text) goto fail;
+    if (cli_args_grammar(&a, &gbnf, &gbnf_len, &err)) goto fail;
     cli_cancel_prepare();
     double load_s = 0;
     if (cli_open_engine(a.model, &a.ep, &e, &load_s, &err)) goto fail;
@@ -86,6 +90,7 @@ int cmd_run(int argc, char **argv) {
     sp.sampler = a.sp;
     if (cera_session_create(e, &sp, &s, &err)) goto fail;
     if (cli_lora_attach(e, s, &a.lora, &err)) goto fail;
+    if (gbnf && cera_session_set_grammar(s, gbnf, gbnf_len, &err)) goto fail;
 
     cli_cancel_install();
     cera_generate_params gp = cera_generate_default_params();
@@ -112,12 +117,15 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "\n");
     }
     rc = cli_report_end(st, &err, s, cera_engine_n_ctx(e), a.n_predict, n_gen);
+    if (st == CERA_OK && cera_session_grammar_state(s) == CERA_GRAMMAR_DEAD_END)
+        fprintf(stderr, "cera: the grammar allows no further token (its match is not complete)\n");
     goto out;
 fail:
     rc = cli_fail(&err);
 out:
     free(toks);
     free(buf);
+    free(gbnf);
     cera_session_free(s);
     cera_engine_close(e);
 out_args:
