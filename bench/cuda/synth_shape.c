@@ -52,7 +52,11 @@ bool cera_bench_llama2_7b(cera_model *m, const char *type) {
         }
         L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
         L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = 4096, .n = 1};
+        L->n_head_kv = 32; /* every layer attends: the KV pool's layers in order, as the loader sets them */
+        L->kv_index = l;
+        L->conv_index = -1;
     }
+    hp->n_kv_layer = 32;
     // the forward pass, as the model loader builds it for a llama file
     m->graph = calloc(1, sizeof *m->graph);
     cera_error err;
