@@ -97,29 +97,6 @@ static void drop_messages(chat *c, int keep) {
     while (c->n_msg > keep) free(c->owned[--c->n_msg]);
 }
 
-/* Opens --template: a file when one is there (or the text looks like a path), otherwise a
- * template name of the model. */
-static cera_status open_template(const cli_args *a, const cera_engine *e, cera_chat_template **out,
-                                 cera_error *err) {
-    const char *t = a->chat_template;
-    if (t && (access(t, F_OK) == 0 || strchr(t, '/') || strchr(t, '.'))) { /* a file, not a name */
-        size_t len;
-        char *text = cli_read_file(t, &len, err);
-        if (!text) return err->status;
-        const cera_status st = cera_chat_template_open(e, NULL, text, len, out, err);
-        free(text);
-        if (st) cera_error_prefix(err, "%s", t);
-        return st;
-    }
-    cera_status st = cera_chat_template_open(e, t, NULL, 0, out, err);
-    if (st == CERA_ERR_NOT_FOUND && !t) {
-        fprintf(stderr,
-                "cera: the model has no chat template: using ChatML (--template FILE gives another)\n");
-        st = cera_chat_template_open(e, "chatml", NULL, 0, out, err);
-    }
-    return st;
-}
-
 /* One turn: the conversation rendered, its new tokens evaluated, the answer generated.
  * Returns CERA_OK, CERA_ERR_CANCELLED (the answer stopped by Ctrl-C) or an error. */
 static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
@@ -282,7 +259,7 @@ int cmd_chat(int argc, char **argv) {
     if (cli_open_engine(a.model, &a.ep, &c->e, &load_s, &err)) goto fail;
     fprintf(stderr, "cera: loaded %s (%s) in %.2f s\n", a.model, cera_engine_arch(c->e), load_s);
     cli_warn_context(c->e, a.ep.n_ctx);
-    if (open_template(&a, c->e, &c->tmpl, &err)) goto fail;
+    if (cli_open_template(a.chat_template, c->e, "--template FILE", &c->tmpl, &err)) goto fail;
     cera_session_params sp = cera_session_default_params();
     sp.sampler = a.sp;
     if (cera_session_create(c->e, &sp, &c->s, &err)) goto fail;

@@ -5,11 +5,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "gen.h"
+#include "prompt.h"
 
 volatile int cli_cancel_flag;
 
@@ -61,6 +64,25 @@ cera_status cli_open_engine(const char *model, const cera_engine_params *ep, cer
     const cera_status st = cera_engine_open(model, &p, out, err);
     *load_s = cli_now() - t0;
     if (tty) fprintf(stderr, "\r\033[K");
+    return st;
+}
+
+cera_status cli_open_template(const char *t, const cera_engine *e, const char *option,
+                              cera_chat_template **out, cera_error *err) {
+    if (t && (access(t, F_OK) == 0 || strchr(t, '/') || strchr(t, '.'))) { /* a file, not a name */
+        size_t len;
+        char *text = cli_read_file(t, &len, err);
+        if (!text) return err->status;
+        const cera_status st = cera_chat_template_open(e, NULL, text, len, out, err);
+        free(text);
+        if (st) cera_error_prefix(err, "%s", t);
+        return st;
+    }
+    cera_status st = cera_chat_template_open(e, t, NULL, 0, out, err);
+    if (st == CERA_ERR_NOT_FOUND && !t) {
+        fprintf(stderr, "cera: the model has no chat template: using ChatML (%s gives another)\n", option);
+        st = cera_chat_template_open(e, "chatml", NULL, 0, out, err);
+    }
     return st;
 }
 

@@ -28,6 +28,12 @@ double cli_now(void); /* seconds, monotonic */
 cera_status cli_open_engine(const char *model, const cera_engine_params *ep, cera_engine **out,
                             double *load_s, cera_error *err);
 
+/* Opens a chat template: `t` a file when one is there (or it looks like a path), otherwise
+ * a template name of the model; t NULL: the model's own, or ChatML (said on stderr, with
+ * `option` as the way to give another) when it has none. */
+cera_status cli_open_template(const char *t, const cera_engine *e, const char *option,
+                              cera_chat_template **out, cera_error *err);
+
 /* Evaluates a prompt in chunks of at most n_batch tokens, showing "prompt i/n" on stderr
  * while it runs when stderr is a terminal and the prompt is long; stops with
  * CERA_ERR_CANCELLED when cli_cancel_flag is set. */

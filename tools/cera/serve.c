@@ -176,27 +176,6 @@ static const char serve_help[] =
     "                        with --prefill-chunk 63 or less, less with larger chunks\n"
     "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n";
 
-static cera_status open_template(const serve_opts *o, const cera_engine *e, cera_chat_template **out,
-                                 cera_error *err) {
-    const char *t = o->chat_template;
-    if (t && (access(t, F_OK) == 0 || strchr(t, '/') || strchr(t, '.'))) {
-        size_t len;
-        char *text = cli_read_file(t, &len, err);
-        if (!text) return err->status;
-        const cera_status st = cera_chat_template_open(e, NULL, text, len, out, err);
-        free(text);
-        if (st) cera_error_prefix(err, "%s", t);
-        return st;
-    }
-    cera_status st = cera_chat_template_open(e, t, NULL, 0, out, err);
-    if (st == CERA_ERR_NOT_FOUND && !t) {
-        fprintf(stderr,
-                "cera serve: the model has no chat template: using ChatML (--chat-template gives another)\n");
-        st = cera_chat_template_open(e, "chatml", NULL, 0, out, err);
-    }
-    return st;
-}
-
 /* The model's name in the API: the file's name less .gguf. */
 static char *model_name(const char *path) {
     const char *b = strrchr(path, '/');
@@ -253,7 +232,7 @@ int cmd_serve(int argc, char **argv) {
     if (cli_open_engine(a.model, &a.ep, &sv->e, &load_s, &err)) goto fail;
     fprintf(stderr, "cera serve: loaded %s (%s) in %.2f s\n", a.model, cera_engine_arch(sv->e), load_s);
     cli_warn_context(sv->e, a.ep.n_ctx);
-    if (open_template(&o, sv->e, &sv->tmpl, &err)) goto fail;
+    if (cli_open_template(o.chat_template, sv->e, "--chat-template FILE", &sv->tmpl, &err)) goto fail;
     for (int i = 0; i < o.n_lora; i++) {
         if (cera_adapter_load(sv->e, o.lora_path[i], &sv->ad[i].adapter, &err)) goto fail;
         sv->ad[i].name = o.lora_name[i];
