@@ -449,3 +449,12 @@ void cli_print_options(FILE *out, unsigned groups) {
     }
     if (groups & CLI_G_LORA) fputs(CLI_LORA_HELP, out);
 }
+
+int cli_take_value(const char *cmd, int argc, char **argv, int *i, const char **dst) {
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "%s needs a value", argv[*i]);
+        return -1;
+    }
+    *dst = argv[++*i];
+    return 1;
+}

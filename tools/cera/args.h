@@ -65,6 +65,10 @@ typedef struct cli_args {
  * printing a usage error. */
 typedef int (*cli_extra_fn)(const char *cmd, int argc, char **argv, int *i, void *user);
 
+/* For a command's own option with a value: takes argv[*i + 1] into *dst (advancing *i) and
+ * returns 1, or prints that the option needs a value and returns -1. */
+int cli_take_value(const char *cmd, int argc, char **argv, int *i, const char **dst);
+
 void cli_args_init(cli_args *a);
 void cli_args_free(cli_args *a);
 

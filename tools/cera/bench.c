@@ -392,11 +392,8 @@ static int bench_extra(const char *cmd, int argc, char **argv, int *i, void *use
                                               : -1;
 #undef IS
     if (k < 0) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v;
+    if (cli_take_value(cmd, argc, argv, i, &v) < 0) return -1;
     long l = 0;
     bool ok = true;
     switch (k) {

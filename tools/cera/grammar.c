@@ -59,13 +59,7 @@ static int grammar_extra(const char *cmd, int argc, char **argv, int *i, void *u
                        : !strcmp(a, "-j") || !strcmp(a, "--json-schema") ? &o->spath
                        : !strcmp(a, "-c") || !strcmp(a, "--check")       ? &o->check
                                                                          : NULL;
-    if (!dst) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    *dst = argv[++*i];
-    return 1;
+    return dst ? cli_take_value(cmd, argc, argv, i, dst) : 0;
 }
 
 int cmd_grammar(int argc, char **argv) {

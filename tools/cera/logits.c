@@ -29,13 +29,7 @@ static int logits_extra(const char *cmd, int argc, char **argv, int *i, void *us
     const char **dst = !strcmp(a, "--tokens")                         ? &lo->tokfile
                        : (!strcmp(a, "-o") || !strcmp(a, "--output")) ? &lo->outp
                                                                       : NULL;
-    if (!dst) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    *dst = argv[++*i];
-    return 1;
+    return dst ? cli_take_value(cmd, argc, argv, i, dst) : 0;
 }
 
 int cmd_logits(int argc, char **argv) {

@@ -122,11 +122,8 @@ static int merge_extra(const char *cmd, int argc, char **argv, int *i, void *use
     const bool m = !strcmp(a, "-m") || !strcmp(a, "--model"),
                out = !strcmp(a, "-o") || !strcmp(a, "--output");
     if (!m && !out && strcmp(a, "--type")) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v;
+    if (cli_take_value(cmd, argc, argv, i, &v) < 0) return -1;
     if (m) {
         o->model = v;
     } else if (out) {

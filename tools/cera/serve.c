@@ -82,11 +82,8 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     bool known = false;
     for (int k = 0; with_value[k]; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v;
+    if (cli_take_value(cmd, argc, argv, i, &v) < 0) return -1;
     long l;
     bool ok = true;
     if (!strcmp(a, "--host")) {

@@ -518,11 +518,8 @@ static int synth_extra(const char *cmd, int argc, char **argv, int *i, void *use
         }
         return 1;
     }
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v;
+    if (cli_take_value(cmd, argc, argv, i, &v) < 0) return -1;
     char *end;
     switch (k) {
     case 0: o->out = v; break;

@@ -54,13 +54,7 @@ static int template_extra(const char *cmd, int argc, char **argv, int *i, void *
                        : !strcmp(a, "--template")                ? &o->tmpl_path
                        : !strcmp(a, "--case")                    ? &o->case_path
                                                                  : NULL;
-    if (!dst) return 0;
-    if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "%s needs a value", a);
-        return -1;
-    }
-    *dst = argv[++*i];
-    return 1;
+    return dst ? cli_take_value(cmd, argc, argv, i, dst) : 0;
 }
 
 int cmd_template(int argc, char **argv) {

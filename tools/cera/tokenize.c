@@ -80,13 +80,8 @@ static int tok_extra(const char *cmd, int argc, char **argv, int *i, void *user)
                        : !strcmp(a, "-p") || !strcmp(a, "--prompt") ? &o->prompt
                        : !strcmp(a, "-f") || !strcmp(a, "--file")   ? &o->file
                                                                     : NULL;
-    if (dst) {
-        if (*i + 1 >= argc) {
-            cli_usage_error(cmd, "%s needs a value", a);
-            return -1;
-        }
-        *dst = argv[++*i];
-    } else if (!strcmp(a, "--stdin")) {
+    if (dst) return cli_take_value(cmd, argc, argv, i, dst);
+    if (!strcmp(a, "--stdin")) {
         o->use_stdin = true;
     } else if (!strcmp(a, "--ids")) {
         o->ids_only = true;
