@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
@@ -29,7 +30,7 @@
 #include "core/fp16.h"
 #include "model/graph.h"
 
-typedef enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTEND, STEP_CONV, STEP_OUTPUT } step_kind;
+typedef enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTEND, STEP_CONV, STEP_MOE, STEP_OUTPUT } step_kind;
 
 /* A row-local op of a ROWS step: one of the graph's, or a LINEAR segment's bias. */
 typedef struct row_op {
@@ -72,6 +73,7 @@ typedef struct cpu_backend {
     uint8_t *attn_tmp;          /* per-thread attention scratch */
     size_t attn_tmp_size;
     cera_packed_set *packed; /* weights repacked at open (repack.h), found by cera_packed_find */
+    cera_cpu_moe moe;        /* the routed experts' scratch (moe.h) */
 } cpu_backend;
 
 static int64_t width(const cpu_backend *be, cera_buf b) { return be->m->graph->width[b]; }
@@ -395,6 +397,10 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
             cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
             break;
         case STEP_CONV: run_conv(be, b, op); break;
+        case STEP_MOE:
+            cera_cpu_moe_run(&be->moe, be->pool, op->moe, be->buf[op->src], n, be->buf[op->dst],
+                             (size_t)width(be, op->dst), be->act);
+            break;
         case STEP_OUTPUT: run_output(be, b, st, logits); break;
         }
     }
@@ -436,6 +442,7 @@ static void compile(cpu_backend *be) {
             break;
         case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, NULL, 0, 0}; break;
         case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, NULL, 0, 0}; break;
+        case CERA_OP_MOE: be->steps[be->n_steps++] = (step){STEP_MOE, op, 0, NULL, 0, 0}; break;
         case CERA_OP_OUTPUT:
             be->steps[be->n_steps++] = (step){STEP_OUTPUT, op, 0, cera_packed_find(be->packed, op->w2), 0, 0};
             break;
@@ -466,6 +473,7 @@ static void cpu_free(cera_backend *base) {
     free(be->act);
     free(be->attn_tmp);
     cera_cpu_repack_free(be->packed);
+    cera_cpu_moe_free(&be->moe);
     free(be);
 }
 
@@ -495,6 +503,12 @@ cera_status cera_cpu_backend_check(const cera_model *m, cera_error *err) {
         for (int k = 0; k < op->n_seg && !st; k++)
             st = check_kernels(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, err);
         if (op->kind == CERA_OP_OUTPUT && !st) st = check_kernels(op->w2, output_name(m), -1, err);
+        if (op->kind == CERA_OP_MOE && !st)
+            st = check_kernels(&op->moe->router, "ffn_gate_inp", op->layer, err);
+        for (int e = 0; op->kind == CERA_OP_MOE && e < op->moe->n_expert && !st; e++)
+            if (!(st = check_kernels(&op->moe->gate[e], "ffn_gate_exps", op->layer, err)) &&
+                !(st = check_kernels(&op->moe->up[e], "ffn_up_exps", op->layer, err)))
+                st = check_kernels(&op->moe->down[e], "ffn_down_exps", op->layer, err);
         if (st) return st;
     }
     return CERA_OK;
@@ -549,7 +563,14 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
             st = check_weight(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, &act_max, nb, err);
         if (op->kind == CERA_OP_OUTPUT && !st)
             st = check_weight(op->w2, output_name(m), -1, &act_max, nb, err);
+        if (op->kind == CERA_OP_MOE && !st)
+            st = check_weight(&op->moe->router, "ffn_gate_inp", op->layer, &act_max, nb, err);
+        for (int e = 0; op->kind == CERA_OP_MOE && e < op->moe->n_expert && !st; e++)
+            if (!(st = check_weight(&op->moe->gate[e], "ffn_gate_exps", op->layer, &act_max, nb, err)) &&
+                !(st = check_weight(&op->moe->up[e], "ffn_up_exps", op->layer, &act_max, nb, err)))
+                st = check_weight(&op->moe->down[e], "ffn_down_exps", op->layer, &act_max, nb, err);
     }
+    if (!st) st = cera_cpu_moe_init(&be->moe, g, nb, err);
     if (st) goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
     if ((st = cera_cpu_repack_model(m, be->pool, &be->packed, err))) goto fail;

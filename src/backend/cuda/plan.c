@@ -388,6 +388,7 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         st.dst = act_loc(c, op->dst, st.src.k);
         c->loc[op->dst] = st.dst;
         return push(c, &st);
+    case CERA_OP_MOE: return unsupported(c, "routed experts (MoE) have no CUDA kernels yet");
     }
     return unsupported(c, "no CUDA step");
 }

@@ -1,0 +1,160 @@
+/* moe.c — the CPU backend's routed experts (see moe.h). */
+#include "backend/cpu/moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+
+cera_status cera_cpu_moe_init(cera_cpu_moe *s, const cera_graph *g, int n_batch, cera_error *err) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < g->n_ops; i++) {
+        const cera_experts *ex = g->ops[i].kind == CERA_OP_MOE ? g->ops[i].moe : NULL;
+        if (!ex) continue;
+        if (ex->n_expert > s->max_expert) s->max_expert = ex->n_expert;
+        if (ex->n_used > s->max_used) s->max_used = ex->n_used;
+        if (ex->gate[0].k > s->n_embd) s->n_embd = ex->gate[0].k;
+        if (ex->gate[0].n > s->n_ff) s->n_ff = ex->gate[0].n;
+    }
+    if (!s->max_expert) return CERA_OK;
+    s->n_batch = n_batch;
+    const size_t nb = (size_t)n_batch, slots = nb * (size_t)s->max_used;
+    s->logits = malloc(nb * (size_t)s->max_expert * sizeof(float));
+    s->sel = malloc(slots * sizeof(int32_t));
+    s->wt = malloc(slots * sizeof(float));
+    s->start = malloc(((size_t)s->max_expert + 1) * sizeof(int32_t));
+    s->order = malloc(slots * sizeof(int32_t));
+    s->where = malloc(slots * sizeof(int32_t));
+    s->xg = malloc(nb * (size_t)s->n_embd * sizeof(float));
+    s->g = malloc(nb * (size_t)s->n_ff * sizeof(float));
+    s->u = malloc(nb * (size_t)s->n_ff * sizeof(float));
+    s->eo = malloc(slots * (size_t)s->n_embd * sizeof(float));
+    if (!s->logits || !s->sel || !s->wt || !s->start || !s->order || !s->where || !s->xg || !s->g || !s->u ||
+        !s->eo) {
+        cera_cpu_moe_free(s);
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend: expert buffers for a batch of %d tokens",
+                         n_batch);
+    }
+    return CERA_OK;
+}
+
+void cera_cpu_moe_free(cera_cpu_moe *s) {
+    free(s->logits);
+    free(s->sel);
+    free(s->wt);
+    free(s->start);
+    free(s->order);
+    free(s->where);
+    free(s->xg);
+    free(s->g);
+    free(s->u);
+    free(s->eo);
+    memset(s, 0, sizeof *s);
+}
+
+/* Token t's probabilities in place of its logits, its chosen experts and their weights. */
+static void route(const cera_cpu_moe *s, const cera_experts *ex, int t) {
+    const int ne = ex->n_expert, k = ex->n_used;
+    float *p = s->logits + (size_t)t * ne;
+    if (ex->gating == CERA_GATING_SIGMOID) {
+        for (int e = 0; e < ne; e++) p[e] = 1.0f / (1.0f + expf(-p[e])); /* ggml's op_sigmoid */
+    } else {
+        float mx = -INFINITY;
+        for (int e = 0; e < ne; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < ne; e++) sum += (double)(p[e] = expf(p[e] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < ne; e++) p[e] *= inv;
+    }
+    const float *bias = ex->sel_bias.data;
+    int32_t *sel = s->sel + (size_t)t * k;
+    float *w = s->wt + (size_t)t * k;
+    /* top k by p + bias, largest first (a selection over the few experts; ties: lower index) */
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        float bv = 0;
+        for (int e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
+            if (taken) continue;
+            const float v = bias ? p[e] + bias[e] : p[e];
+            if (best < 0 || v > bv) best = e, bv = v;
+        }
+        sel[j] = best;
+        w[j] = p[best];
+    }
+    if (ex->norm_w) {
+        double sum = 0; /* ggml's sum_rows sums in double */
+        for (int j = 0; j < k; j++) sum += (double)w[j];
+        float fs = (float)sum;
+        if (fs < 6.103515625e-5f) fs = 6.103515625e-5f; /* llama.cpp's clamp: the smallest normal F16 */
+        for (int j = 0; j < k; j++) w[j] /= fs;
+    }
+    if (ex->w_scale != 0.0f && ex->w_scale != 1.0f)
+        for (int j = 0; j < k; j++) w[j] *= ex->w_scale;
+}
+
+typedef struct glu_job {
+    float *g;
+    const float *u;
+    int64_t n_ff;
+} glu_job;
+
+static void glu_row(void *arg, int64_t r, int ith) {
+    const glu_job *j = arg;
+    (void)ith;
+    cera_swiglu_f32(j->g + r * j->n_ff, j->g + r * j->n_ff, j->u + r * j->n_ff, (int)j->n_ff);
+}
+
+void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex, const float *x, int n,
+                      float *y, size_t ldy, void *act) {
+    const int ne = ex->n_expert, k = ex->n_used;
+    const int64_t n_embd = ex->gate[0].k, n_ff = ex->gate[0].n;
+    const cera_weight *r = &ex->router;
+    cera_matmul_ex(pool, r, NULL, cera_cpu_ops(r->type), x, n, s->logits, (size_t)ne, act, NULL);
+    for (int t = 0; t < n; t++) route(s, ex, t);
+
+    /* group the slots by expert, in token order within each */
+    for (int e = 0; e <= ne; e++) s->start[e] = 0;
+    for (int i = 0; i < n * k; i++) s->start[s->sel[i] + 1]++;
+    for (int e = 0; e < ne; e++) s->start[e + 1] += s->start[e];
+    for (int i = 0; i < n * k; i++) {
+        const int e = s->sel[i];
+        s->where[i] = s->start[e];
+        s->order[s->start[e]++] = i;
+    }
+    for (int e = ne; e > 0; e--) s->start[e] = s->start[e - 1];
+    s->start[0] = 0;
+
+    for (int e = 0; e < ne; e++) {
+        const int first = s->start[e], m = s->start[e + 1] - first;
+        if (!m) continue; /* an expert no token chose is never read */
+        for (int i = 0; i < m; i++)
+            memcpy(s->xg + (size_t)i * n_embd, x + (size_t)(s->order[first + i] / k) * n_embd,
+                   (size_t)n_embd * sizeof(float));
+        const cera_weight *wg = &ex->gate[e], *wu = &ex->up[e], *wd = &ex->down[e];
+        cera_matmul_ex(pool, wg, NULL, cera_cpu_ops(wg->type), s->xg, m, s->g, (size_t)n_ff, act, NULL);
+        cera_matmul_ex(pool, wu, NULL, cera_cpu_ops(wu->type), s->xg, m, s->u, (size_t)n_ff, act, NULL);
+        glu_job gj = {s->g, s->u, n_ff};
+        cera_pool_for(pool, m, glu_row, &gj);
+        cera_matmul_ex(pool, wd, NULL, cera_cpu_ops(wd->type), s->g, m, s->eo + (size_t)first * n_embd,
+                       (size_t)n_embd, act, NULL);
+    }
+
+    /* each product rounded, then the slots added in order (llama.cpp: mul, then a chain of adds) */
+    for (int t = 0; t < n; t++) {
+        float *yt = y + (size_t)t * ldy;
+        for (int j = 0; j < k; j++) {
+            float *o = s->eo + (size_t)s->where[t * k + j] * n_embd;
+            const float w = s->wt[t * k + j];
+            for (int64_t c = 0; c < n_embd; c++) o[c] *= w;
+        }
+        memcpy(yt, s->eo + (size_t)s->where[t * k] * n_embd, (size_t)n_embd * sizeof(float));
+        for (int j = 1; j < k; j++) {
+            const float *o = s->eo + (size_t)s->where[t * k + j] * n_embd;
+            for (int64_t c = 0; c < n_embd; c++) yt[c] += o[c];
+        }
+    }
+}
