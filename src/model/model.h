@@ -127,6 +127,15 @@ typedef struct cera_experts {
     cera_weight *gate, *up, *down;
 } cera_experts;
 
+/* The 3 n_expert + 1 matrices of x by index: the router, then every gate, up, down. */
+static inline const cera_weight *cera_experts_matrix(const cera_experts *x, int i) {
+    const int n = x->n_expert;
+    return i == 0       ? &x->router
+           : i <= n     ? &x->gate[i - 1]
+           : i <= 2 * n ? &x->up[i - n - 1]
+                        : &x->down[i - 2 * n - 1];
+}
+
 typedef struct cera_layer {
     int n_head_kv;         /* 0: no attention in this layer (an LFM2 conv block) */
     int kv_index;          /* its slot among the KV layers (kv/kv_cache.h), or -1 */

@@ -108,12 +108,13 @@ static void glu_row(void *arg, int64_t r, int ith) {
     cera_swiglu_f32(j->g + r * j->n_ff, j->g + r * j->n_ff, j->u + r * j->n_ff, (int)j->n_ff);
 }
 
-void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex, const float *x, int n,
-                      float *y, size_t ldy, void *act) {
+void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex,
+                      const struct cera_packed_weight *const *pk, const float *x, int n, float *y, size_t ldy,
+                      void *act) {
     const int ne = ex->n_expert, k = ex->n_used;
     const int64_t n_embd = ex->gate[0].k, n_ff = ex->gate[0].n;
     const cera_weight *r = &ex->router;
-    cera_matmul_ex(pool, r, NULL, cera_cpu_ops(r->type), x, n, s->logits, (size_t)ne, act, NULL);
+    cera_matmul_ex(pool, r, pk[0], cera_cpu_ops(r->type), x, n, s->logits, (size_t)ne, act, NULL);
     for (int t = 0; t < n; t++) route(s, ex, t);
 
     /* group the slots by expert, in token order within each */
@@ -135,12 +136,13 @@ void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex, 
             memcpy(s->xg + (size_t)i * n_embd, x + (size_t)(s->order[first + i] / k) * n_embd,
                    (size_t)n_embd * sizeof(float));
         const cera_weight *wg = &ex->gate[e], *wu = &ex->up[e], *wd = &ex->down[e];
-        cera_matmul_ex(pool, wg, NULL, cera_cpu_ops(wg->type), s->xg, m, s->g, (size_t)n_ff, act, NULL);
-        cera_matmul_ex(pool, wu, NULL, cera_cpu_ops(wu->type), s->xg, m, s->u, (size_t)n_ff, act, NULL);
+        cera_matmul_ex(pool, wg, pk[1 + e], cera_cpu_ops(wg->type), s->xg, m, s->g, (size_t)n_ff, act, NULL);
+        cera_matmul_ex(pool, wu, pk[1 + ne + e], cera_cpu_ops(wu->type), s->xg, m, s->u, (size_t)n_ff, act,
+                       NULL);
         glu_job gj = {s->g, s->u, n_ff};
         cera_pool_for(pool, m, glu_row, &gj);
-        cera_matmul_ex(pool, wd, NULL, cera_cpu_ops(wd->type), s->g, m, s->eo + (size_t)first * n_embd,
-                       (size_t)n_embd, act, NULL);
+        cera_matmul_ex(pool, wd, pk[1 + 2 * ne + e], cera_cpu_ops(wd->type), s->g, m,
+                       s->eo + (size_t)first * n_embd, (size_t)n_embd, act, NULL);
     }
 
     /* each product rounded, then the slots added in order (llama.cpp: mul, then a chain of adds) */

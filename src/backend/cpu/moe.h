@@ -38,9 +38,12 @@ typedef struct cera_cpu_moe {
 cera_status cera_cpu_moe_init(cera_cpu_moe *s, const cera_graph *g, int n_batch, cera_error *err);
 void cera_cpu_moe_free(cera_cpu_moe *s);
 
-/* y[t] (row stride ldy) = the experts' output for x[t] (dense rows of n_embd), t < n; act is
- * matmul scratch for n rows of any of the experts' matrices. */
-void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex, const float *x, int n,
-                      float *y, size_t ldy, void *act);
+/* y[t] (row stride ldy) = the experts' output for x[t] (dense rows of n_embd), t < n; pk: the
+ * repacked copies of the matrices in cera_experts_matrix order (model.h; NULL entries: the file
+ * layout); act is matmul scratch for n rows of any of them. */
+struct cera_packed_weight;
+void cera_cpu_moe_run(cera_cpu_moe *s, cera_pool *pool, const cera_experts *ex,
+                      const struct cera_packed_weight *const *pk, const float *x, int n, float *y, size_t ldy,
+                      void *act);
 
 #endif
