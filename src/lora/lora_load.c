@@ -52,12 +52,12 @@ static const char *const proj_hf_lfm2[CERA_PROJ_COUNT] = {
 
 const char *cera_lora_proj_hf_name(cera_arch a, cera_proj p) {
     if ((unsigned)p >= CERA_PROJ_COUNT) return "?";
-    return a == CERA_ARCH_LFM2 ? proj_hf_lfm2[p] : proj_hf[p];
+    return a == CERA_ARCH_LFM2 || a == CERA_ARCH_LFM2MOE ? proj_hf_lfm2[p] : proj_hf[p];
 }
 
 const char *cera_lora_proj_hf_parent(cera_arch a, cera_proj p) {
     if (p <= CERA_PROJ_O) return "self_attn.";
-    if (p <= CERA_PROJ_DOWN) return a == CERA_ARCH_LFM2 ? "feed_forward." : "mlp.";
+    if (p <= CERA_PROJ_DOWN) return a == CERA_ARCH_LFM2 || a == CERA_ARCH_LFM2MOE ? "feed_forward." : "mlp.";
     return "conv.";
 }
 
