@@ -64,6 +64,7 @@ static const nd_case cases[] = {
     {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p1", NULL, 0, NULL},
     {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p3", NULL, 0, NULL},
     {"synth/lfm2moe-q4_0.gguf", "data/lfm2moe/q4_0.p1", NULL, 0, NULL},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/lora-q8_0.p1", "data/lfm2moe/lora.gguf", 0.5f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a", "golden/lora-stories-a.gguf", 1.0f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-half", "golden/lora-stories-a.gguf", 0.5f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-b", "golden/lora-stories-a.gguf", 1.0f,

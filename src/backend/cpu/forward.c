@@ -401,7 +401,7 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
         case STEP_CONV: run_conv(be, b, op); break;
         case STEP_MOE:
             cera_cpu_moe_run(&be->moe, be->pool, op->moe, st->moe_pk, be->buf[op->src], n, be->buf[op->dst],
-                             (size_t)width(be, op->dst), be->act);
+                             (size_t)width(be, op->dst), be->act, b->lora, op->layer);
             break;
         case STEP_OUTPUT: run_output(be, b, st, logits); break;
         }
