@@ -9,8 +9,9 @@
  * to the shape's vocabulary size), so llama.cpp and cera load the same file.
  *
  * Weights are ~N(0, 0.02) (a sum of four uniforms: cheap and close enough), norms are
- * 1, every 2-D weight is in TYPE (a row whose length is not a multiple of TYPE's block
- * falls back to Q8_0 or F16) and 1-D tensors stay F32. Values depend only on the seed
+ * 1, every 2-D weight (and an MoE shape's 3-D expert tensors) is in TYPE (a row whose length
+ * is not a multiple of TYPE's block falls back to Q8_0 or F16) and 1-D tensors stay F32; an
+ * LFM2 shape's conv taps and router stay F32, as llama-quantize leaves them. Values depend only on the seed
  * and the tensor and row they belong to, never on the thread count.
  *
  * Memory stays bounded for any size, and each byte is written once: the GGUF writer
