@@ -96,7 +96,7 @@ static const synth_shape shapes[] = {
     {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 32, 4, 22, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}},
     {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 14, 2, 24, 32768, 1e-6f, 1000000.0f, true, true, NULL, {0}},
     {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 4, 28, 32768, 1e-6f, 1000000.0f, false, true, NULL, {0}},
-    /* LFM2-MoE: a small test shape, and LFM2-8B-A1B's (its published config: 6 attention blocks) */
+    /* LFM2-MoE: a small test shape, and LFM2-8B-A1B's (the block kinds of its published config) */
     {"test-lfm2moe",
      "lfm2moe",
      512,
@@ -218,7 +218,7 @@ static int64_t n_rows(const synth_tensor *t) { return t->ne[1] * t->ne[2]; }
 
 /* An LFM2 block's tensors (lfm2moe: llama.cpp's loader order is irrelevant, names matter).
  * The conv taps and the router stay F32 (llama-quantize keeps them so); the selection bias
- * is drawn wide (sigma 0.5) so that it changes which experts win. */
+ * is drawn wide so that it changes which experts win. */
 static int list_lfm2_block(const synth_shape *sh, cera_type type, int l, synth_tensor *ts, int n) {
     const int64_t e = sh->n_embd, hd = sh->n_embd / sh->n_head, kv = hd * sh->n_head_kv;
     char nm[64];
@@ -244,7 +244,7 @@ static int list_lfm2_block(const synth_shape *sh, cera_type type, int l, synth_t
         const int64_t ne = mo->n_expert, ff = mo->n_ff_exp;
         n = add_tensor(ts, n, BLK("ffn_gate_inp.weight"), type, 2, e, ne, FILL_NORMAL);
         ts[n - 1].type = CERA_TYPE_F32;
-        ts[n - 1].sigma = 0.1f; /* router logits of about +-1: the sigmoid is not flat */
+        ts[n - 1].sigma = 0.1f; /* router logits of order one: the sigmoid is not flat */
         n = add_tensor3(ts, n, BLK("ffn_gate_exps.weight"), type, 3, e, ff, ne, FILL_NORMAL);
         n = add_tensor3(ts, n, BLK("ffn_up_exps.weight"), type, 3, e, ff, ne, FILL_NORMAL);
         n = add_tensor3(ts, n, BLK("ffn_down_exps.weight"), type, 3, ff, e, ne, FILL_NORMAL);
