@@ -390,6 +390,8 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         st.dst = act_loc(c, op->dst, st.src.k);
         c->loc[op->dst] = st.dst;
         return push(c, &st);
+    case CERA_OP_MOE:
+        return unsupported(c, "routed experts (MoE): refused by check_variants"); /* not reached */
     }
     return unsupported(c, "no CUDA step");
 }
@@ -422,6 +424,7 @@ static cera_status check_variants(const cera_graph *g, cera_error *err) {
         const bool glu_ok = op->act == CERA_GLU_SILU || op->act == CERA_GLU_GELU;
         const char *why = op->kind == CERA_OP_GLU && !glu_ok             ? "a GLU other than SwiGLU or GEGLU"
                           : op->kind == CERA_OP_ATTEND && op->window < 0 ? "a negative attention window"
+                          : op->kind == CERA_OP_MOE                      ? "routed experts (MoE)"
                                                                          : NULL;
         if (why)
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: plan: op %d (%s): %s; the CPU backend runs it",
