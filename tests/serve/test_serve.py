@@ -588,10 +588,18 @@ def group_embed(cera, shared, models, corpus):
         check(close(a.data[0].embedding, base[0], 1e-6), "the base model's vector is cera embed's")
         check(close(b.data[0].embedding, tuned[0], 1e-6), "the adapter's vector is cera embed --lora's")
         check(not close(base[0], tuned[0], 1e-3), "the adapter changes the vector")
-        # a prompt longer than a chunk goes in parts (same vector within rounding)
-        long_ids = [1] + [(7 * i) % 500 + 3 for i in range(600)]
-        st, data = sv.request("POST", "/v1/embeddings", {"input": long_ids, "encoding_format": "float"})
-        check(st == 200 and len(json.loads(data)["data"][0]["embedding"]) == 64, "a long input: %d" % st)
+        # an input longer than --prefill-chunk goes in parts: cera embed's vector within rounding
+        long_text = " ".join([text] * 40)
+        whole = cli_embed(cera, ["-m", stories, "-c", "1024", "--pooling", "last", "--embd-normalize", "-1",
+                                 "-p", long_text])
+        st, data = sv.request("POST", "/v1/embeddings", {"input": long_text, "encoding_format": "float",
+                                                         "model": "stories260K"})
+        e = json.loads(data)
+        v = e["data"][0]["embedding"] if st == 200 else []
+        dot = sum(x * y for x, y in zip(v, whole[0]))
+        na, nb = sum(x * x for x in v) ** 0.5, sum(x * x for x in whole[0]) ** 0.5
+        check(st == 200 and e["usage"]["prompt_tokens"] > 256 and dot / (na * nb) > 0.9999,
+              "a long input in parts: %d, cosine %.6f" % (st, dot / (na * nb) if na and nb else 0))
     finally:
         sv.stop()
     sv = Server(cera, ["-m", stories, "--pooling", "none"])
