@@ -14,6 +14,10 @@
  * Everything runs under the engine's lock: block reservations (copies of shared blocks
  * included), the forward calls and, after the last, the sessions' bookkeeping (tokens,
  * sampler history, logits). A failure rolls every session back to where it was.
+ *
+ * Embeddings (cera_batch_run with outputs, embed.c) go the same way, with the backend writing
+ * each new position's hidden state after the output norm (n_embd floats) instead of its logits,
+ * into the caller's rows; the sessions then hold no logits.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +104,7 @@ static cera_status reserve_logits(cera_session *s, size_t rows, cera_error *err)
 /* One forward call over the runs in call[0..n_call): their next chunks. */
 static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, bool embd, cera_error *err) {
     /* a row of output: logits, or an embedding */
-    const int n_vocab = embd ? e->model.hp.n_embd : e->model.hp.n_vocab;
+    const int row_w = embd ? e->model.hp.n_embd : e->model.hp.n_vocab;
     int n = 0, n_want = 0, first_row = -1;
     bool host = embd || !e->backend->logits_get;
     for (int c = 0; c < n_call; c++) {
@@ -128,11 +132,11 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, b
     /* one session's rows are consecutive rows of its own buffer: written there directly;
      * several sessions' go through the engine's staging rows */
     const bool direct = n_call == 1;
-    if (host && !direct && (size_t)n_want * n_vocab > e->stage_floats) {
-        float *nl = realloc(e->stage_logits, (size_t)n_want * n_vocab * sizeof(float));
+    if (host && !direct && (size_t)n_want * row_w > e->stage_floats) {
+        float *nl = realloc(e->stage_logits, (size_t)n_want * row_w * sizeof(float));
         if (!nl) return cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %d rows", n_want);
         e->stage_logits = nl;
-        e->stage_floats = (size_t)n_want * n_vocab;
+        e->stage_floats = (size_t)n_want * row_w;
     }
     const cera_lora_batch *lora = NULL;
     if (n_call == 1) {
@@ -156,11 +160,11 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, b
                           .embd = embd};
     float *const dst0 = embd ? call[0]->embd : call[0]->s->logits;
     float *out_rows = !host    ? NULL
-                      : direct ? dst0 + (size_t)(first_row < 0 ? 0 : first_row) * n_vocab
+                      : direct ? dst0 + (size_t)(first_row < 0 ? 0 : first_row) * row_w
                                : e->stage_logits;
     cera_status st = e->backend->forward(e->backend, &b, out_rows, err);
     if (st) return st;
-    const long bad = host ? cera_nonfinite_row(out_rows, (size_t)n_want, n_vocab) : -1;
+    const long bad = host ? cera_nonfinite_row(out_rows, (size_t)n_want, row_w) : -1;
     if (bad >= 0) { /* the position of the bad row: the bad-th wanted token */
         for (int t = 0, k = 0; t < n; t++)
             if (e->b_want[t] && k++ == bad) return cera_nonfinite_fail(err, e->b_pos[t]);
@@ -174,8 +178,8 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, b
             int row;
             if (!stream_want(r, r->next + i, &row)) continue;
             if (host && !direct)
-                memcpy((embd ? r->embd : r->s->logits) + (size_t)row * n_vocab,
-                       e->stage_logits + (size_t)out * n_vocab, (size_t)n_vocab * sizeof(float));
+                memcpy((embd ? r->embd : r->s->logits) + (size_t)row * row_w,
+                       e->stage_logits + (size_t)out * row_w, (size_t)row_w * sizeof(float));
             out++;
             r->rows_on_host = host;
         }
