@@ -384,8 +384,8 @@ CERA_API cera_status cera_embd_pool(const float *rows, size_t n, int d, cera_poo
  * n_tokens rows of cera_engine_n_embd floats with CERA_POOLING_NONE, else one row pooled over
  * the item's tokens (cls: its first, last: its last); each row then normalized with
  * cera_embd_normalize(norm). A pending generated token is evaluated first and is not part of
- * the pooling. CERA_ERR_UNSUPPORTED on a backend without embeddings (CUDA). On an error no
- * session has changed, as cera_batch_eval. */
+ * the pooling. On the CUDA backend, a model whose n_embd exceeds its vocabulary is
+ * CERA_ERR_UNSUPPORTED. On an error no session has changed, as cera_batch_eval. */
 CERA_API cera_status cera_batch_embed(cera_engine *engine, const cera_batch_item *items, int n_items,
                                       cera_pooling pooling, int norm, float *const *out, cera_error *err);
 

@@ -248,8 +248,6 @@ int cmd_embed(int argc, char **argv) {
         cli_usage_error("embed", "--embd-separator must not be empty");
         goto out_args;
     }
-    /* the CUDA backend has no embeddings: unless a GPU was asked for, the CPU computes them */
-    if (o.ep.device == CERA_DEVICE_AUTO) o.ep.device = CERA_DEVICE_CPU;
 
     cera_error err = {0};
     cera_engine *e = NULL;
