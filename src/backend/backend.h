@@ -66,6 +66,10 @@ typedef struct cera_batch {
     cera_kv_seq *const *seqs; /* [n_seqs] */
     int n_seqs;
     const cera_lora_batch *lora; /* rows grouped by LoRA adapter (lora/lora.h), or NULL: none */
+    /* Embeddings instead of logits: each wanted token's row is its final hidden state after
+     * the output norm ([n_out, n_embd], host memory; llama.cpp's t_embd), and the output
+     * matmul is not computed. A backend that cannot refuses with CERA_ERR_UNSUPPORTED. */
+    bool embd;
 } cera_batch;
 
 typedef struct cera_backend cera_backend;

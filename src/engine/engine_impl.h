@@ -49,7 +49,7 @@ struct cera_engine {
     void *b_runs, *b_call; /* [n_seq_max] per-session progress (batch.c) */
     cera_lora_batch lora_plan;
     float *stage_logits;
-    size_t stage_rows;
+    size_t stage_floats;
     /* the vocabulary's byte trie for grammar masks: built by the first grammar a session
      * sets (under forward_lock), read-only afterwards */
     cera_grammar_tokens *gtok;
@@ -118,6 +118,12 @@ cera_status cera_grammar_session_take(cera_session *s, cera_token tok, cera_erro
 /* batch.c: the engine's batch buffers (at open; freed at close, also after a failed init). */
 cera_status cera_batch_init(cera_engine *e, cera_error *err);
 void cera_batch_free(cera_engine *e);
+
+/* cera_batch_eval, or with embd non-NULL the same evaluation giving embeddings: every new
+ * position's final hidden state after the output norm into embd[i] ([n_tokens, n_embd] for
+ * item i; a pending token evaluated first gives none), no logits kept (batch.c). */
+cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_items, float *const *embd,
+                           cera_error *err);
 
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);

@@ -222,6 +222,7 @@ static cera_status read_head_count_kv(const loader *ld, const cera_arch_def *ai,
 static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_model *m) {
     cera_hparams *hp = &m->hp;
     TRY(cera_load_int(ld, "context_length", true, 0, &hp->n_ctx_train));
+    TRY(cera_load_int(ld, "pooling_type", false, 0, &hp->pooling));
     TRY(cera_load_int(ld, "embedding_length", true, 0, &hp->n_embd));
     TRY(cera_load_int(ld, "block_count", true, 0, &hp->n_layer));
     TRY(cera_load_int(ld, "feed_forward_length", true, 0, &hp->n_ff));

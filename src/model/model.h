@@ -46,6 +46,7 @@ typedef struct cera_hparams {
     cera_arch arch;
     int n_vocab;
     int n_ctx_train;
+    int pooling; /* <arch>.pooling_type (llama.cpp's values; 0 none when absent) */
     int n_embd;
     int n_layer;
     int n_head;

@@ -317,15 +317,16 @@ static void run_output(cpu_backend *be, const cera_batch *b, const step *st, flo
     const cera_hparams *hp = &be->m->hp;
     const int n_embd = hp->n_embd;
     int n_out = 0;
-    float *h = be->buf[op->dst];
+    /* embeddings: the normed rows are the output, packed [n_out, n_embd] */
+    float *h = b->embd ? logits : be->buf[op->dst];
+    const size_t h_width = b->embd ? (size_t)n_embd : (size_t)width(be, op->dst);
     for (int t = 0; t < b->n_tokens; t++)
         if (b->want_logits[t]) {
-            cera_rms_norm_f32(h + (size_t)n_out * width(be, op->dst),
-                              be->buf[op->src] + (size_t)t * width(be, op->src), op->w->data, n_embd,
-                              op->eps);
+            cera_rms_norm_f32(h + (size_t)n_out * h_width, be->buf[op->src] + (size_t)t * width(be, op->src),
+                              op->w->data, n_embd, op->eps);
             be->out_rows[n_out++] = t;
         }
-    if (n_out == 0) return;
+    if (n_out == 0 || b->embd) return;
     const cera_weight *wo = op->w2;
     cera_matmul_ex(be->pool, wo, st->pk, cera_cpu_ops(wo->type), h, n_out, logits, (size_t)hp->n_vocab,
                    be->act, NULL);

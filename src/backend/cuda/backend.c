@@ -272,6 +272,10 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
     cuda_backend *be = (cuda_backend *)b;
     cera_cuda_state *s = be->s;
     if (batch->n_tokens < 1) return CERA_OK;
+    if (batch->embd && (!logits || s->n_embd > s->n_vocab))
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "cuda: embeddings need a host buffer and n_embd <= n_vocab (use the CPU: --device cpu)");
     if (batch->n_seqs < 1 || batch->n_seqs > s->prm.n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: a batch of %d sequences", batch->n_seqs);
     if (!be->kv[CERA_KV_FULL] && !be->kv[CERA_KV_SWA])
@@ -311,8 +315,13 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
     }
     for (int i = 0; i < batch->n_tokens; i++) be->tok_slot[i] = batch->seqs[batch->seq[i]]->id;
     s->conv_state = be->state ? be->state : s->own_state;
-    CERA_TRY(cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                        be->kv, be->tok_slot, be->rows, n_out, logits, NULL, batch->lora, err));
+    s->embd = batch->embd;
+    const cera_status fst =
+        cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables, be->kv,
+                   be->tok_slot, be->rows, n_out, logits, NULL, batch->lora, err);
+    s->embd = false;
+    if (fst) return fst;
+    if (batch->embd) return CERA_OK;
     if (!logits)
         /* keep each sequence's last wanted row ([n_out, n_vocab] rows in s->logits) in its
          * slot; stream order puts the copies before any later forward, sample or fetch */
