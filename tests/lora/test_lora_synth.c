@@ -11,10 +11,10 @@
  *           (written here with transformers' LFM2 module names: self_attn.out_proj,
  *           feed_forward.w1/w3/w2, conv.in_proj and conv.out_proj) gives the same bits.
  *   gemma3  q/k/v/o/gate/up/down of all six layers (sliding and global), through the
- *           post-branch norms. Within 5e-3 of the row max: the llama.cpp build that made
- *           this data gives, for the base model with the same program, logits 2.0e-3 of
- *           the row max away from the shared golden that cera matches bit for bit (the
- *           data README says so), so the bound is that build's own spread, not cera's.
+ *           post-branch norms. Within 2e-3 of the row max (measured 7.1e-4 and 8.0e-4; the
+ *           base model is bit-exact): the same rank-4 summation difference as LFM2's,
+ *           which the GELU amplifies where it moves an input across an F16 rounding step
+ *           (llama.cpp's CPU GELU reads a table at F16 inputs).
  * In both, the greedy continuation is llama.cpp's token for token, and prefill equals
  * decode bit for bit.
  */
@@ -200,8 +200,8 @@ static void gemma3(void) {
           err.message);
     if (e && a && tok) {
         CHECK(a->n_pairs == 7 * e->model.hp.n_layer, "gemma3 adapter: %d pairs", a->n_pairs);
-        check_case(e, a, 1.0f, tok, n, "synth-gemma3-f32.lora", 5e-3);
-        check_case(e, a, 0.5f, tok, n, "synth-gemma3-f32.lora-half", 5e-3);
+        check_case(e, a, 1.0f, tok, n, "synth-gemma3-f32.lora", 2e-3);
+        check_case(e, a, 0.5f, tok, n, "synth-gemma3-f32.lora-half", 2e-3);
     }
     cera_adapter_free(a);
     cera_engine_close(e);
