@@ -47,22 +47,45 @@ typedef struct synth_moe {
 
 typedef struct synth_shape {
     const char *name;
-    const char *arch; /* "llama", "qwen2", "lfm2moe" */
+    const char *arch; /* "llama", "qwen2", "lfm2moe", "gemma3" */
     int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
     float rms_eps, rope_base;
     bool tied;          /* no output.weight: the output reuses token_embd */
     bool qkv_bias;      /* qwen2's attn_{q,k,v}.bias */
     const char *blocks; /* LFM2 kinds, one letter per block: 'c' short conv, 'a' attention; NULL: llama */
     synth_moe moe;      /* n_expert 0: dense */
+    int head_dim;       /* 0: n_embd / n_head */
+    int window;         /* gemma3: the sliding layers' window (llama.cpp: every 6th layer global) */
 } synth_shape;
+
+static int64_t head_dim(const synth_shape *sh) {
+    return sh->head_dim ? sh->head_dim : sh->n_embd / sh->n_head;
+}
+static bool is_gemma3(const synth_shape *sh) { return !strcmp(sh->arch, "gemma3"); }
 
 #define LFM2_L_CACHE 3
 
 static const synth_shape shapes[] = {
     /* name              arch     vocab   embd  ff     head kv layer ctx     eps   rope    tied  bias */
-    {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}},
-    {"test-qwen2", "qwen2", 512, 256, 768, 8, 4, 2, 2048, 1e-6f, 1000000.0f, true, true, NULL, {0}},
-    {"llama2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5f, 10000.0f, false, false, NULL, {0}},
+    {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}, 0, 0},
+    {"test-qwen2", "qwen2", 512, 256, 768, 8, 4, 2, 2048, 1e-6f, 1000000.0f, true, true, NULL, {0}, 0, 0},
+    {"llama2-7b",
+     "llama",
+     32000,
+     4096,
+     11008,
+     32,
+     32,
+     32,
+     4096,
+     1e-5f,
+     10000.0f,
+     false,
+     false,
+     NULL,
+     {0},
+     0,
+     0},
     {"llama-3.2-1b",
      "llama",
      128256,
@@ -77,7 +100,9 @@ static const synth_shape shapes[] = {
      true,
      false,
      NULL,
-     {0}},
+     {0},
+     0,
+     0},
     {"llama-3.1-8b",
      "llama",
      128256,
@@ -92,10 +117,60 @@ static const synth_shape shapes[] = {
      false,
      false,
      NULL,
-     {0}},
-    {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 32, 4, 22, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}},
-    {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 14, 2, 24, 32768, 1e-6f, 1000000.0f, true, true, NULL, {0}},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 4, 28, 32768, 1e-6f, 1000000.0f, false, true, NULL, {0}},
+     {0},
+     0,
+     0},
+    {"tinyllama-1.1b",
+     "llama",
+     32000,
+     2048,
+     5632,
+     32,
+     4,
+     22,
+     2048,
+     1e-5f,
+     10000.0f,
+     false,
+     false,
+     NULL,
+     {0},
+     0,
+     0},
+    {"qwen2.5-0.5b",
+     "qwen2",
+     151936,
+     896,
+     4864,
+     14,
+     2,
+     24,
+     32768,
+     1e-6f,
+     1000000.0f,
+     true,
+     true,
+     NULL,
+     {0},
+     0,
+     0},
+    {"qwen2.5-7b",
+     "qwen2",
+     152064,
+     3584,
+     18944,
+     28,
+     4,
+     28,
+     32768,
+     1e-6f,
+     1000000.0f,
+     false,
+     true,
+     NULL,
+     {0},
+     0,
+     0},
     /* LFM2-MoE: a small test shape, and LFM2-8B-A1B's (the block kinds of its published config) */
     {"test-lfm2moe",
      "lfm2moe",
@@ -111,7 +186,9 @@ static const synth_shape shapes[] = {
      false,
      false,
      "cacc",
-     {8, 2, 128, 1}},
+     {8, 2, 128, 1},
+     0,
+     0},
     {"lfm2-8b-a1b",
      "lfm2moe",
      65536,
@@ -126,7 +203,44 @@ static const synth_shape shapes[] = {
      true,
      false,
      "ccacccacccacccacccaccacc",
-     {32, 4, 1792, 2}},
+     {32, 4, 1792, 2},
+     0,
+     0},
+    /* Gemma 3: Q/K norms, post-branch norms, GEGLU, head size 256, sliding windows of 512 */
+    {"gemma-3-270m",
+     "gemma3",
+     262144,
+     640,
+     2048,
+     4,
+     1,
+     18,
+     32768,
+     1e-6f,
+     1000000.0f,
+     true,
+     false,
+     NULL,
+     {0},
+     256,
+     512},
+    {"gemma-3-1b",
+     "gemma3",
+     262144,
+     1152,
+     6912,
+     4,
+     1,
+     26,
+     32768,
+     1e-6f,
+     1000000.0f,
+     true,
+     false,
+     NULL,
+     {0},
+     256,
+     512},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -261,7 +375,7 @@ static int list_lfm2_block(const synth_shape *sh, cera_type type, int l, synth_t
 
 /* The tensor list in llama.cpp's usual file order; returns the count. */
 static int list_tensors(const synth_shape *sh, cera_type type, synth_tensor *ts) {
-    const int64_t hd = sh->n_embd / sh->n_head;
+    const int64_t hd = head_dim(sh);
     const int64_t q = hd * sh->n_head, kv = hd * sh->n_head_kv;
     int n = 0;
     char nm[64];
@@ -283,11 +397,19 @@ static int list_tensors(const synth_shape *sh, cera_type type, synth_tensor *ts)
             n = add_tensor(ts, n, BLK("attn_k.bias"), type, 1, kv, 1, FILL_NORMAL);
             n = add_tensor(ts, n, BLK("attn_v.bias"), type, 1, kv, 1, FILL_NORMAL);
         }
+        if (is_gemma3(sh)) {
+            n = add_tensor(ts, n, BLK("attn_q_norm.weight"), type, 1, hd, 1, FILL_ONES);
+            n = add_tensor(ts, n, BLK("attn_k_norm.weight"), type, 1, hd, 1, FILL_ONES);
+        }
         n = add_tensor(ts, n, BLK("attn_output.weight"), type, 2, q, sh->n_embd, FILL_NORMAL);
+        if (is_gemma3(sh))
+            n = add_tensor(ts, n, BLK("post_attention_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
         n = add_tensor(ts, n, BLK("ffn_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
         n = add_tensor(ts, n, BLK("ffn_gate.weight"), type, 2, sh->n_embd, sh->n_ff, FILL_NORMAL);
         n = add_tensor(ts, n, BLK("ffn_up.weight"), type, 2, sh->n_embd, sh->n_ff, FILL_NORMAL);
         n = add_tensor(ts, n, BLK("ffn_down.weight"), type, 2, sh->n_ff, sh->n_embd, FILL_NORMAL);
+        if (is_gemma3(sh))
+            n = add_tensor(ts, n, BLK("post_ffw_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
 #undef BLK
     }
     n = add_tensor(ts, n, "output_norm.weight", type, 1, sh->n_embd, 1, FILL_ONES);
@@ -415,7 +537,12 @@ static void set_hparams(gguf_writer *w, const synth_shape *sh, cera_type type) {
     }
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->rms_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(sh->n_embd / sh->n_head));
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim(sh));
+    if (sh->head_dim) {
+        gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sh->head_dim);
+        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim);
+    }
+    if (sh->window) gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sh->window);
     gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)sh->n_vocab);
 #undef KEY
 }
