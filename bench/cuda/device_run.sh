@@ -8,8 +8,9 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel (default: tests
-#   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); mma checks and
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs (default: tests
+#   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
+#   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); mma checks and
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
@@ -112,6 +113,23 @@ if has parallel; then
             CERA_CUDA_DECODE_ROWS=$rows timeout 300 "$C/bin/cera" bench -m "$f" --device cuda -p 128 -n 128 -r 2 \
                 --parallel ${PAR_N:-1,2,4,8,16,32,64} 2>&1 | tee -a "$OUT/parallel.log" | grep "|"
         done
+    done
+fi
+if has sbs; then
+    # cera next to llama.cpp on the same cera synth files (SBS_MODELS: "shape:type ..."), as
+    # llama-bench -ngl 99 -fa 1 -p 512 -n 128 -r 3; LLAMA_CPP_BIN: a llama.cpp CUDA build's bin
+    # folder on the device (none here builds it: bench/README.md), else cera alone
+    log "side by side (cera bench vs llama-bench)"
+    for mt in ${SBS_MODELS:-gemma-3-1b:q4_0}; do
+        shape=${mt%%:*} t=${mt##*:} f=/tmp/$shape-$t.gguf
+        [ -s "$f" ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth "$shape" "$t" -o "$f" 2>&1 | tail -1
+        echo "-- $shape $t: cera"
+        timeout 300 "$C/bin/cera" bench -m "$f" --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a "$OUT/sbs.log" | grep "|"
+        if [ -n "${LLAMA_CPP_BIN:-}" ]; then
+            echo "-- $shape $t: llama.cpp"
+            LD_LIBRARY_PATH=$LLAMA_CPP_BIN:$LD_LIBRARY_PATH timeout 300 "$LLAMA_CPP_BIN/llama-bench" -m "$f" -ngl 99 \
+                -fa 1 -p 512 -n 128 -r 3 2>&1 | tee -a "$OUT/sbs.log" | grep "|"
+        fi
     done
 fi
 if has lora; then

@@ -31,7 +31,7 @@ mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden" "$C/shared/voca
 for t in $TESTS; do cp "$(find "$BUILD/tests" -type f -name "$t" | head -1)" "$C/bin/"; done # tests/cuda or another
 for t in $TOOLS; do cp "$BUILD/$([ "$t" = cera ] && echo tools/cera || echo bench/cuda)/$t" "$C/bin/"; done
 strip "$C"/bin/* # symbols are not needed there
-for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson|libedit|libbsd|libmd/ {print $3}'); do
+for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson|libedit|libbsd|libmd|microhttpd|gnutls|p11-kit|idn2|unistring|tasn1|nettle|hogweed|gmp|ffi/ {print $3}'); do
     cp -L "$p" "$C/lib/"
 done
 S=../shared
