@@ -239,11 +239,13 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
     /* a grammar's mask is applied on the host: the row is fetched instead */
-    if (s->logits_on_device && !s->logits_fetched && e->backend->sample && !s->gm) {
+    if (s->logits_on_device && !s->logits_fetched && e->backend->sample &&
+        (!s->gm || s->gstate == CERA_GRAMMAR_WAITING)) {
         cera_token t = -1;
         pthread_mutex_lock(&e->forward_lock);
         st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, err);
         pthread_mutex_unlock(&e->forward_lock);
+        if (st == CERA_OK && (st = cera_grammar_session_observe(s, t, err))) return st;
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
             s->pending_sampled = t;
