@@ -273,7 +273,7 @@ CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_
  *
  * When the grammar allows no token, sampling returns -1 without an error and cera_generate
  * ends with CERA_OK; with a grammar, an end-of-generation token always ends cera_generate
- * (ignore_eog only applies without one). cera_session_grammar_state tells how it ended.
+ * (ignore_eog only applies without one, or while a lazy grammar waits for its trigger). cera_session_grammar_state tells how it ended.
  * A fork copies the grammar's state; cera_session_truncate (to any n_keep) and
  * cera_session_set_grammar restart it from the grammar's start.
  */
