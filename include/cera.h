@@ -273,9 +273,9 @@ CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_
  *
  * When the grammar allows no token, sampling returns -1 without an error and cera_generate
  * ends with CERA_OK; with a grammar, an end-of-generation token always ends cera_generate
- * (ignore_eog only applies without one, or while a lazy grammar waits for its trigger). cera_session_grammar_state tells how it ended.
- * A fork copies the grammar's state; cera_session_truncate (to any n_keep) and
- * cera_session_set_grammar restart it from the grammar's start.
+ * (ignore_eog only applies without one, or while a lazy grammar waits for its trigger).
+ * cera_session_grammar_state tells how it ended. A fork copies the grammar's state; cera_session_truncate (to
+ * any n_keep) and cera_session_set_grammar restart it from the grammar's start.
  */
 
 typedef enum cera_grammar_state {
@@ -564,7 +564,7 @@ typedef struct cera_chat_grammar {
  * syntax (CERA_CHAT_CONTENT) gets no grammar for AUTO and CERA_CHAT_GENERIC's otherwise.
  * Apply it with cera_session_set_grammar_lazy(session, gbnf, strlen(gbnf), triggers,
  * n_triggers). Bad tools or an unknown function are CERA_ERR_INVALID_ARG; schemas the
- * converter refuses, and names or parameter names other than letters, digits and _-.,
+ * converter refuses, and names or parameter names other than 1 to 64 letters, digits and _-.,
  * CERA_ERR_UNSUPPORTED. */
 CERA_API cera_status cera_chat_tool_grammar(const cera_chat_template *tmpl, const char *tools,
                                             cera_tool_choice choice, const char *function, bool parallel,

@@ -23,13 +23,57 @@
 
 #include "chat/internal.h"
 #include "grammar/grammar.h"
-#include "grammar/internal.h"
 
 #define MAX_TOOLS 256
+#define MAX_NAME  64 /* function and parameter names, bytes */
+
+/* A growable NUL-terminated text; on allocation failure it sets oom and stays valid. */
+typedef struct text_buf {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} text_buf;
+
+static void text_add(text_buf *b, const char *t) {
+    const size_t n = strlen(t);
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, t, n + 1);
+    b->n += n;
+}
+
+static void text_addc(text_buf *b, char c) {
+    const char t[2] = {c, 0};
+    text_add(b, t);
+}
+
+static void text_free(text_buf *b) {
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+/* The text (an empty one when nothing was added), or NULL when memory ran out. */
+static char *text_take(text_buf *b) {
+    if (!b->oom && !b->s) text_add(b, "");
+    char *s = b->oom ? NULL : b->s;
+    if (!s) free(b->s);
+    memset(b, 0, sizeof *b);
+    return s;
+}
 
 typedef struct rules {
-    gstr text;    /* the merged rule lines */
-    char **names; /* [n] rule names defined so far, bodies in bodies[] */
+    text_buf text; /* the merged rule lines */
+    char **names;  /* [n] rule names defined so far, bodies in bodies[] */
     char **bodies;
     size_t n, cap;
     bool oom;
@@ -42,7 +86,7 @@ static void rules_free(rules *r) {
     }
     free(r->names);
     free(r->bodies);
-    gstr_free(&r->text);
+    text_free(&r->text);
 }
 
 /* Adds one rule; a name defined before with another body is a conflict (false). */
@@ -74,10 +118,10 @@ static bool rules_add(rules *r, const char *name, size_t nlen, const char *body,
     bb[blen] = 0;
     r->names[r->n] = nn;
     r->bodies[r->n++] = bb;
-    gstr_add(&r->text, nn);
-    gstr_add(&r->text, " ::= ");
-    gstr_add(&r->text, bb);
-    gstr_addc(&r->text, '\n');
+    text_add(&r->text, nn);
+    text_add(&r->text, " ::= ");
+    text_add(&r->text, bb);
+    text_addc(&r->text, '\n');
     return true;
 }
 
@@ -113,7 +157,7 @@ static cera_status add_schema(rules *r, const cJSON *schema, const char *name, c
 
 /* A name the grammar can spell as a literal inside a JSON string and a Python call. */
 static bool plain_name(const char *s) {
-    if (!s || !*s) return false;
+    if (!s || !*s || strlen(s) > MAX_NAME) return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
               *s == '-' || *s == '.'))
@@ -205,7 +249,7 @@ cera_status cera_chat_tool_grammar_build(cera_chat_format f, const char *tools, 
         return cera_fail(err, CERA_ERR_INVALID_ARG, "tools: more than %d", MAX_TOOLS);
     }
     rules r = {0};
-    gstr alts = {0};
+    text_buf alts = {0};
     cera_status st = CERA_OK;
     int n_calls = 0, i = 0;
     const cJSON *tool;
@@ -218,7 +262,7 @@ cera_status cera_chat_tool_grammar_build(cera_chat_format f, const char *tools, 
         }
         if (!plain_name(name->valuestring)) {
             st = cera_fail(err, CERA_ERR_UNSUPPORTED,
-                           "tools[%d]: function name \"%.64s\" (letters, digits, _-. only)", i,
+                           "tools[%d]: function name \"%.64s\" (up to 64 letters, digits, _-.)", i,
                            name->valuestring);
             break;
         }
@@ -234,8 +278,8 @@ cera_status cera_chat_tool_grammar_build(cera_chat_format f, const char *tools, 
                                f == CERA_CHAT_LLAMA3 ? "parameters" : "arguments", f == CERA_CHAT_MISTRAL,
                                err);
         if (st) break;
-        if (n_calls++) gstr_add(&alts, " | ");
-        gstr_add(&alts, call);
+        if (n_calls++) text_add(&alts, " | ");
+        text_add(&alts, call);
     }
     cJSON_Delete(list);
     if (st == CERA_OK && !n_calls)
@@ -291,9 +335,9 @@ cera_status cera_chat_tool_grammar_build(cera_chat_format f, const char *tools, 
         }
         out->n_triggers = out->triggers ? n : 0;
     }
-    gstr_free(&alts);
+    text_free(&alts);
     if (st == CERA_OK && (r.oom || r.text.oom)) st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
-    if (st == CERA_OK) out->gbnf = gstr_take(&r.text);
+    if (st == CERA_OK) out->gbnf = text_take(&r.text);
     if (st == CERA_OK && !out->gbnf) st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     rules_free(&r);
     if (st) {
