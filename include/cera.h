@@ -273,9 +273,9 @@ CERA_API cera_status cera_session_set_sampler(cera_session *session, const cera_
  *
  * When the grammar allows no token, sampling returns -1 without an error and cera_generate
  * ends with CERA_OK; with a grammar, an end-of-generation token always ends cera_generate
- * (ignore_eog only applies without one). cera_session_grammar_state tells how it ended.
- * A fork copies the grammar's state; cera_session_truncate (to any n_keep) and
- * cera_session_set_grammar restart it from the grammar's start.
+ * (ignore_eog only applies without one, or while a lazy grammar waits for its trigger).
+ * cera_session_grammar_state tells how it ended. A fork copies the grammar's state; cera_session_truncate (to
+ * any n_keep) and cera_session_set_grammar restart it from the grammar's start.
  */
 
 typedef enum cera_grammar_state {
@@ -286,6 +286,7 @@ typedef enum cera_grammar_state {
     CERA_GRAMMAR_DEAD_END, /* no token is allowed and the match is not complete (a grammar
                             * that needs text no token of the vocabulary spells, or logit
                             * biases that ban what it allows): generation stopped there */
+    CERA_GRAMMAR_WAITING,  /* a lazy grammar whose trigger has not appeared yet: sampling is free */
 } cera_grammar_state;
 
 /* Sets the session's grammar from GBNF text (len bytes; it ends at the first NUL, as in
@@ -296,6 +297,27 @@ typedef enum cera_grammar_state {
  * The first grammar of an engine builds the vocabulary's token trie (once, shared). */
 CERA_API cera_status cera_session_set_grammar(cera_session *session, const char *gbnf, size_t len,
                                               cera_error *err);
+
+/* What switches a lazy grammar on: a literal text (word, NUL-terminated; non-NULL) appearing
+ * in the sampled output, or (word NULL) the sampling of one token id. */
+typedef struct cera_grammar_trigger {
+    const char *word;
+    cera_token token;
+} cera_grammar_trigger;
+
+/* A lazy grammar, as llama.cpp's grammar_lazy + grammar_triggers: the session samples
+ * freely (CERA_GRAMMAR_WAITING) until a trigger appears in what it samples (the sampled
+ * tokens' text, special tokens rendered, searched across token boundaries), and from then
+ * on as cera_session_set_grammar's grammar does. The grammar starts at the trigger itself:
+ * the text from the trigger word's start (the earliest of the words found; text before it
+ * in the same token stays free), or the trigger token, is fed to it first, so the grammar
+ * spells the trigger at its beginning. Text after the trigger that the grammar does not
+ * take ends generation at the next sample (CERA_GRAMMAR_DEAD_END). Truncating the session or
+ * setting a grammar goes back to waiting. n_triggers 0 is cera_session_set_grammar; at most
+ * 64 triggers, words of 1 to 256 bytes; bad ones are CERA_ERR_INVALID_ARG. */
+CERA_API cera_status cera_session_set_grammar_lazy(cera_session *session, const char *gbnf, size_t len,
+                                                   const cera_grammar_trigger *triggers, size_t n_triggers,
+                                                   cera_error *err);
 
 /* Converts a JSON Schema (JSON text, len bytes) into GBNF as llama.cpp's
  * json_schema_to_grammar does; *out_gbnf is NUL-terminated, free it with cera_free. A schema
@@ -488,6 +510,9 @@ typedef enum cera_chat_format {
     CERA_CHAT_LFM2,        /* <|tool_call_start|>[f(a=1), g(b="x")]<|tool_call_end|> (pythonic) */
     CERA_CHAT_LLAMA3,      /* {"name": ..., "parameters": {...}} (Llama 3.x JSON tool calls) */
     CERA_CHAT_MISTRAL,     /* [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}] */
+    CERA_CHAT_GENERIC,     /* {"tool_calls": [{"name": ..., "arguments": {...}}]}: llama.cpp's generic
+                            * format, for templates without a tool syntax (never detected: given by
+                            * cera_chat_tool_grammar when calls are required) */
 } cera_chat_format;
 
 /* Opens a template: text when non-NULL (a caller's Jinja template, len bytes; engine may
@@ -562,6 +587,41 @@ typedef struct cera_chat_reply {
  * Markup that does not parse as the format's tool calls stays in the content. */
 CERA_API cera_status cera_chat_parse(const cera_chat_template *tmpl, const char *text, size_t len,
                                      cera_chat_reply *out, cera_error *err);
+/* The same by a given format (cera_chat_grammar's format, when it differs from the template's). */
+CERA_API cera_status cera_chat_parse_as(cera_chat_format format, const char *text, size_t len,
+                                        cera_chat_reply *out, cera_error *err);
+
+/* Whether and how the model calls the tools (OpenAI's tool_choice). */
+typedef enum cera_tool_choice {
+    CERA_TOOL_CHOICE_AUTO = 0, /* it may: the grammar waits for the format's start marker */
+    CERA_TOOL_CHOICE_REQUIRED, /* the reply is tool calls: constrained from its first token */
+    CERA_TOOL_CHOICE_NONE,     /* no tools: no grammar (and the caller renders none) */
+} cera_tool_choice;
+
+/* The grammar of a reply's tool calls, malloc'ed (cera_chat_grammar_free). */
+typedef struct cera_chat_grammar {
+    char *gbnf;                     /* GBNF, or NULL when nothing is constrained */
+    cera_grammar_trigger *triggers; /* [n_triggers]: lazy when n_triggers > 0 (words are static) */
+    size_t n_triggers;
+    cera_chat_format format; /* the syntax the grammar writes: parse the reply with it */
+} cera_chat_grammar;
+
+/* Builds the grammar of the template's tool-call format for the tools (a JSON array of
+ * OpenAI tool definitions; each function's `parameters` JSON Schema becomes its arguments'
+ * grammar through cera_json_schema_to_grammar's converter, names are restricted to the
+ * tools'), as llama.cpp's common/chat.cpp does for the format: one call, or with parallel
+ * one or more where the syntax allows. choice AUTO gives a lazy grammar whose triggers are
+ * the format's start marker; REQUIRED a grammar from the first token; function (non-NULL)
+ * only that function, required; NONE (or tools NULL) no grammar. A template without a tool
+ * syntax (CERA_CHAT_CONTENT) gets no grammar for AUTO and CERA_CHAT_GENERIC's otherwise.
+ * Apply it with cera_session_set_grammar_lazy(session, gbnf, strlen(gbnf), triggers,
+ * n_triggers). Bad tools or an unknown function are CERA_ERR_INVALID_ARG; schemas the
+ * converter refuses, and names or parameter names other than 1 to 64 letters, digits and _-.,
+ * CERA_ERR_UNSUPPORTED. */
+CERA_API cera_status cera_chat_tool_grammar(const cera_chat_template *tmpl, const char *tools,
+                                            cera_tool_choice choice, const char *function, bool parallel,
+                                            cera_chat_grammar *out, cera_error *err);
+CERA_API void cera_chat_grammar_free(cera_chat_grammar *g);
 CERA_API void cera_chat_reply_free(cera_chat_reply *reply);
 
 /* Frees memory cera returned to the caller (rendered text, token arrays). */

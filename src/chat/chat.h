@@ -32,6 +32,12 @@ cera_chat_format cera_chat_detect_format(const char *tmpl, size_t len);
 cera_status cera_chat_parse_reply(cera_chat_format f, const char *text, size_t len, cera_chat_reply *out,
                                   cera_error *err);
 
+/* The grammar of format f's tool calls (cera_chat_tool_grammar in include/cera.h; out is
+ * zeroed first, and on an error). */
+cera_status cera_chat_tool_grammar_build(cera_chat_format f, const char *tools, cera_tool_choice choice,
+                                         const char *function, bool parallel, cera_chat_grammar *out,
+                                         cera_error *err);
+
 /* Frees every string and the call array of r and zeroes it (r may be NULL). */
 void cera_chat_reply_clear(cera_chat_reply *r);
 

@@ -66,6 +66,7 @@ void chat_parse_hermes(chat_builder *b, const char *s, size_t n);
 void chat_parse_llama3(chat_builder *b, const char *s, size_t n);
 void chat_parse_mistral(chat_builder *b, const char *s, size_t n);
 void chat_parse_lfm2(chat_builder *b, const char *s, size_t n);
+void chat_parse_generic(chat_builder *b, const char *s, size_t n);
 
 /* LFM2's calls, "[f(a=1, b='x'), g()]" or "f(a=1)" (pythonic.c): converts the Python
  * literals to JSON and adds one call per function; false (nothing added) when s[0, n) is

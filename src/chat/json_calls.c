@@ -5,7 +5,9 @@
  *   Llama 3  the whole reply is {"name": ..., "parameters": {...}} (or "arguments"),
  *            optionally after <|python_tag|>, several separated by ';';
  *   Mistral  [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...] and the v11+
- *            form [TOOL_CALLS]name[ARGS]{...} (with [CALL_ID]id before [ARGS] in some).
+ *            form [TOOL_CALLS]name[ARGS]{...} (with [CALL_ID]id before [ARGS] in some);
+ *   generic  the whole reply is {"tool_calls": [...]} (or {"tool_call": {...}}), or
+ *            {"response": "..."} for content (llama.cpp's format for templates without one).
  * Arguments arrive as an object or, in the wild, as a JSON string holding one; both give
  * the object's compact text. LFM2 reuses the call-object reader for JSON inside its
  * <|tool_call_start|> block.
@@ -162,6 +164,23 @@ void chat_parse_llama3(chat_builder *b, const char *s, size_t n) {
         chat_drop_calls(b, mark);
         chat_add_content(b, s, n);
     }
+}
+
+void chat_parse_generic(chat_builder *b, const char *s, size_t n) {
+    size_t used = 0;
+    cJSON *v = chat_json_prefix(s, n, &used);
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(v, "tool_calls");
+    if (!calls) calls = cJSON_GetObjectItemCaseSensitive(v, "tool_call");
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(v, "response");
+    const bool whole = v && chat_skip_space(s, n, used) == n;
+    if (whole && calls && chat_add_call_objects(b, calls)) {
+        /* the calls are the reply */
+    } else if (whole && cJSON_IsString(resp)) {
+        chat_add_content(b, resp->valuestring, strlen(resp->valuestring));
+    } else {
+        chat_add_content(b, s, n);
+    }
+    cJSON_Delete(v);
 }
 
 static bool is_name_char(char c) {

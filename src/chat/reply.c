@@ -165,6 +165,7 @@ cera_status cera_chat_parse_reply(cera_chat_format f, const char *text, size_t l
     case CERA_CHAT_LFM2: chat_parse_lfm2(&b, s, n); break;
     case CERA_CHAT_LLAMA3: chat_parse_llama3(&b, s, n); break;
     case CERA_CHAT_MISTRAL: chat_parse_mistral(&b, s, n); break;
+    case CERA_CHAT_GENERIC: chat_parse_generic(&b, s, n); break;
     case CERA_CHAT_CONTENT:
     default: chat_add_content(&b, s, n); break;
     }

@@ -113,6 +113,7 @@ const char *cera_chat_format_name(cera_chat_format f) {
     case CERA_CHAT_LFM2: return "lfm2";
     case CERA_CHAT_LLAMA3: return "llama3";
     case CERA_CHAT_MISTRAL: return "mistral";
+    case CERA_CHAT_GENERIC: return "generic";
     }
     return "unknown";
 }
@@ -266,6 +267,35 @@ cera_status cera_chat_parse(const cera_chat_template *t, const char *text, size_
     if (!out || (!text && len)) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_chat_parse: NULL argument");
     memset(out, 0, sizeof *out);
     return cera_chat_parse_reply(cera_chat_template_format(t), text ? text : "", len, out, err);
+}
+
+cera_status cera_chat_parse_as(cera_chat_format f, const char *text, size_t len, cera_chat_reply *out,
+                               cera_error *err) {
+    cera_error_clear(err);
+    if (!out || (!text && len))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_chat_parse_as: NULL argument");
+    memset(out, 0, sizeof *out);
+    return cera_chat_parse_reply(f, text ? text : "", len, out, err);
+}
+
+cera_status cera_chat_tool_grammar(const cera_chat_template *t, const char *tools, cera_tool_choice choice,
+                                   const char *function, bool parallel, cera_chat_grammar *out,
+                                   cera_error *err) {
+    cera_error_clear(err);
+    if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_chat_tool_grammar: NULL argument");
+    if (choice < CERA_TOOL_CHOICE_AUTO || choice > CERA_TOOL_CHOICE_NONE) {
+        memset(out, 0, sizeof *out);
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_chat_tool_grammar: tool_choice %d", (int)choice);
+    }
+    return cera_chat_tool_grammar_build(cera_chat_template_format(t), tools, choice, function, parallel, out,
+                                        err);
+}
+
+void cera_chat_grammar_free(cera_chat_grammar *g) {
+    if (!g) return;
+    free(g->gbnf);
+    free(g->triggers);
+    memset(g, 0, sizeof *g);
 }
 
 void cera_chat_reply_free(cera_chat_reply *r) {

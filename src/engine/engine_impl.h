@@ -91,6 +91,10 @@ struct cera_session {
     cera_grammar_matcher *gm;
     uint32_t *gmask;
     cera_grammar_state gstate;
+    /* a lazy grammar waiting for its trigger (gstate WAITING): the tail of the sampled
+     * text not yet ruled out as the start of a trigger word [gbuf_len] */
+    char *gbuf;
+    size_t gbuf_len, gbuf_cap;
 };
 
 /* Copies a caller's params struct (src, NULL: keep dst) over dst, which holds the
@@ -111,6 +115,8 @@ void cera_lora_session_free(cera_session *s);
  * the grammar was complete), which advances the matcher. */
 cera_status cera_grammar_session_fork(cera_session *dst, const cera_session *src, cera_error *err);
 cera_status cera_grammar_session_restart(cera_session *s, cera_error *err);
+/* A token sampled without the mask (a lazy grammar waiting): looks for its triggers. */
+cera_status cera_grammar_session_observe(cera_session *s, cera_token tok, cera_error *err);
 void cera_grammar_session_free(cera_session *s);
 cera_status cera_grammar_session_mask(cera_session *s, cera_error *err);
 cera_status cera_grammar_session_take(cera_session *s, cera_token tok, cera_error *err);

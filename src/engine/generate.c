@@ -105,7 +105,8 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         if ((st = cera_session_sample_status(s, &t, err))) break;
         if (t < 0) break; /* the grammar allows no token (cera_session_grammar_state) */
         /* with a grammar, an end-of-generation token is its complete match: always the end */
-        if ((!p.ignore_eog || s->gm) && cera_tokenizer_is_eog(e->tok, t)) break;
+        const bool constrained = s->gm && s->gstate != CERA_GRAMMAR_WAITING;
+        if ((!p.ignore_eog || constrained) && cera_tokenizer_is_eog(e->tok, t)) break;
         int len = cera_detok_push(&dt, t, piece, piece_cap);
         if (len < 0) len = 0;
         n_gen++;

@@ -238,14 +238,17 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (st) return st;
     if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
-    /* a grammar's mask (which does not depend on the logits) is made on the host first */
-    if (s->gm && (st = cera_grammar_session_mask(s, err))) return st;
+    /* a grammar's mask (which does not depend on the logits) is made on the host first; a lazy
+     * grammar still waiting for its trigger samples freely, then looks for the trigger */
+    const bool masked = s->gm && s->gstate != CERA_GRAMMAR_WAITING;
+    if (masked && (st = cera_grammar_session_mask(s, err))) return st;
     if (s->logits_on_device && !s->logits_fetched && e->backend->sample) {
         cera_token t = -1;
         pthread_mutex_lock(&e->forward_lock);
-        st = e->backend->sample(e->backend, s->seq.id, s->sampler, s->gm ? s->gmask : NULL, &t, err);
+        st = e->backend->sample(e->backend, s->seq.id, s->sampler, masked ? s->gmask : NULL, &t, err);
         pthread_mutex_unlock(&e->forward_lock);
-        if (st == CERA_OK && s->gm && ((st = cera_grammar_session_take(s, t, err)) || t < 0)) return st;
+        if (st == CERA_OK && masked && ((st = cera_grammar_session_take(s, t, err)) || t < 0)) return st;
+        if (st == CERA_OK && !masked && (st = cera_grammar_session_observe(s, t, err))) return st;
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
             s->pending_sampled = t;
@@ -261,12 +264,13 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (cera_nonfinite_row(l, 1, e->model.hp.n_vocab) >= 0)
         return cera_nonfinite_fail(err, (long)s->seq.n_pos - 1);
     cera_token t;
-    if (s->gm) {
+    if (masked) {
         t = cera_sampler_sample_masked(s->sampler, l, s->gmask);
         if ((st = cera_grammar_session_take(s, t, err)) || t < 0) return st;
     } else {
         /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
         t = cera_sampler_sample(s->sampler, l);
+        if ((st = cera_grammar_session_observe(s, t, err))) return st;
     }
     cera_sampler_accept(s->sampler, t);
     s->pending_sampled = t;

@@ -93,6 +93,8 @@ cera_status cera_grammar_tokens_new(const char *const *pieces, const size_t *len
                                     int32_t n_vocab, cera_grammar_tokens **out, cera_error *err);
 void cera_grammar_tokens_free(cera_grammar_tokens *t);
 int32_t cera_grammar_tokens_n_vocab(const cera_grammar_tokens *t);
+/* Token's text as the trie holds it (*len bytes, NUL-terminated); NULL out of range. */
+const char *cera_grammar_tokens_piece(const cera_grammar_tokens *t, int32_t token, size_t *len);
 
 /* Feeds bytes of UTF-8 text; a code point may be split across calls. Invalid UTF-8 kills
  * the matcher (it matches nothing). */
@@ -121,5 +123,10 @@ int cera_grammar_matcher_allows(cera_grammar_matcher *m, const cera_grammar_toke
  * grammar may still fail to load (patterns with escapes GBNF lacks, such as \d), as
  * llama.cpp's does. */
 cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, cera_error *err);
+/* The same with the schema's rules named after name instead of root (name "" is root):
+ * *top (malloc'ed) gets the rule that matches the whole value, which may be a shared
+ * primitive such as `string`; for a grammar that embeds the value in other rules. */
+cera_status cera_json_schema_to_gbnf_rule(const char *json, size_t len, const char *name, char **out,
+                                          char **top, cera_error *err);
 
 #endif

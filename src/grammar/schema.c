@@ -980,7 +980,13 @@ static int cmp_rules(const void *a, const void *b) {
 }
 
 cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, cera_error *err) {
+    return cera_json_schema_to_gbnf_rule(json, len, "", out, NULL, err);
+}
+
+cera_status cera_json_schema_to_gbnf_rule(const char *json, size_t len, const char *name, char **out,
+                                          char **top, cera_error *err) {
     *out = NULL;
+    if (top) *top = NULL;
     cJSON *schema = cJSON_ParseWithLength(json, len);
     if (!schema) return cera_fail(err, CERA_ERR_FORMAT, "JSON schema: not valid JSON");
     schema_conv c = {.root = schema};
@@ -989,7 +995,7 @@ cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, c
     c.oom = oom;
     set_rule(&c, "space", SPACE_RULE);
     resolve_refs(&c, schema, 0);
-    visit(&c, schema, "");
+    const char *top_rule = visit(&c, schema, name);
     cera_status st = CERA_OK;
     if (c.oom) {
         st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
@@ -1006,6 +1012,11 @@ cera_status cera_json_schema_to_gbnf(const char *json, size_t len, char **out, c
             gstr_addc(&g, '\n');
         }
         if (!(*out = gstr_take(&g))) st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
+        if (st == CERA_OK && top && !(*top = gstr_dup(top_rule))) {
+            free(*out);
+            *out = NULL;
+            st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
+        }
     }
     for (size_t i = 0; i < c.n_kept; i++) free(c.kept[i]);
     free(c.kept);

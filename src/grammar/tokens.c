@@ -163,6 +163,12 @@ void cera_grammar_tokens_free(cera_grammar_tokens *t) {
 
 int32_t cera_grammar_tokens_n_vocab(const cera_grammar_tokens *t) { return t ? t->n_vocab : 0; }
 
+const char *cera_grammar_tokens_piece(const cera_grammar_tokens *t, int32_t token, size_t *len) {
+    if (!t || token < 0 || token >= t->n_vocab) return NULL;
+    *len = t->lens[token];
+    return t->pieces[token];
+}
+
 /* ---- UTF-8 across tokens ---- */
 
 /* Takes byte b into the partial code point (*val, *rem); returns 1 when a code point is

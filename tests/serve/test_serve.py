@@ -4,9 +4,11 @@
 Each group starts the server itself on a free loopback port (--port 0; the URL comes from
 its first stdout line), talks to it, and stops it (SIGTERM).
   openai  SmolLM2 through the official openai client: chat, completions, streaming equal to
-          the whole answer (greedy), n, stop, usage, models, llama-server's endpoints
+          the whole answer (greedy), n, stop, usage, models, llama-server's endpoints,
+          response_format json_object / json_schema (sampled replies validated with jsonschema)
   tools   SmolLM2 with a Hermes template: tools rendered, replies through the tool-call parser
-          whole and streamed; a request past --timeout answered 504
+          whole and streamed; tool_choice required and named through the tool-call grammar
+          (sampled, valid calls); a request past --timeout answered 504
   errors  SmolLM2 over raw HTTP: 400 401 404 405 413 503 answers as OpenAI error objects,
           the malformed-request corpus (every file answered 4xx, the server still serving),
           and a client that disconnects mid-stream freeing its sequence
@@ -208,11 +210,53 @@ def group_openai(cera, shared, models, corpus):
             check(False, "an unknown model is refused")
         except openai.NotFoundError:
             pass
+        # response_format: the reply is JSON (json_object), valid against the schema (json_schema)
+        n_stopped = 0
+        for seed in range(1, 7):
+            ro = cl.chat.completions.create(model=name, messages=msgs, temperature=1, seed=seed, max_tokens=200,
+                                            response_format={"type": "json_object"})
+            if ro.choices[0].finish_reason != "stop":  # cut by max_tokens
+                continue
+            n_stopped += 1
+            try:
+                check(isinstance(json.loads(ro.choices[0].message.content), dict), "json_object: an object")
+            except ValueError:
+                check(False, "json_object seed %d: not JSON: %r" % (seed, ro.choices[0].message.content))
+        check(n_stopped > 0, "json_object: no reply ended within 200 tokens")
+        schema = {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "population": {"type": "integer", "minimum": 0},
+            "continent": {"enum": ["Europe", "Asia", "Africa", "America", "Oceania"]},
+            "landmarks": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}},
+            "required": ["city", "population", "continent", "landmarks"], "additionalProperties": False}
+        for seed in (1, 2, 3):
+            rs = cl.chat.completions.create(model=name, messages=msgs, temperature=1, seed=seed, max_tokens=300,
+                                            response_format={"type": "json_schema", "json_schema": {
+                                                "name": "city", "schema": schema, "strict": True}})
+            text = rs.choices[0].message.content
+            if rs.choices[0].finish_reason != "stop":
+                check(False, "json_schema seed %d: finish %s" % (seed, rs.choices[0].finish_reason))
+                continue
+            try:
+                reply = json.loads(text)
+            except ValueError:
+                check(False, "json_schema seed %d: not JSON: %r" % (seed, text))
+                continue
+            try:
+                import jsonschema
+                try:
+                    jsonschema.validate(reply, schema)
+                except jsonschema.ValidationError as e:
+                    check(False, "json_schema seed %d: %r invalid: %s" % (seed, text, e.message))
+            except ImportError:  # hand checks
+                check(set(reply) == set(schema["required"]) and isinstance(reply["population"], int) and
+                      reply["continent"] in schema["properties"]["continent"]["enum"], "json_schema: %r" % text)
         try:
-            cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, response_format={"type": "json_object"})
-            check(False, "response_format json_object is refused")
+            cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "http://example.com/s"}}})
+            check(False, "a schema with an external $ref is refused")
         except openai.BadRequestError as e:
-            check("not supported yet" in str(e), "not supported yet: " + str(e))
+            check("response_format" in str(e), "bad schema: " + str(e))
         try:
             cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, logprobs=True)
             check(False, "logprobs is refused")
@@ -223,6 +267,15 @@ def group_openai(cera, shared, models, corpus):
             {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
         check(r7.choices[0].message.tool_calls is None and r7.choices[0].finish_reason != "tool_calls",
               "no tool format: content")
+        # ... unless calls are required: then llama.cpp's generic {"tool_calls": [...]} JSON
+        r8 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=100, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {
+                "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}],
+            tool_choice="required")
+        calls = r8.choices[0].message.tool_calls or []
+        check(r8.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "f" and
+              isinstance(json.loads(calls[0].function.arguments).get("n"), int),
+              "no tool format, required: a generic call (%s %r)" % (r8.choices[0].finish_reason, calls))
     finally:
         sv.stop()
     return 0
@@ -275,6 +328,37 @@ def group_tools(cera, shared, models, corpus):
                     finish = c.finish_reason
         check("".join(content) == (m.content or ""), "streamed with tools %r == whole %r" % ("".join(content), m.content))
         check(len(calls) == len(m.tool_calls or []) and finish == r.choices[0].finish_reason, "streamed tool calls")
+        # tool_choice required and named: the grammar makes the reply a call with valid arguments
+        tools2 = tools + [{"type": "function", "function": {"name": "get_time", "description": "The time in a city",
+                                                            "parameters": {"type": "object", "properties": {
+                                                                "city": {"type": "string", "maxLength": 30},
+                                                                "utc_offset": {"type": "integer", "minimum": -12,
+                                                                               "maximum": 14}},
+                                                                "required": ["city", "utc_offset"]}}}]
+        for choice, want in (("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")):
+            for seed in (1, 2):
+                rr = cl.chat.completions.create(model=r.model, messages=msgs, tools=tools2, tool_choice=choice,
+                                                temperature=1, seed=seed, max_tokens=120)
+                calls = rr.choices[0].message.tool_calls or []
+                what = "tool_choice %s seed %d" % (json.dumps(choice), seed)
+                check(rr.choices[0].finish_reason == "tool_calls" and len(calls) == 1,
+                      "%s: finish %s, %d calls (%r)" % (what, rr.choices[0].finish_reason, len(calls),
+                                                        rr.choices[0].message.content))
+                for c in calls:
+                    check(c.function.name in ("get_weather", "get_time") and (want is None or c.function.name == want),
+                          "%s: the function %s" % (what, c.function.name))
+                    args = json.loads(c.function.arguments)
+                    if c.function.name == "get_time":
+                        check(isinstance(args.get("city"), str) and isinstance(args.get("utc_offset"), int) and
+                              len(args["city"]) <= 30, "%s: arguments %r" % (what, args))
+                    else:
+                        check(isinstance(args, dict) and all(k == "city" for k in args), "%s: arguments %r" % (what, args))
+        try:
+            cl.chat.completions.create(model=r.model, messages=msgs, tools=tools, max_tokens=2,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+            check(False, "a named tool_choice that is not among the tools is refused")
+        except openai.BadRequestError as e:
+            check("nope" in str(e), "unknown function: " + str(e))
     finally:
         sv.stop()
     # a request past --timeout ends with 504

@@ -53,7 +53,30 @@ static void test_good(void) {
     CHECK(r.sp.presence_penalty == 0.5f && r.sp.freq_penalty == -0.5f && r.sp.repeat_penalty == 1.1f,
           "penalties");
     CHECK(r.has_lora && r.n_lora == 1 && r.lora[0].id == 1 && r.lora[0].scale == 0.5f, "lora");
-    CHECK(r.tools && !r.tool_choice_none, "tools");
+    CHECK(r.tools && !r.tool_choice_none && !r.tool_required && !r.gbnf, "tools");
+    serve_req_free(&r);
+
+    /* response_format: the schema's grammar (as cera_json_schema_to_grammar writes it) */
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}";
+    char body[512], *want = NULL;
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+             "\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":%s,\"strict\":true}}}",
+             schema);
+    st = parse(SERVE_CHAT, body, &r, msg);
+    CHECK(cera_json_schema_to_grammar(schema, strlen(schema), &want, NULL) == CERA_OK, "the schema converts");
+    CHECK(st == 0 && r.gbnf && want && !strcmp(r.gbnf, want), "json_schema: %d %s", st, msg);
+    cera_free(want);
+    serve_req_free(&r);
+    st = parse(
+        SERVE_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+        "\"json_object\"},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"parallel_tool_calls\":true}",
+        &r, msg);
+    CHECK(st == 0 && r.gbnf && strstr(r.gbnf, "root ::="), "json_object: %d %s", st, msg);
+    CHECK(st == 0 && r.tool_required && r.tool_name && !strcmp(r.tool_name, "f") && r.parallel_tool_calls,
+          "a named tool_choice");
     serve_req_free(&r);
 
     st = parse(SERVE_COMPLETION, "{\"prompt\":[1,2,3],\"max_completion_tokens\":4}", &r, msg);
@@ -77,33 +100,38 @@ static void test_bad(void) {
                "image parts");
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
     char b[512];
-    const char *fields[] = {"\"temperature\":\"hot\"",
-                            "\"temperature\":-1",
-                            "\"top_p\":2",
-                            "\"max_tokens\":0",
-                            "\"max_tokens\":1e30",
-                            "\"max_tokens\":-5",
-                            "\"max_tokens\":2.5",
-                            "\"n\":9",
-                            "\"n\":0",
-                            "\"seed\":\"x\"",
-                            "\"stop\":5",
-                            "\"stop\":[1]",
-                            "\"logit_bias\":{\"x\":1}",
-                            "\"logit_bias\":{\"100\":1}",
-                            "\"logit_bias\":{\"1\":500}",
-                            "\"lora\":[{\"id\":2}]",
-                            "\"lora\":{}",
-                            "\"frobnicate\":1",
-                            "\"logprobs\":true",
-                            "\"top_logprobs\":3",
-                            "\"response_format\":{\"type\":\"json_object\"}",
-                            "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}",
-                            "\"tool_choice\":\"required\"",
-                            "\"stream\":1",
-                            "\"stream_options\":{\"include_usage\":true}",
-                            "\"model\":5",
-                            "\"messages\":[]"};
+    const char *fields[] = {
+        "\"temperature\":\"hot\"",
+        "\"temperature\":-1",
+        "\"top_p\":2",
+        "\"max_tokens\":0",
+        "\"max_tokens\":1e30",
+        "\"max_tokens\":-5",
+        "\"max_tokens\":2.5",
+        "\"n\":9",
+        "\"n\":0",
+        "\"seed\":\"x\"",
+        "\"stop\":5",
+        "\"stop\":[1]",
+        "\"logit_bias\":{\"x\":1}",
+        "\"logit_bias\":{\"100\":1}",
+        "\"logit_bias\":{\"1\":500}",
+        "\"lora\":[{\"id\":2}]",
+        "\"lora\":{}",
+        "\"frobnicate\":1",
+        "\"logprobs\":true",
+        "\"top_logprobs\":3",
+        "\"response_format\":{\"type\":\"xml\"}",
+        "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}",
+        "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"$ref\":\"x:y\"}}}",
+        "\"response_format\":{\"type\":\"json_object\",\"schema\":5}",
+        "\"tool_choice\":\"always\"",
+        "\"tool_choice\":{\"type\":\"function\"}",
+        "\"parallel_tool_calls\":1",
+        "\"stream\":1",
+        "\"stream_options\":{\"include_usage\":true}",
+        "\"model\":5",
+        "\"messages\":[]"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         snprintf(b, sizeof b, "{%s,%s}", m, fields[i]);
         expect_400(SERVE_CHAT, b, fields[i]);
@@ -156,7 +184,7 @@ static void test_message(void) {
         "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
         "\n</tool_call>";
     int n_calls = -1;
-    cJSON *m = serve_chat_message(t, true, reply, strlen(reply), "abc", &n_calls);
+    cJSON *m = serve_chat_message(cera_chat_template_format(t), true, reply, strlen(reply), "abc", &n_calls);
     char *s = cJSON_PrintUnformatted(m);
     CHECK(n_calls == 1, "one tool call: %s", s);
     const cJSON *calls = cJSON_GetObjectItem(m, "tool_calls");
@@ -171,7 +199,7 @@ static void test_message(void) {
     CHECK(cJSON_IsString(content) && strstr(content->valuestring, "Let me look."), "the content: %s", s);
     free(s);
     cJSON_Delete(m);
-    m = serve_chat_message(t, false, reply, strlen(reply), "abc", &n_calls);
+    m = serve_chat_message(cera_chat_template_format(t), false, reply, strlen(reply), "abc", &n_calls);
     CHECK(n_calls == 0 && !cJSON_GetObjectItem(m, "tool_calls") &&
               !strcmp(cJSON_GetObjectItem(m, "content")->valuestring, reply),
           "without tools the reply is content");

@@ -73,6 +73,12 @@ typedef struct serve_job {
     serve_adapter_set ad;
     size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
     bool stream, include_usage, parse_tools;
+    cera_chat_format parse_format; /* the syntax its reply's tool calls are parsed with */
+    /* the grammar of its replies (response_format, or the tools' calls; lazy with triggers),
+     * or NULL */
+    char *gbnf;
+    cera_grammar_trigger *triggers;
+    size_t n_triggers;
     char id[48];
     char model[128];
     long created;

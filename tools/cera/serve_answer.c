@@ -132,8 +132,8 @@ cJSON *serve_answer_full(serve_server *sv, serve_job *j) {
         if (chat) {
             int n_calls = 0;
             char *t = serve_clean_utf8(q->text ? q->text : "", q->len);
-            cJSON *m = serve_chat_message(sv->tmpl, j->parse_tools, t ? t : "", t ? strlen(t) : 0, j->id + 9,
-                                          &n_calls);
+            cJSON *m = serve_chat_message(j->parse_format, j->parse_tools, t ? t : "", t ? strlen(t) : 0,
+                                          j->id + 9, &n_calls);
             free(t);
             cJSON_AddItemToObject(ch, "message", m ? m : cJSON_CreateNull());
             if (n_calls) finish = "tool_calls";
@@ -211,7 +211,6 @@ static cJSON *chunk_of(const serve_job *j, int i, cJSON **delta_or_choice, const
 
 /* The events for what the job has done since the last call (mu held). */
 static void stream_events(stream_ctx *s) {
-    serve_server *sv = s->sv;
     serve_job *j = s->j;
     const bool chat = j->kind == SERVE_CHAT;
     cJSON *d;
@@ -249,8 +248,8 @@ static void stream_events(stream_ctx *s) {
             if (j->parse_tools) { /* the reply is split once it is whole */
                 int n_calls = 0;
                 char *t = serve_clean_utf8(q->text ? q->text : "", q->len);
-                cJSON *m =
-                    serve_chat_message(sv->tmpl, true, t ? t : "", t ? strlen(t) : 0, j->id + 9, &n_calls);
+                cJSON *m = serve_chat_message(j->parse_format, true, t ? t : "", t ? strlen(t) : 0, j->id + 9,
+                                              &n_calls);
                 free(t);
                 cJSON *o = chunk_of(j, i, &d, NULL);
                 const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");

@@ -6,7 +6,7 @@
  * so that cJSON never sees a hostile shape, then parsed and walked field by field against
  * a table of the names OpenAI, llama-server and vLLM clients send. An unknown field is a
  * 400 (as OpenAI's "Unrecognized request argument"), and so is a known one this server
- * does not do yet (response_format with a schema, logprobs), rather than being ignored.
+ * does not do yet (logprobs), rather than being ignored.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -344,6 +344,66 @@ static int parse_messages(parse_ctx *c, const cJSON *v) {
     return 0;
 }
 
+/* tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name": ...}}. */
+static int parse_tool_choice(parse_ctx *c, const cJSON *v) {
+    serve_req *r = c->r;
+    if (cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        if (!strcmp(v->valuestring, "none"))
+            r->tool_choice_none = true;
+        else if (!strcmp(v->valuestring, "required"))
+            r->tool_required = true;
+        else if (strcmp(v->valuestring, "auto"))
+            return bad(c, "tool_choice",
+                       "tool_choice must be \"none\", \"auto\", \"required\" or a function");
+        return 0;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
+    const cJSON *name =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "function"), "name");
+    if (!cJSON_IsObject(v) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+        !cJSON_IsString(name))
+        return bad(c, "tool_choice",
+                   "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r->tool_name = name->valuestring;
+    r->tool_required = true;
+    return 0;
+}
+
+/* response_format: text, json_object (any JSON object, or its "schema" as llama-server reads
+ * it) or json_schema ({"json_schema": {"name", "schema", "strict"}}): the grammar. */
+static int parse_response_format(parse_ctx *c, const cJSON *v) {
+    static const char k[] = "response_format";
+    if (cJSON_IsNull(v)) return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+    if (!cJSON_IsObject(v) || !cJSON_IsString(t)) return bad(c, k, "'response_format' needs a type");
+    if (!strcmp(t->valuestring, "text")) return 0;
+    const cJSON *schema = NULL;
+    if (!strcmp(t->valuestring, "json_object")) {
+        schema = cJSON_GetObjectItemCaseSensitive(v, "schema");
+    } else if (!strcmp(t->valuestring, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+        if (!cJSON_IsObject(js)) return bad(c, k, "response_format json_schema needs a 'json_schema' object");
+        schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        if (!schema) return bad(c, k, "response_format json_schema needs json_schema.schema");
+    } else {
+        return bad(c, k, "response_format '%.40s' is not supported", t->valuestring);
+    }
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
+        return bad(c, k, "response_format: the schema must be an object");
+    char *text = schema ? cJSON_PrintUnformatted(schema) : NULL;
+    if (schema && !text) return bad(c, NULL, "out of memory");
+    static const char any_object[] = "{\"type\":\"object\"}";
+    const char *json = text ? text : any_object;
+    char *gbnf = NULL;
+    cera_error err = {0};
+    const cera_status st = cera_json_schema_to_grammar(json, strlen(json), &gbnf, &err);
+    free(text);
+    if (st) return bad(c, k, "response_format: the schema cannot be used: %s", err.message);
+    if (!(c->r->gbnf = own(c, gbnf))) return bad(c, NULL, "out of memory");
+    return 0;
+}
+
 static int parse_tools(parse_ctx *c, const cJSON *v) {
     if (cJSON_IsNull(v)) return 0;
     if (!cJSON_IsArray(v)) return bad(c, "tools", "'tools' must be an array");
@@ -393,15 +453,8 @@ static int parse_prompt(parse_ctx *c, const cJSON *v) {
 enum { F_BOTH, F_CHAT, F_COMPLETION };
 
 /* Fields accepted and ignored (they change nothing here). */
-static const char *const ignored[] = {"user",
-                                      "metadata",
-                                      "store",
-                                      "parallel_tool_calls",
-                                      "service_tier",
-                                      "cache_prompt",
-                                      "reasoning_effort",
-                                      "modalities",
-                                      NULL};
+static const char *const ignored[] = {"user",         "metadata",         "store",      "service_tier",
+                                      "cache_prompt", "reasoning_effort", "modalities", NULL};
 
 static int parse_field(parse_ctx *c, serve_kind kind, const cJSON *v) {
     serve_req *r = c->r;
@@ -416,15 +469,9 @@ static int parse_field(parse_ctx *c, serve_kind kind, const cJSON *v) {
     }
     if (kind == SERVE_CHAT && !strcmp(k, "messages")) return parse_messages(c, v);
     if (kind == SERVE_CHAT && !strcmp(k, "tools")) return parse_tools(c, v);
-    if (kind == SERVE_CHAT && !strcmp(k, "tool_choice")) {
-        if (cJSON_IsString(v) && !strcmp(v->valuestring, "none")) {
-            r->tool_choice_none = true;
-            return 0;
-        }
-        if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) return 0;
-        if (cJSON_IsNull(v)) return 0;
-        return bad(c, k, "tool_choice: only \"auto\" and \"none\" are supported yet");
-    }
+    if (kind == SERVE_CHAT && !strcmp(k, "tool_choice")) return parse_tool_choice(c, v);
+    if (kind == SERVE_CHAT && !strcmp(k, "parallel_tool_calls"))
+        return cJSON_IsNull(v) ? 0 : get_bool(c, v, k, &r->parallel_tool_calls);
     if (kind == SERVE_CHAT && !strcmp(k, "chat_template_kwargs")) {
         if (!cJSON_IsObject(v)) return bad(c, k, "'chat_template_kwargs' must be an object");
         if (!(r->extra = print_json(c, v))) return bad(c, NULL, "out of memory");
@@ -498,13 +545,7 @@ static int parse_field(parse_ctx *c, serve_kind kind, const cJSON *v) {
         if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
         return bad(c, k, "'%s' is not supported yet", k);
     }
-    if (!strcmp(k, "response_format")) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-        if (cJSON_IsNull(v)) return 0;
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t)) return bad(c, k, "'response_format' needs a type");
-        if (!strcmp(t->valuestring, "text")) return 0;
-        return bad(c, k, "response_format '%.40s' is not supported yet", t->valuestring);
-    }
+    if (!strcmp(k, "response_format")) return parse_response_format(c, v);
     if (!strcmp(k, "grammar") || !strcmp(k, "json_schema")) return bad(c, k, "'%s' is not supported yet", k);
     return bad(c, k, "unrecognized request argument '%.64s'", k);
 }
@@ -603,7 +644,7 @@ char *serve_error_json(int status, const char *message, const char *param) {
     return s;
 }
 
-cJSON *serve_chat_message(const cera_chat_template *tmpl, bool parse_tools, const char *text, size_t len,
+cJSON *serve_chat_message(cera_chat_format format, bool parse_tools, const char *text, size_t len,
                           const char *id_base, int *n_calls) {
     *n_calls = 0;
     cJSON *m = cJSON_CreateObject();
@@ -616,7 +657,7 @@ cJSON *serve_chat_message(const cera_chat_template *tmpl, bool parse_tools, cons
     if (!t) goto oom;
     memcpy(t, text, len);
     t[len] = 0;
-    if (!parse_tools || cera_chat_parse(tmpl, t, len, &rep, NULL) != CERA_OK) {
+    if (!parse_tools || cera_chat_parse_as(format, t, len, &rep, NULL) != CERA_OK) {
         cJSON_AddStringToObject(m, "content", t);
         free(t);
         return m;

@@ -49,7 +49,11 @@ typedef struct serve_req {
     int n_msgs;
     char *tools; /* a JSON array text, or NULL */
     bool tool_choice_none;
-    char *extra; /* chat_template_kwargs as a JSON object text, or NULL */
+    bool tool_required;       /* tool_choice "required" or a named function */
+    const char *tool_name;    /* tool_choice's named function, or NULL */
+    bool parallel_tool_calls; /* more than one call allowed (default false, as llama-server) */
+    char *gbnf;               /* response_format's grammar (json_object, json_schema), or NULL */
+    char *extra;              /* chat_template_kwargs as a JSON object text, or NULL */
     /* completion */
     const char *prompt; /* text, or NULL when given as token ids */
     cera_token *prompt_tokens;
@@ -90,10 +94,10 @@ size_t serve_utf8_complete(const char *s, size_t len);
  * text; type from the status (invalid_request_error, authentication_error, ...). */
 char *serve_error_json(int status, const char *message, const char *param);
 
-/* The assistant message of a chat reply: the text split by the template's tool-call format
+/* The assistant message of a chat reply: the text split by the tool-call format
  * when parse_tools (content, reasoning_content, tool_calls with ids "call_<id_base>_<i>"), as
  * a new cJSON object; *n_calls receives the number of tool calls. NULL when out of memory. */
-cJSON *serve_chat_message(const cera_chat_template *tmpl, bool parse_tools, const char *text, size_t len,
+cJSON *serve_chat_message(cera_chat_format format, bool parse_tools, const char *text, size_t len,
                           const char *id_base, int *n_calls);
 
 #endif

@@ -191,6 +191,38 @@ static int prompt_tokens(serve_server *sv, const serve_req *r, serve_job *j, cha
     return 0;
 }
 
+/* The grammar of a request's replies (response_format's, or the tools' calls: lazy for
+ * tool_choice auto, from the first token for required or a named function) and the format
+ * its tool calls are parsed with. */
+static int reply_grammar(serve_server *sv, const serve_req *r, serve_job *j, char *msg, size_t cap) {
+    j->parse_format = cera_chat_template_format(sv->tmpl);
+    const bool tools = r->kind == SERVE_CHAT && r->tools && !r->tool_choice_none;
+    if (r->tool_required && !r->tools) {
+        snprintf(msg, cap, "tool_choice \"required\" or a function needs tools");
+        return 400;
+    }
+    if (r->gbnf && tools) {
+        snprintf(msg, cap, "response_format together with tools is not supported yet");
+        return 400;
+    }
+    if (r->gbnf) return (j->gbnf = strdup(r->gbnf)) ? 0 : 500;
+    if (!tools) return 0;
+    cera_chat_grammar g;
+    cera_error err = {0};
+    if (cera_chat_tool_grammar(sv->tmpl, r->tools,
+                               r->tool_required ? CERA_TOOL_CHOICE_REQUIRED : CERA_TOOL_CHOICE_AUTO,
+                               r->tool_name, r->parallel_tool_calls, &g, &err)) {
+        snprintf(msg, cap, "tools: %s", err.message);
+        return err.status == CERA_ERR_NO_MEMORY ? 500 : 400;
+    }
+    j->gbnf = g.gbnf;
+    j->triggers = g.triggers;
+    j->n_triggers = g.n_triggers;
+    j->parse_format = g.format;
+    j->parse_tools = j->parse_format != CERA_CHAT_CONTENT;
+    return 0;
+}
+
 static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, char *msg, size_t cap) {
     serve_job *j = serve_job_new(r->n);
     if (!j) {
@@ -199,7 +231,8 @@ static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, ch
         return NULL;
     }
     j->kind = r->kind;
-    if ((*status = choose_model(sv, r, j, msg, cap)) || (*status = prompt_tokens(sv, r, j, msg, cap))) {
+    if ((*status = choose_model(sv, r, j, msg, cap)) || (*status = reply_grammar(sv, r, j, msg, cap)) ||
+        (*status = prompt_tokens(sv, r, j, msg, cap))) {
         pthread_mutex_lock(&sv->mu);
         serve_job_release_locked(sv, j);
         pthread_mutex_unlock(&sv->mu);
@@ -218,8 +251,6 @@ static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, ch
     j->ignore_eos = r->ignore_eos;
     j->stream = r->stream;
     j->include_usage = r->include_usage;
-    j->parse_tools = r->kind == SERVE_CHAT && r->tools && !r->tool_choice_none &&
-                     cera_chat_template_format(sv->tmpl) != CERA_CHAT_CONTENT;
     j->created = (long)time(NULL);
     pthread_mutex_lock(&sv->mu);
     const uint64_t id = ++sv->next_id;

@@ -49,6 +49,8 @@ static void job_free(serve_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompt);
     free(j->bias);
+    free(j->gbnf);
+    free(j->triggers);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -167,12 +169,18 @@ static bool text_append(serve_seq *q, const char *p, size_t n) {
 /* A sampled token: its text appended, the stop strings and limits checked (mu held). */
 static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
     serve_job *j = q->job;
+    const cera_grammar_state gs = cera_session_grammar_state(q->s);
+    if (t < 0 && (gs == CERA_GRAMMAR_COMPLETE || gs == CERA_GRAMMAR_DEAD_END)) {
+        seq_finish(sv, q, "stop"); /* the grammar allows nothing more */
+        return;
+    }
     if (t < 0) {
         job_fail(sv, j, 500, "sampling failed (non-finite logits)");
         return;
     }
     if (j->t_first == 0) j->t_first = serve_now();
-    if (!j->ignore_eos && cera_engine_is_eog(sv->e, t)) {
+    /* with a grammar, an end-of-generation token is its complete match: always the end */
+    if ((!j->ignore_eos || gs == CERA_GRAMMAR_COMPLETE) && cera_engine_is_eog(sv->e, t)) {
         seq_finish(sv, q, "stop");
         return;
     }
@@ -271,6 +279,10 @@ static bool admit_one(serve_server *sv, serve_job *j) {
                 cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], &err);
             if (err.status) break;
         }
+        /* the job's grammar, or none (a cached session may carry an earlier request's) */
+        if (cera_session_set_grammar_lazy(q->s, j->gbnf, j->gbnf ? strlen(j->gbnf) : 0, j->triggers,
+                                          j->n_triggers, &err))
+            break;
         /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
         q->chunk = serve_plan_chunk(j->n_prompt - q->n_done, nc);
     }
@@ -278,7 +290,9 @@ static bool admit_one(serve_server *sv, serve_job *j) {
         j->state = JOB_RUNNING;
         j->next = sv->running;
         sv->running = j;
-        job_fail(sv, j, err.status == CERA_ERR_INVALID_ARG ? 400 : 500, err.message);
+        const bool bad = err.status == CERA_ERR_INVALID_ARG || err.status == CERA_ERR_FORMAT ||
+                         err.status == CERA_ERR_UNSUPPORTED; /* a grammar that does not load */
+        job_fail(sv, j, bad ? 400 : 500, err.message);
         return false;
     }
     j->state = JOB_RUNNING;
