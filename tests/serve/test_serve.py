@@ -87,6 +87,85 @@ def is_error(status, data, want):
 
 # ---- openai ---------------------------------------------------------------------------
 
+def log_softmax_rows(cera, model, ids):
+    """`cera logits` over ids: each row's log-softmax (as llama-server reports logprobs)."""
+    import array
+    import math
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        tf, of = os.path.join(d, "t.txt"), os.path.join(d, "l.f32")
+        with open(tf, "w") as f:
+            f.write("\n".join(map(str, ids)) + "\n")
+        subprocess.run([cera, "logits", "-m", model, "--tokens", tf, "-o", of, "-t", "2", "-c", "512"],
+                       check=True, capture_output=True)
+        a = array.array("f")
+        with open(of, "rb") as f:
+            a.frombytes(f.read())
+    nv = len(a) // len(ids)
+    rows = []
+    for i in range(len(ids)):
+        r = a[i * nv:(i + 1) * nv]
+        m = max(r)
+        lse = m + math.log(sum(math.exp(x - m) for x in r))
+        rows.append([x - lse for x in r])
+    return rows
+
+
+def check_logprobs(cl, sv, cera, model, name, msgs):
+    """logprobs: the model's log-softmax before any sampling stage, checked against `cera logits`;
+    OpenAI's legacy completions shape and its chat shape, streamed the same as whole."""
+    st, data = sv.request("POST", "/tokenize", {"content": "The capital of France is"})
+    prompt = json.loads(data)["tokens"]
+    c = cl.completions.create(model=name, prompt=prompt, temperature=0, max_tokens=6, logprobs=3)
+    lp = c.choices[0].logprobs
+    text = c.choices[0].text
+    check("".join(lp.tokens) == text and len(lp.tokens) == c.usage.completion_tokens, "logprobs tokens: %s" % lp)
+    offs, o = [], 0
+    for t in lp.tokens:
+        offs.append(o)
+        o += len(t.encode())
+    check(lp.text_offset == offs, "text_offset %s, want %s" % (lp.text_offset, offs))
+    st, data = sv.request("POST", "/tokenize", {"content": text, "add_special": False})
+    gen = json.loads(data)["tokens"]
+    st, data = sv.request("POST", "/detokenize", {"tokens": gen})
+    check(len(gen) == len(lp.tokens), "the generated text tokenizes back to its tokens: %s" % gen)
+    rows = log_softmax_rows(cera, model, prompt + gen[:-1])
+    for k, tok in enumerate(gen[:len(lp.tokens)]):
+        row = rows[len(prompt) - 1 + k]
+        check(abs(row[tok] - lp.token_logprobs[k]) < 1e-3,
+              "token %d: logprob %s, cera logits %s" % (k, lp.token_logprobs[k], row[tok]))
+        best = sorted(range(len(row)), key=lambda v: -row[v])[:3]
+        got = sorted(lp.top_logprobs[k].values(), reverse=True)
+        check(len(got) == 3 and all(abs(g - row[v]) < 1e-3 for g, v in zip(got, best)),
+              "token %d: top_logprobs %s, cera logits %s" % (k, got, [row[v] for v in best]))
+        check(tok == best[0], "greedy takes the most likely token")
+    # chat: content[] with token, logprob, bytes, top_logprobs; streamed equal to whole
+    w = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, logprobs=True,
+                                   top_logprobs=2)
+    ent = w.choices[0].logprobs.content
+    check(len(ent) == w.usage.completion_tokens and
+          b"".join(bytes(e.bytes) for e in ent).decode() == w.choices[0].message.content, "chat logprobs: %s" % ent)
+    check(all(len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token and
+              e.top_logprobs[0].logprob == e.logprob >= e.top_logprobs[1].logprob for e in ent),
+          "greedy: the token is the first of top_logprobs")
+    streamed = []
+    for ch in cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, logprobs=True,
+                                         top_logprobs=2, stream=True):
+        for x in ch.choices:
+            if x.logprobs and x.logprobs.content:
+                streamed += x.logprobs.content
+    check([(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in streamed] ==
+          [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in ent], "streamed logprobs == whole")
+    # before the sampler: top_k 1 and a temperature leave the model's own values
+    f = cl.chat.completions.create(model=name, messages=msgs, temperature=0.5, max_tokens=8, logprobs=True,
+                                   extra_body={"top_k": 1})
+    check([(e.token, e.logprob) for e in f.choices[0].logprobs.content] == [(e.token, e.logprob) for e in ent],
+          "logprobs are the model's, before temperature and top_k")
+    # n choices each report their own
+    n2 = cl.completions.create(model=name, prompt=prompt, temperature=0, max_tokens=6, logprobs=1, n=2)
+    check(all(x.logprobs.token_logprobs == lp.token_logprobs for x in n2.choices), "n=2 logprobs")
+
+
 def group_openai(cera, shared, models, corpus):
     try:
         import openai
@@ -211,11 +290,7 @@ def group_openai(cera, shared, models, corpus):
             check(False, "response_format json_object is refused")
         except openai.BadRequestError as e:
             check("not supported yet" in str(e), "not supported yet: " + str(e))
-        try:
-            cl.chat.completions.create(model=name, messages=msgs, max_tokens=2, logprobs=True)
-            check(False, "logprobs is refused")
-        except openai.BadRequestError:
-            pass
+        check_logprobs(cl, sv, cera, model, name, msgs)
         # tools with a template that has no tool format: the reply stays content
         r7 = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=8, tools=[
             {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])

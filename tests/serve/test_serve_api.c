@@ -95,8 +95,10 @@ static void test_bad(void) {
                             "\"lora\":[{\"id\":2}]",
                             "\"lora\":{}",
                             "\"frobnicate\":1",
-                            "\"logprobs\":true",
+                            "\"logprobs\":3",
                             "\"top_logprobs\":3",
+                            "\"logprobs\":true,\"top_logprobs\":21",
+                            "\"logprobs\":false,\"top_logprobs\":2",
                             "\"response_format\":{\"type\":\"json_object\"}",
                             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}",
                             "\"tool_choice\":\"required\"",
@@ -111,6 +113,9 @@ static void test_bad(void) {
     expect_400(SERVE_COMPLETION, "{\"prompt\":[1,200]}", "a token past the vocabulary");
     expect_400(SERVE_COMPLETION, "{\"prompt\":[-1]}", "a negative token");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "legacy logprobs is a number");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":-1}", "negative logprobs");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":2}", "top_logprobs is chat's");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"a\\u0000\",\"x\":1}", "unknown field after a NUL escape");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"\xff\"}", "invalid UTF-8");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"\xed\xa0\x80\"}", "a UTF-8 surrogate");

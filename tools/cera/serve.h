@@ -28,6 +28,18 @@ typedef struct serve_adapter {
     cera_adapter *adapter;
 } serve_adapter;
 
+/* A generated token's log-probabilities: the model's log-softmax over the whole vocabulary
+ * before any sampling stage (temperature, penalties, biases, filters), as llama-server
+ * reports them, with the most likely alternatives. */
+typedef struct serve_logprob {
+    cera_token tok;
+    float lp;
+    size_t off; /* where its text starts in the choice's text */
+    int n_top;
+    cera_token top[SERVE_TOP_LOGPROBS_MAX];
+    float top_lp[SERVE_TOP_LOGPROBS_MAX];
+} serve_logprob;
+
 /* One choice of a job: one session. */
 typedef struct serve_seq {
     struct serve_job *job;
@@ -46,6 +58,9 @@ typedef struct serve_seq {
     bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
     cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
+    serve_logprob *lp; /* one per generated token whose text is kept (when the job asks) */
+    size_t n_lp, cap_lp;
+    size_t lp_sent;     /* entries the stream has sent */
     const char *finish; /* "stop", "length": set when done */
     bool finish_sent;
 } serve_seq;
@@ -68,6 +83,7 @@ typedef struct serve_job {
     int n_stop;
     int max_tokens;
     bool ignore_eos;
+    int logprobs; /* -1: none; else the alternatives reported per token */
     serve_adapter_set ad;
     size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
     bool stream, include_usage, parse_tools;
@@ -132,6 +148,8 @@ serve_job *serve_job_new(int n);
 int serve_submit(serve_server *sv, serve_job *job);
 /* Drops the connection's reference (mu held). */
 void serve_job_release_locked(serve_server *sv, serve_job *job);
+/* The log-probabilities of token t and the n_top most likely tokens under logits. */
+void serve_logprobs_of(const float *logits, int n_vocab, cera_token t, int n_top, serve_logprob *out);
 /* The scheduler thread. */
 void *serve_sched_main(void *arg);
 

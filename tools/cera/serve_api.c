@@ -6,7 +6,7 @@
  * so that cJSON never sees a hostile shape, then parsed and walked field by field against
  * a table of the names OpenAI, llama-server and vLLM clients send. An unknown field is a
  * 400 (as OpenAI's "Unrecognized request argument"), and so is a known one this server
- * does not do yet (response_format with a schema, logprobs), rather than being ignored.
+ * does not do yet (response_format with a schema), rather than being ignored.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -494,10 +494,14 @@ static int parse_field(parse_ctx *c, serve_kind kind, const cJSON *v) {
     if (!strcmp(k, "n")) return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 1, c->lim->max_n, &r->n);
     if (!strcmp(k, "ignore_eos")) return get_bool(c, v, k, &r->ignore_eos);
     if (!strcmp(k, "lora")) return parse_lora(c, v);
-    if (!strcmp(k, "logprobs") || !strcmp(k, "top_logprobs")) {
-        if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
-        return bad(c, k, "'%s' is not supported yet", k);
-    }
+    /* chat: "logprobs": true and "top_logprobs": 0..; completions: "logprobs": 0.. (OpenAI's
+     * legacy shape, the number of alternatives) */
+    if (kind == SERVE_CHAT && !strcmp(k, "logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_bool(c, v, k, &r->chat_logprobs);
+    if (kind == SERVE_CHAT && !strcmp(k, "top_logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 0, SERVE_TOP_LOGPROBS_MAX, &r->top_logprobs);
+    if (kind == SERVE_COMPLETION && !strcmp(k, "logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 0, SERVE_TOP_LOGPROBS_MAX, &r->logprobs);
     if (!strcmp(k, "response_format")) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
         if (cJSON_IsNull(v)) return 0;
@@ -518,6 +522,7 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
     out->sp = *defaults;
     out->max_tokens = -1;
     out->n = 1;
+    out->logprobs = out->top_logprobs = -1;
     int st = 0;
     if (!serve_utf8_valid(body, len)) {
         st = bad(&c, NULL, "the body is not valid UTF-8 text");
@@ -560,6 +565,12 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
         st = bad(&c, "prompt", "'prompt' is required");
         goto fail;
     }
+    if (kind == SERVE_CHAT && out->top_logprobs >= 0 && !out->chat_logprobs) {
+        st = bad(&c, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        goto fail;
+    }
+    if (kind == SERVE_CHAT && out->chat_logprobs)
+        out->logprobs = out->top_logprobs > 0 ? out->top_logprobs : 0;
     if (out->include_usage && !out->stream) {
         st = bad(&c, "stream_options", "'stream_options' is only allowed with stream");
         goto fail;

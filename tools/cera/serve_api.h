@@ -17,11 +17,12 @@
 
 #include "cera.h"
 
-#define SERVE_STOP_MAX     16
-#define SERVE_STOP_LEN     256
-#define SERVE_LORA_MAX     16
-#define SERVE_BIAS_MAX     1024
-#define SERVE_MESSAGES_MAX 4096
+#define SERVE_STOP_MAX         16
+#define SERVE_STOP_LEN         256
+#define SERVE_LORA_MAX         16
+#define SERVE_BIAS_MAX         1024
+#define SERVE_MESSAGES_MAX     4096
+#define SERVE_TOP_LOGPROBS_MAX 20 /* top_logprobs (chat) and logprobs (completions) at most */
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind;
 
@@ -64,6 +65,9 @@ typedef struct serve_req {
     int n_bias;
     int max_tokens; /* -1: not given */
     int n;
+    int logprobs;       /* -1: none; else how many alternatives each token reports (top_logprobs) */
+    bool chat_logprobs; /* chat's "logprobs": true (top_logprobs needs it) */
+    int top_logprobs;   /* chat's "top_logprobs", -1 when not given */
     bool ignore_eos;
     bool has_lora; /* "lora" given (even empty): it replaces what "model" chose */
     serve_lora_ref lora[SERVE_LORA_MAX];

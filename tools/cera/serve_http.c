@@ -213,6 +213,7 @@ static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, ch
         if ((j->stop[j->n_stop] = strdup(r->stop[i]))) j->n_stop++;
     j->max_tokens = r->max_tokens;
     j->ignore_eos = r->ignore_eos;
+    j->logprobs = r->logprobs;
     j->stream = r->stream;
     j->include_usage = r->include_usage;
     j->parse_tools = r->kind == SERVE_CHAT && r->tools && !r->tool_choice_none &&

@@ -45,6 +45,7 @@ static void job_free(serve_job *j) {
     for (int i = 0; i < j->n; i++) {
         free(j->seqs[i].text);
         free(j->seqs[i].hist);
+        free(j->seqs[i].lp);
     }
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompt);
@@ -100,6 +101,44 @@ static bool hist_push(serve_seq *q, cera_token t) {
         q->cap_hist = cap;
     }
     q->hist[q->n_hist++] = t;
+    return true;
+}
+
+void serve_logprobs_of(const float *logits, int n_vocab, cera_token t, int n_top, serve_logprob *out) {
+    if (n_top > SERVE_TOP_LOGPROBS_MAX) n_top = SERVE_TOP_LOGPROBS_MAX;
+    if (n_top > n_vocab) n_top = n_vocab;
+    float mx = -INFINITY;
+    for (int v = 0; v < n_vocab; v++)
+        if (logits[v] > mx) mx = logits[v];
+    double sum = 0;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - mx);
+    const double lse = mx + log(sum);
+    /* the n_top largest, in order (the first of equal logits first) */
+    int k = 0;
+    for (int v = 0; v < n_vocab && n_top > 0; v++) {
+        if (k == n_top && logits[v] <= logits[out->top[k - 1]]) continue;
+        int at = k < n_top ? k++ : k - 1;
+        while (at > 0 && logits[out->top[at - 1]] < logits[v]) {
+            out->top[at] = out->top[at - 1];
+            at--;
+        }
+        out->top[at] = v;
+    }
+    out->n_top = k;
+    for (int i = 0; i < k; i++) out->top_lp[i] = (float)(logits[out->top[i]] - lse);
+    out->tok = t;
+    out->lp = (float)(logits[t] - lse);
+}
+
+static bool lp_push(serve_seq *q, const serve_logprob *lp) {
+    if (q->n_lp == q->cap_lp) {
+        const size_t cap = q->cap_lp ? 2 * q->cap_lp : 16;
+        serve_logprob *n = realloc(q->lp, cap * sizeof *n);
+        if (!n) return false;
+        q->lp = n;
+        q->cap_lp = cap;
+    }
+    q->lp[q->n_lp++] = *lp;
     return true;
 }
 
@@ -164,8 +203,9 @@ static bool text_append(serve_seq *q, const char *p, size_t n) {
     return true;
 }
 
-/* A sampled token: its text appended, the stop strings and limits checked (mu held). */
-static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
+/* A sampled token (with its log-probabilities when lp): its text appended, the stop strings
+ * and limits checked (mu held). */
+static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logprob *lp) {
     serve_job *j = q->job;
     if (t < 0) {
         job_fail(sv, j, 500, "sampling failed (non-finite logits)");
@@ -187,7 +227,8 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
     if (n < 0) n = 0;
     if ((size_t)n > sizeof buf) n = 0; /* no piece is that long */
     const size_t before = q->len;
-    if (!text_append(q, buf, (size_t)n)) {
+    if (lp) lp->off = before;
+    if (!text_append(q, buf, (size_t)n) || (lp && !lp_push(q, lp))) {
         job_fail(sv, j, 500, "out of memory");
         return;
     }
@@ -201,6 +242,8 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
             if (!memcmp(q->text + off, j->stop[i], sl)) {
                 q->len = off;
                 q->text[off] = 0;
+                while (q->n_lp > 0 && q->lp[q->n_lp - 1].off >= off)
+                    q->n_lp--; /* the tokens of the stop string are not reported */
                 seq_finish(sv, q, "stop");
                 return;
             }
@@ -330,6 +373,7 @@ typedef struct step {
     cera_session **samp;
     serve_seq **samp_seq;
     cera_token *out;
+    serve_logprob *lp; /* the sampled tokens' log-probabilities (tok -1: not asked for) */
     int n, n_samp;
 } step;
 
@@ -411,7 +455,8 @@ void *serve_sched_main(void *arg) {
     s.samp = calloc((size_t)cap, sizeof *s.samp);
     s.samp_seq = calloc((size_t)cap, sizeof *s.samp_seq);
     s.out = calloc((size_t)cap, sizeof *s.out);
-    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out) {
+    s.lp = calloc((size_t)cap, sizeof *s.lp);
+    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out || !s.lp) {
         fprintf(stderr, "cera serve: out of memory for the scheduler\n");
         abort();
     }
@@ -444,6 +489,12 @@ void *serve_sched_main(void *arg) {
             fork_choices(q->job, &s);
         }
         cera_batch_sample(s.samp, s.n_samp, s.out, NULL);
+        for (int i = 0; i < s.n_samp; i++) { /* the logits stay until the next step's eval */
+            const int k = s.samp_seq[i]->job->logprobs;
+            const float *l = k >= 0 && s.out[i] >= 0 ? cera_session_logits(s.samp[i], -1) : NULL;
+            s.lp[i].tok = -1;
+            if (l) serve_logprobs_of(l, cera_engine_n_vocab(sv->e), s.out[i], k, &s.lp[i]);
+        }
         const double t1 = serve_now();
         pthread_mutex_lock(&sv->mu);
         sv->busy_s += t1 - t0;
@@ -474,7 +525,7 @@ void *serve_sched_main(void *arg) {
             if (q->finish || q->job->state == JOB_DONE) continue;
             if (q->job->cancelled) continue; /* reaped at the next step */
             q->next = -1;
-            seq_token(sv, q, s.out[i]);
+            seq_token(sv, q, s.out[i], s.lp[i].tok >= 0 ? &s.lp[i] : NULL);
         }
     }
     /* shutting down: every job ends */
@@ -500,5 +551,6 @@ void *serve_sched_main(void *arg) {
     free(s.samp);
     free(s.samp_seq);
     free(s.out);
+    free(s.lp);
     return NULL;
 }
