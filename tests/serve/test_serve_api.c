@@ -62,6 +62,27 @@ static void test_good(void) {
     st = parse(SERVE_COMPLETION, "{\"prompt\":[\"once\"]}", &r, msg);
     CHECK(st == 0 && r.prompt && !strcmp(r.prompt, "once") && r.max_tokens == -1, "a batch of one prompt");
     serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":[\"once\",\"upon\",\"a\"]}", &r, msg);
+    CHECK(st == 0 && r.n_prompts == 3 && !strcmp(r.prompt_text[1], "upon") && !strcmp(r.prompt, "once"),
+          "an array of text prompts");
+    serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":[[1,2],[3],[4,5,6]]}", &r, msg);
+    CHECK(st == 0 && r.n_prompts == 3 && r.n_prompt_ids[0] == 2 && r.n_prompt_ids[2] == 3 &&
+              r.prompt_ids[2][2] == 6 && r.prompt_ids[1][0] == 3 && !r.prompt_text[1],
+          "an array of token-id prompts");
+    serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", &r, msg);
+    CHECK(st == 0 && r.logprobs == 2, "completions' logprobs");
+    serve_req_free(&r);
+    st = parse(SERVE_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":3}",
+               &r, msg);
+    CHECK(st == 0 && r.logprobs == 3, "chat's logprobs and top_logprobs");
+    serve_req_free(&r);
+    st = parse(SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", &r,
+               msg);
+    CHECK(st == 0 && r.logprobs == 0, "chat's logprobs alone: no alternatives");
+    serve_req_free(&r);
 }
 
 static void test_bad(void) {
@@ -112,6 +133,14 @@ static void test_bad(void) {
     }
     expect_400(SERVE_COMPLETION, "{\"prompt\":[1,200]}", "a token past the vocabulary");
     expect_400(SERVE_COMPLETION, "{\"prompt\":[-1]}", "a negative token");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[\"a\",[1]]}", "prompts of two kinds");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[1],\"a\"]}", "prompts of two kinds, ids first");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[1],[]]}", "an empty prompt among several");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[[1]]]}", "a prompt nested too deep");
+    expect_400(SERVE_COMPLETION,
+               "{\"prompt\":[\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\","
+               "\"a\",\"a\",\"a\",\"a\"]}",
+               "more prompts than allowed");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "legacy logprobs is a number");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":-1}", "negative logprobs");

@@ -40,10 +40,14 @@ typedef struct serve_logprob {
     float top_lp[SERVE_TOP_LOGPROBS_MAX];
 } serve_logprob;
 
-/* One choice of a job: one session. */
+/* One choice of a job: one session. A job's choices are n for each of its prompts, in
+ * OpenAI's order (prompt after prompt). */
 typedef struct serve_seq {
     struct serve_job *job;
     int index;
+    int first;                /* the first choice of its prompt (the one the others fork) */
+    const cera_token *prompt; /* its prompt: within the job's */
+    size_t n_prompt;
     cera_session *s; /* NULL before admission and once finished */
     size_t n_done;   /* prompt tokens evaluated */
     size_t chunk;    /* the prompt's chunk size (fixed at admission: the same cuts whatever runs) */
@@ -75,8 +79,10 @@ typedef struct serve_job {
     bool cancelled;
     int err_status; /* a failure after submission (500, 503, 504); 0 when none */
     char err[256];
-    cera_token *prompt;
-    size_t n_prompt;
+    cera_token *prompt;                       /* the prompts' tokens, one after the other */
+    size_t n_prompt;                          /* of all prompts */
+    int n_prompts;                            /* a completion's array of prompts; 1 otherwise */
+    size_t prompt_off[SERVE_PROMPTS_MAX + 1]; /* prompt p: prompt[prompt_off[p] .. prompt_off[p + 1]) */
     cera_sampler_params sp;
     cera_logit_bias *bias; /* sp.logit_bias, owned */
     char *stop[SERVE_STOP_MAX];
@@ -85,7 +91,7 @@ typedef struct serve_job {
     bool ignore_eos;
     int logprobs; /* -1: none; else the alternatives reported per token */
     serve_adapter_set ad;
-    size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
+    size_t n_cached; /* prompt tokens the first choice of each prompt took from the prefix cache */
     bool stream, include_usage, parse_tools;
     char id[48];
     char model[128];

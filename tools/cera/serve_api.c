@@ -360,31 +360,53 @@ static int parse_tools(parse_ctx *c, const cJSON *v) {
     return 0;
 }
 
-static int parse_prompt(parse_ctx *c, const cJSON *v) {
+/* One prompt: a text or an array of token ids. */
+static int parse_one_prompt(parse_ctx *c, const cJSON *v) {
     serve_req *r = c->r;
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
-        (cJSON_IsString(v->child) || cJSON_IsArray(v->child)))
-        v = v->child; /* a batch of one prompt */
+    const int p = r->n_prompts++;
     if (cJSON_IsString(v)) {
-        r->prompt = v->valuestring;
+        r->prompt_text[p] = v->valuestring;
         return 0;
     }
     if (!cJSON_IsArray(v))
-        return bad(c, "prompt", "'prompt' must be a string or an array of token ids (one prompt)");
+        return bad(c, "prompt", "'prompt' must be a string, an array of token ids, or an array of those");
     const size_t n = (size_t)cJSON_GetArraySize(v);
     if (n == 0) return bad(c, "prompt", "'prompt' is empty");
     if (n > c->lim->max_prompt)
         return bad(c, "prompt", "the prompt has more than %zu tokens", c->lim->max_prompt);
-    if (!(r->prompt_tokens = malloc(n * sizeof *r->prompt_tokens))) return bad(c, NULL, "out of memory");
+    if (!(r->prompt_ids[p] = malloc(n * sizeof *r->prompt_ids[p]))) return bad(c, NULL, "out of memory");
     const cJSON *t;
     cJSON_ArrayForEach(t, v) {
-        int id;
+        int id = 0;
         const double hi = c->lim->n_vocab > 0 ? c->lim->n_vocab - 1 : 1e9;
         if (!cJSON_IsNumber(t)) return bad(c, "prompt", "'prompt' must be a string or an array of token ids");
         int st = get_int(c, t, "prompt", 0, hi, &id);
         if (st) return st;
-        r->prompt_tokens[r->n_prompt_tokens++] = id;
+        r->prompt_ids[p][r->n_prompt_ids[p]++] = id;
     }
+    return 0;
+}
+
+/* A prompt, or an array of prompts (texts or arrays of token ids, one kind): a choice (n of
+ * them) for each. */
+static int parse_prompt(parse_ctx *c, const cJSON *v) {
+    serve_req *r = c->r;
+    int st = 0;
+    if (cJSON_IsArray(v) && v->child && (cJSON_IsString(v->child) || cJSON_IsArray(v->child))) {
+        const int n = cJSON_GetArraySize(v);
+        if (n > SERVE_PROMPTS_MAX) return bad(c, "prompt", "more than %d prompts", SERVE_PROMPTS_MAX);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (cJSON_IsString(e) != cJSON_IsString(v->child) || cJSON_IsNumber(e))
+                return bad(c, "prompt", "'prompt' must be an array of texts or an array of token-id arrays");
+            if ((st = parse_one_prompt(c, e))) return st;
+        }
+    } else if ((st = parse_one_prompt(c, v))) {
+        return st;
+    }
+    r->prompt = r->prompt_text[0];
+    r->prompt_tokens = r->prompt_ids[0];
+    r->n_prompt_tokens = r->n_prompt_ids[0];
     return 0;
 }
 
@@ -561,7 +583,7 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
         st = bad(&c, "messages", "'messages' is required");
         goto fail;
     }
-    if (kind == SERVE_COMPLETION && !out->prompt && !out->prompt_tokens) {
+    if (kind == SERVE_COMPLETION && out->n_prompts == 0) {
         st = bad(&c, "prompt", "'prompt' is required");
         goto fail;
     }
@@ -586,7 +608,7 @@ fail:
 void serve_req_free(serve_req *r) {
     cJSON_Delete(r->root);
     free(r->msgs);
-    free(r->prompt_tokens);
+    for (int i = 0; i < r->n_prompts; i++) free(r->prompt_ids[i]);
     free(r->bias);
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);

@@ -22,6 +22,7 @@
 #define SERVE_LORA_MAX         16
 #define SERVE_BIAS_MAX         1024
 #define SERVE_MESSAGES_MAX     4096
+#define SERVE_PROMPTS_MAX      16 /* prompts of one completions request */
 #define SERVE_TOP_LOGPROBS_MAX 20 /* top_logprobs (chat) and logprobs (completions) at most */
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind;
@@ -51,9 +52,13 @@ typedef struct serve_req {
     char *tools; /* a JSON array text, or NULL */
     bool tool_choice_none;
     char *extra; /* chat_template_kwargs as a JSON object text, or NULL */
-    /* completion */
-    const char *prompt; /* text, or NULL when given as token ids */
-    cera_token *prompt_tokens;
+    /* completion: one prompt or an array of them, each a text or token ids */
+    int n_prompts;
+    const char *prompt_text[SERVE_PROMPTS_MAX]; /* NULL where given as token ids */
+    cera_token *prompt_ids[SERVE_PROMPTS_MAX];
+    size_t n_prompt_ids[SERVE_PROMPTS_MAX];
+    const char *prompt;        /* the first prompt: prompt_text[0] */
+    cera_token *prompt_tokens; /* prompt_ids[0] */
     size_t n_prompt_tokens;
     /* both */
     bool stream, include_usage;

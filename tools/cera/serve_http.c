@@ -164,32 +164,57 @@ static int prompt_tokens(serve_server *sv, const serve_req *r, serve_job *j, cha
             return 500;
         }
         /* cera_free'd memory is malloc's: job_free frees it with free */
-    } else if (r->prompt) {
-        const size_t len = strlen(r->prompt), tcap = len + 8;
-        if (!(j->prompt = malloc(tcap * sizeof *j->prompt))) return 500;
-        if (cera_tokenize(sv->e, r->prompt, len, true, true, j->prompt, tcap, &j->n_prompt, &err)) {
-            snprintf(msg, cap, "tokenizing the prompt failed: %s", err.message);
-            return 400;
-        }
+        j->n_prompts = 1;
+        j->prompt_off[1] = j->n_prompt;
     } else {
-        if (!(j->prompt = malloc(r->n_prompt_tokens * sizeof *j->prompt))) return 500;
-        memcpy(j->prompt, r->prompt_tokens, r->n_prompt_tokens * sizeof *j->prompt);
-        j->n_prompt = r->n_prompt_tokens;
+        /* the prompts one after the other: at most a text's bytes plus the special tokens each */
+        size_t total = 0;
+        for (int p = 0; p < r->n_prompts; p++)
+            total += r->prompt_text[p] ? strlen(r->prompt_text[p]) + 8 : r->n_prompt_ids[p];
+        if (!(j->prompt = malloc((total ? total : 1) * sizeof *j->prompt))) return 500;
+        for (int p = 0; p < r->n_prompts; p++) {
+            cera_token *at = j->prompt + j->n_prompt;
+            size_t n = r->n_prompt_ids[p];
+            if (r->prompt_text[p]) {
+                const size_t len = strlen(r->prompt_text[p]);
+                if (cera_tokenize(sv->e, r->prompt_text[p], len, true, true, at, len + 8, &n, &err)) {
+                    snprintf(msg, cap, "tokenizing the prompt failed: %s", err.message);
+                    return 400;
+                }
+            } else {
+                memcpy(at, r->prompt_ids[p], n * sizeof *at);
+            }
+            j->n_prompt += n;
+            j->prompt_off[p + 1] = j->n_prompt;
+        }
+        j->n_prompts = r->n_prompts;
     }
     const int n_ctx = cera_engine_n_ctx(sv->e);
-    if (j->n_prompt == 0) {
-        snprintf(msg, cap, "the prompt is empty");
-        return 400;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const size_t n = j->prompt_off[p + 1] - j->prompt_off[p];
+        if (n == 0) {
+            snprintf(msg, cap, "the prompt is empty");
+            return 400;
+        }
+        if (n >= (size_t)n_ctx) {
+            snprintf(msg, cap, "the prompt has %zu tokens; the context holds %d (-c)", n, n_ctx);
+            return 400;
+        }
     }
-    if (j->n_prompt >= (size_t)n_ctx) {
-        snprintf(msg, cap, "the prompt has %zu tokens; the context holds %d (-c)", j->n_prompt, n_ctx);
-        return 400;
+    /* n choices for each prompt, prompt after prompt */
+    const int per = j->n / j->n_prompts;
+    for (int i = 0; i < j->n; i++) {
+        serve_seq *q = &j->seqs[i];
+        const int p = i / per;
+        q->first = p * per;
+        q->prompt = j->prompt + j->prompt_off[p];
+        q->n_prompt = j->prompt_off[p + 1] - j->prompt_off[p];
     }
     return 0;
 }
 
 static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, char *msg, size_t cap) {
-    serve_job *j = serve_job_new(r->n);
+    serve_job *j = serve_job_new(r->n * (r->kind == SERVE_COMPLETION ? r->n_prompts : 1));
     if (!j) {
         *status = 500;
         snprintf(msg, cap, "out of memory");
@@ -238,9 +263,11 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
     int st = serve_req_parse(kind, rq->body ? rq->body : "", rq->len, &sv->sp_default, &sv->lim, &r, msg,
                              sizeof msg, param, sizeof param);
     if (st) return send_error(sv, c, (unsigned)st, param, "%s", msg);
-    if (r.n > sv->parallel) {
+    const int choices = r.n * (kind == SERVE_COMPLETION ? r.n_prompts : 1);
+    if (choices > sv->parallel) {
         serve_req_free(&r);
-        return send_error(sv, c, 400, "n", "n is above the server's --parallel %d", sv->parallel);
+        return send_error(sv, c, 400, "n", "n times the prompts (%d) is above the server's --parallel %d",
+                          choices, sv->parallel);
     }
     serve_job *j = make_job(sv, &r, &st, msg, sizeof msg);
     serve_req_free(&r);

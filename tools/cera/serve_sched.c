@@ -85,7 +85,7 @@ int serve_submit(serve_server *sv, serve_job *j) {
 /* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->slot) return;
-    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
+    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->n_prompt);
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     q->slot = false;
@@ -264,7 +264,7 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
         seq_finish(sv, q, "length");
         return;
     }
-    if (j->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
+    if (q->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
         seq_finish(sv, q, "length");
         return;
     }
@@ -281,28 +281,28 @@ static bool admit_one(serve_server *sv, serve_job *j) {
         serve_seq *q = &j->seqs[i];
         cera_session_params p = cera_session_default_params();
         p.sampler = j->sp;
-        p.sampler.seed = j->sp.seed + (uint64_t)i; /* n choices: n draws */
-        for (size_t k = 0; k < j->n_prompt; k++)
-            if (!hist_push(q, j->prompt[k])) {
+        p.sampler.seed = j->sp.seed + (uint64_t)(i - q->first); /* n choices: n draws */
+        for (size_t k = 0; k < q->n_prompt; k++)
+            if (!hist_push(q, q->prompt[k])) {
                 err.status = CERA_ERR_NO_MEMORY;
                 snprintf(err.message, sizeof err.message, "out of memory");
                 break;
             }
         if (err.status) break;
-        if (i > 0) { /* the same prompt: a fork of the first choice once that has read it */
+        if (i != q->first) { /* the same prompt: a fork of its first choice once that has read it */
             q->slot = q->fork_pending = true;
-            q->n_done = j->n_prompt;
-            q->mode = j->seqs[0].mode;
+            q->n_done = q->n_prompt;
+            q->mode = j->seqs[q->first].mode;
             sv->n_seqs++;
             continue;
         }
-        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
+        q->n_done = serve_cache_get(&sv->cache, q->prompt, q->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
         sv->n_cache_entries = sv->cache.n;
         if (q->s) {
             q->slot = true;
             sv->n_seqs++;
             sv->n_cached_tokens += q->n_done;
-            if (i == 0) j->n_cached = q->n_done;
+            j->n_cached += q->n_done;
         } else {
             if (cera_session_create(sv->e, &p, &q->s, &err)) {
                 q->s = NULL;
@@ -315,7 +315,7 @@ static bool admit_one(serve_server *sv, serve_job *j) {
             if (err.status) break;
         }
         /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
-        q->chunk = serve_plan_chunk(j->n_prompt - q->n_done, nc);
+        q->chunk = serve_plan_chunk(q->n_prompt - q->n_done, nc);
     }
     if (err.status) {
         j->state = JOB_RUNNING;
@@ -393,10 +393,10 @@ static void build_step(serve_server *sv, step *s) {
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             serve_seq *q = &j->seqs[i];
-            if (!q->s || q->finish || q->n_done >= j->n_prompt) continue;
-            const size_t left = j->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
+            if (!q->s || q->finish || q->n_done >= q->n_prompt) continue;
+            const size_t left = q->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
             if ((int)len > budget) continue;
-            s->items[s->n] = (cera_batch_item){q->s, j->prompt + q->n_done, len, false};
+            s->items[s->n] = (cera_batch_item){q->s, q->prompt + q->n_done, len, false};
             s->prefill[s->n] = true;
             s->seqs[s->n++] = q;
             budget -= (int)len;
@@ -420,17 +420,19 @@ static void eval_step(serve_server *sv, step *s) {
     for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
 }
 
-/* The first choice has read the prompt: the other choices start as forks of it (the prompt's
- * KV shared, not evaluated again), each with its own draw, and are sampled in this step. A
- * fork that fails leaves its choice without a session (its job fails under the lock). */
-static void fork_choices(serve_job *j, step *s) {
-    for (int i = 1; i < j->n; i++) {
+/* The first choice of a prompt has read it: the other choices of that prompt start as forks
+ * of it (the prompt's KV shared, not evaluated again), each with its own draw, and are
+ * sampled in this step. A fork that fails leaves its choice without a session (its job
+ * fails under the lock). */
+static void fork_choices(serve_seq *first, step *s) {
+    serve_job *j = first->job;
+    for (int i = first->index + 1; i < j->n && j->seqs[i].first == first->index; i++) {
         serve_seq *q = &j->seqs[i];
         if (!q->fork_pending) continue;
         q->fork_pending = false;
         cera_sampler_params sp = j->sp;
-        sp.seed = j->sp.seed + (uint64_t)i;
-        if (cera_session_fork(j->seqs[0].s, &q->s, NULL) != CERA_OK) {
+        sp.seed = j->sp.seed + (uint64_t)(i - first->index);
+        if (cera_session_fork(first->s, &q->s, NULL) != CERA_OK) {
             q->s = NULL;
             continue;
         }
@@ -482,11 +484,11 @@ void *serve_sched_main(void *arg) {
             if (s.st[i]) continue;
             if (s.prefill[i]) {
                 q->n_done += s.items[i].n_tokens;
-                if (q->n_done < q->job->n_prompt) continue;
+                if (q->n_done < q->n_prompt) continue;
             }
             s.samp[s.n_samp] = q->s;
             s.samp_seq[s.n_samp++] = q;
-            fork_choices(q->job, &s);
+            if (q->first == q->index) fork_choices(q, &s);
         }
         cera_batch_sample(s.samp, s.n_samp, s.out, NULL);
         for (int i = 0; i < s.n_samp; i++) { /* the logits stay until the next step's eval */
@@ -513,8 +515,9 @@ void *serve_sched_main(void *arg) {
         }
         for (int i = 0; i < s.n; i++) {
             serve_job *j = s.seqs[i]->job;
-            if (s.seqs[i]->index != 0 || j->state == JOB_DONE || s.seqs[i]->n_done < j->n_prompt) continue;
-            for (int k = 1; k < j->n; k++)
+            const serve_seq *f = s.seqs[i];
+            if (f->index != f->first || j->state == JOB_DONE || f->n_done < f->n_prompt) continue;
+            for (int k = f->index + 1; k < j->n && j->seqs[k].first == f->index; k++)
                 if (j->seqs[k].slot && !j->seqs[k].s && !j->seqs[k].fork_pending && !j->seqs[k].finish) {
                     job_fail(sv, j, 500, "out of sessions or memory for the choices of n");
                     break;
