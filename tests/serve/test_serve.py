@@ -573,6 +573,24 @@ def group_batch(cera, shared, models, corpus):
                 for m in ["stories260K"] + ads]
         check(len(set(five)) >= 4 and five[0] not in (five[1], five[3], five[4]),
               "the adapters change the text: %s" % five)
+        # llama-server's global scales (POST /lora-adapters): the adapters of requests to the
+        # base model that name none; an adapter left out goes back to 0
+        st, data = sv.request("POST", "/lora-adapters", [{"id": 3, "scale": 0.25}, {"id": 0, "scale": 1.0}])
+        check(st == 200, "POST /lora-adapters: %s %s" % (st, data))
+        st, data = sv.request("GET", "/lora-adapters")
+        check([(x["id"], x["scale"]) for x in json.loads(data)] == [(0, 1.0), (1, 0), (2, 0), (3, 0.25)],
+              "GET /lora-adapters: %s" % data)
+        g = cl.completions.create(model="stories260K", prompt=base[0], temperature=0, max_tokens=24).choices[0].text
+        want = cl.completions.create(model="stories260K", prompt=base[0], temperature=0, max_tokens=24, extra_body={
+            "lora": [{"id": 3, "scale": 0.25}, {"id": 0, "scale": 1.0}]}).choices[0].text
+        check(g == want and g != five[0], "the global scales apply: %r, want %r" % (g, want))
+        st, data = sv.request("POST", "/lora-adapters", [{"id": 9}])
+        check(is_error(st, data, 400), "an unknown adapter id: %s %s" % (st, data))
+        st, data = sv.request("POST", "/lora-adapters", {"id": 0})
+        check(is_error(st, data, 400), "not an array: %s %s" % (st, data))
+        st, data = sv.request("POST", "/lora-adapters", [])
+        g = cl.completions.create(model="stories260K", prompt=base[0], temperature=0, max_tokens=24).choices[0].text
+        check(st == 200 and g == five[0], "the scales back to 0: the base model")
 
         async def run_all(rs):
             acl = openai.AsyncOpenAI(base_url=sv.url + "/v1", api_key="x", max_retries=0, timeout=300)

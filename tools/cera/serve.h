@@ -109,6 +109,8 @@ typedef struct serve_server {
     const char *model_id;
     serve_adapter ad[SERVE_ADAPTERS_MAX];
     int n_ad;
+    float ad_scale[SERVE_ADAPTERS_MAX]; /* llama-server's global scales (POST /lora-adapters), under mu:
+                                           the adapters of requests to the base model without "lora" */
     serve_limits lim;
     cera_sampler_params sp_default;
     /* options */

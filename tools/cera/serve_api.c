@@ -246,6 +246,20 @@ static int parse_lora(parse_ctx *c, const cJSON *v) {
     return 0;
 }
 
+int serve_lora_list_parse(const cJSON *v, const serve_limits *lim, serve_lora_ref *out, int *n, char *msg,
+                          size_t cap) {
+    serve_req r;
+    char param[32];
+    memset(&r, 0, sizeof r);
+    parse_ctx c = {&r, lim, msg, cap, param, sizeof param};
+    *n = 0;
+    const int st = parse_lora(&c, v);
+    if (st) return st;
+    memcpy(out, r.lora, (size_t)r.n_lora * sizeof *out);
+    *n = r.n_lora;
+    return 0;
+}
+
 /* ---- Chat messages ------------------------------------------------------------------ */
 
 static char *print_json(parse_ctx *c, const cJSON *v) { return own(c, cJSON_PrintUnformatted(v)); }

@@ -89,6 +89,11 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
                     size_t param_cap);
 void serve_req_free(serve_req *r);
 
+/* llama-server's POST /lora-adapters body: an array of {"id", "scale"} (scale 1 when left
+ * out). Returns 0 with out[0..*n) filled, or 400 with the reason in msg. */
+int serve_lora_list_parse(const cJSON *v, const serve_limits *lim, serve_lora_ref *out, int *n, char *msg,
+                          size_t cap);
+
 /* Whether len bytes are valid UTF-8 without NUL bytes. */
 bool serve_utf8_valid(const char *s, size_t len);
 /* The length of the longest prefix of s[0..len) that does not end in the middle of a

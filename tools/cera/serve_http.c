@@ -55,6 +55,7 @@ static const route routes[] = {
     {"/detokenize", "POST", EP_DETOKENIZE},
     {"/apply-template", "POST", EP_TEMPLATE},
     {"/lora-adapters", "GET", EP_LORA},
+    {"/lora-adapters", "POST", EP_LORA},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -131,6 +132,14 @@ static int choose_model(serve_server *sv, const serve_req *r, serve_job *j, char
         j->ad.adapter[0] = sv->ad[ad].adapter;
         j->ad.scale[0] = 1;
         j->ad.n = 1;
+    } else {
+        pthread_mutex_lock(&sv->mu);
+        for (int i = 0; i < sv->n_ad; i++)
+            if (sv->ad_scale[i] != 0) {
+                j->ad.adapter[j->ad.n] = sv->ad[i].adapter;
+                j->ad.scale[j->ad.n++] = sv->ad_scale[i];
+            }
+        pthread_mutex_unlock(&sv->mu);
     }
     return 0;
 }
@@ -314,7 +323,7 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
 
 /* ---- Other endpoints ------------------------------------------------------------------------ */
 
-static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t cap) {
+static cJSON *parse_body_as(serve_server *sv, const conn_req *rq, bool array, char *msg, size_t cap) {
     if (!rq->body || !serve_utf8_valid(rq->body, rq->len)) {
         snprintf(msg, cap, "the body is not valid UTF-8 JSON");
         return NULL;
@@ -337,12 +346,16 @@ static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t
         }
     }
     cJSON *j = max <= sv->lim.max_depth ? cJSON_ParseWithLength(rq->body, rq->len) : NULL;
-    if (!cJSON_IsObject(j)) {
+    if (array ? !cJSON_IsArray(j) : !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        snprintf(msg, cap, "the body is not a JSON object");
+        snprintf(msg, cap, "the body is not a JSON %s", array ? "array" : "object");
         return NULL;
     }
     return j;
+}
+
+static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t cap) {
+    return parse_body_as(sv, rq, false, msg, cap);
 }
 
 static enum MHD_Result handle_tokenize(serve_server *sv, struct MHD_Connection *c, const conn_req *rq) {
@@ -457,15 +470,35 @@ static enum MHD_Result handle_models(serve_server *sv, struct MHD_Connection *c)
     return send_json(c, 200, o);
 }
 
-static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c) {
+/* GET: the adapters with their global scales; POST (llama-server's): sets those scales, the
+ * adapters of requests to the base model that name none ("lora"); adapters left out get 0. */
+static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c, const char *method,
+                                   const conn_req *rq) {
+    if (!strcmp(method, "POST")) {
+        char msg[300];
+        cJSON *b = parse_body_as(sv, rq, true, msg, sizeof msg);
+        if (!b) return send_error(sv, c, 400, NULL, "%s", msg);
+        serve_lora_ref refs[SERVE_LORA_MAX];
+        int n = 0;
+        const int st = serve_lora_list_parse(b, &sv->lim, refs, &n, msg, sizeof msg);
+        cJSON_Delete(b);
+        if (st) return send_error(sv, c, (unsigned)st, "lora", "%s", msg);
+        pthread_mutex_lock(&sv->mu);
+        for (int i = 0; i < sv->n_ad; i++) sv->ad_scale[i] = 0;
+        for (int i = 0; i < n; i++) sv->ad_scale[refs[i].id] = refs[i].scale;
+        pthread_mutex_unlock(&sv->mu);
+        return send_text(c, 200, strdup("{\"success\":true}"), "application/json");
+    }
     cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&sv->mu);
     for (int i = 0; i < sv->n_ad; i++) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddNumberToObject(m, "id", i);
         cJSON_AddStringToObject(m, "name", sv->ad[i].name);
-        cJSON_AddNumberToObject(m, "scale", 0);
+        cJSON_AddNumberToObject(m, "scale", sv->ad_scale[i]);
         cJSON_AddItemToArray(a, m);
     }
+    pthread_mutex_unlock(&sv->mu);
     return send_json(c, 200, a);
 }
 
@@ -561,7 +594,7 @@ static enum MHD_Result dispatch(serve_server *sv, struct MHD_Connection *c, cons
     case EP_TOKENIZE: return handle_tokenize(sv, c, rq);
     case EP_DETOKENIZE: return handle_detokenize(sv, c, rq);
     case EP_TEMPLATE: return handle_template(sv, c, rq);
-    case EP_LORA: return handle_lora(sv, c);
+    case EP_LORA: return handle_lora(sv, c, method, rq);
     }
     return MHD_NO;
 }
