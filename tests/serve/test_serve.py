@@ -13,6 +13,7 @@ its first stdout line), talks to it, and stops it (SIGTERM).
   batch   stories260K with four adapters: 64 concurrent greedy streams of mixed prompt
           lengths and adapters give exactly the text each gives alone; streams that hang up
           free their KV blocks at once; RSS flat over 10 rounds of that load
+  recurrent  the synthetic LFM2: prompts' snapshots at chunk boundaries reused exactly
   nginx   deploy/nginx: three stories260K replicas behind nginx (run as a non-root user):
           session affinity, SSE unbuffered, a killed replica, cera-health.sh
 Exit code 77 (skipped) when the openai client or a model is missing.
@@ -667,6 +668,45 @@ def group_batch(cera, shared, models, corpus):
     return 0
 
 
+# ---- recurrent -----------------------------------------------------------------------------
+
+def group_recurrent(cera, shared, models, corpus):
+    """LFM2 (the synthetic one: short-convolution layers whose state follows the last position,
+    so a session cannot be cut back part-way): prompts leave snapshots at their chunk
+    boundaries, and a later prompt sharing the beginning starts from the longest one, with
+    exactly the text it gives on a server without a prefix cache."""
+    model = os.path.join(shared, "golden", "synth-lfm2-f32.gguf")
+    if not os.path.exists(model):
+        print("skip: no synth-lfm2-f32.gguf")
+        return SKIP
+    system = ("Once upon a time, there was a little dog named Max. He liked to run and jump in the big green "
+              "park. One day ")
+    asks = ["he met a cat.", "it rained all day long and", "Max found a ball under a tree", "he met a cat."]
+
+    def run(extra):
+        sv = Server(cera, ["-m", model, "-c", "512", "--prefill-chunk", "16"] + extra)
+        out = []
+        try:
+            for a in asks:
+                st, data = sv.request("POST", "/v1/completions", {"prompt": system + a, "max_tokens": 12,
+                                                                  "temperature": 0})
+                check(st == 200, "a completion: %s %s" % (st, data[:200]))
+                r = json.loads(data)
+                out.append((r["choices"][0]["text"], r["usage"]["prompt_tokens"],
+                            r["usage"]["prompt_tokens_details"]["cached_tokens"]))
+        finally:
+            sv.stop()
+        return out
+    cached = run([])
+    fresh = run(["--cache-slots", "0"])
+    check([x[0] for x in cached] == [x[0] for x in fresh], "the same texts with and without the cache: %s / %s"
+          % (cached, fresh))
+    check(cached[0][2] == 0 and all(x[2] >= 32 and x[2] % 16 == 0 and x[2] < x[1] for x in cached[1:]),
+          "later prompts start from a snapshot at a chunk boundary: %s" % [(x[1], x[2]) for x in cached])
+    check(all(x[2] == 0 for x in fresh), "no reuse without the cache")
+    return 0
+
+
 # ---- nginx ---------------------------------------------------------------------------------
 
 def free_port():
@@ -823,7 +863,7 @@ def group_nginx(cera, shared, models, corpus):
 def main():
     group, cera, shared, models, corpus = sys.argv[1:6]
     groups = {"openai": group_openai, "tools": group_tools, "errors": group_errors, "batch": group_batch,
-              "nginx": group_nginx}
+              "nginx": group_nginx, "recurrent": group_recurrent}
     rc = groups[group](cera, shared, models, corpus)
     if rc == SKIP:
         return SKIP

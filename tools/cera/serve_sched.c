@@ -523,6 +523,15 @@ void *serve_sched_main(void *arg) {
                     break;
                 }
         }
+        /* where sessions cannot be cut back: snapshots of prompts part-way, at chunk boundaries */
+        for (int i = 0; sv->cache.whole_only && i < s.n; i++) {
+            serve_seq *q = s.seqs[i];
+            if (s.st[i] || !s.prefill[i] || q->index != q->first || q->n_done >= q->n_prompt || !q->s ||
+                q->job->state == JOB_DONE)
+                continue;
+            serve_cache_snapshot(&sv->cache, q->s, q->hist, q->n_done, &q->job->ad, q->mode);
+            sv->n_cache_entries = sv->cache.n;
+        }
         for (int i = 0; i < s.n_samp; i++) {
             serve_seq *q = s.samp_seq[i];
             if (q->finish || q->job->state == JOB_DONE) continue;
