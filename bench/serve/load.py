@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """load.py URL MODEL [--streams 1,8,32,64] [--requests-per-stream 2] [--lengths sharegpt|fixed]
-                     [--max-tokens 64] [--shared-prefix 1000] [--seed 1] [--json]
+                     [--max-tokens 64] [--shared-prefix 1000] [--seed 1] [--client raw|openai] [--json]
 
-An asyncio load generator over the OpenAI API (the official openai client), for any
-OpenAI-compatible server (cera serve, llama-server):
+An asyncio load generator over the OpenAI API (streamed chat completions), for any
+OpenAI-compatible server (cera serve, llama-server), through a small asyncio HTTP client
+(the default: the generator shares the CPU with the server on a small machine) or the
+official openai client (--client openai):
 
 - Levels: at each level that many concurrent streams each send their share of streamed chat
   requests one after the other (temperature 0, ignore_eos, so every answer has the length
@@ -28,8 +30,6 @@ import math
 import random
 import time
 import urllib.parse
-
-import openai
 
 PROMPTS = [
     "Write a short story about a robot learning to paint.",
@@ -80,7 +80,80 @@ def make_requests(kind, n, max_tokens, seed):
     return out
 
 
+class RawClient:
+    """A small asyncio HTTP/1.1 client for the streamed chat endpoint (chunked SSE), lighter
+    than the openai client: on a machine of few cores the load generator shares the CPU with
+    the server it measures. One connection per request."""
+
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port = u.hostname, u.port or 80
+
+    async def stream(self, body):
+        """Yields each event's JSON object."""
+        r, w = await asyncio.open_connection(self.host, self.port)
+        data = json.dumps(body).encode()
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (self.host.encode(), len(data)) + data)
+        await w.drain()
+        status = await r.readline()
+        if b" 200 " not in status:
+            raise RuntimeError("HTTP %r: %r" % (status, await r.read(2000)))
+        chunked = False
+        while True:
+            h = await r.readline()
+            if h in (b"\r\n", b""):
+                break
+            if h.lower().startswith(b"transfer-encoding:") and b"chunked" in h.lower():
+                chunked = True
+        buf = b""
+        try:
+            while True:
+                if chunked:
+                    size = int((await r.readline()).split(b";")[0], 16)
+                    if size == 0:
+                        break
+                    part = await r.readexactly(size + 2)
+                    buf += part[:-2]
+                else:
+                    part = await r.read(65536)
+                    if not part:
+                        break
+                    buf += part
+                while b"\n\n" in buf:
+                    ev, buf = buf.split(b"\n\n", 1)
+                    for line in ev.split(b"\n"):
+                        if line.startswith(b"data: "):
+                            if line[6:].strip() == b"[DONE]":
+                                return
+                            yield json.loads(line[6:])
+        finally:
+            w.close()
+
+
+async def one_raw(cl, model, messages, max_tokens, ttft, gaps):
+    t0 = time.perf_counter()
+    last = None
+    n = 0
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    async for ch in cl.stream(body):
+        if ch.get("usage"):
+            n = ch["usage"]["completion_tokens"]
+        for c in ch.get("choices") or []:
+            if (c.get("delta") or {}).get("content"):
+                now = time.perf_counter()
+                if last is None:
+                    ttft.append(now - t0)
+                else:
+                    gaps.append(now - last)
+                last = now
+    return n
+
+
 async def one(cl, model, messages, max_tokens, ttft, gaps):
+    if isinstance(cl, RawClient):
+        return await one_raw(cl, model, messages, max_tokens, ttft, gaps)
     t0 = time.perf_counter()
     last = None
     n = 0
@@ -100,8 +173,20 @@ async def one(cl, model, messages, max_tokens, ttft, gaps):
     return n
 
 
-async def level(url, model, streams, per_stream, reqs):
-    cl = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=1200)
+def client(url, kind):
+    if kind == "raw":
+        return RawClient(url)
+    import openai
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=1200)
+
+
+async def close(cl):
+    if not isinstance(cl, RawClient):
+        await cl.close()
+
+
+async def level(url, model, streams, per_stream, reqs, kind):
+    cl = client(url, kind)
     ttft, gaps = [], []
 
     async def worker(w):
@@ -113,7 +198,7 @@ async def level(url, model, streams, per_stream, reqs):
     t0 = time.perf_counter()
     tokens = sum(await asyncio.gather(*(worker(w) for w in range(streams))))
     wall = time.perf_counter() - t0
-    await cl.close()
+    await close(cl)
     return {"streams": streams, "requests": streams * per_stream, "tokens": tokens, "wall_s": wall,
             "tok_s": tokens / wall, "ttft_p50_ms": 1e3 * pct(ttft, 50), "ttft_p99_ms": 1e3 * pct(ttft, 99),
             "itl_p50_ms": 1e3 * pct(gaps, 50), "itl_p99_ms": 1e3 * pct(gaps, 99)}
@@ -128,7 +213,7 @@ def n_tokens(url, text):
     return len(r["tokens"])
 
 
-async def shared_prefix(url, model, target, seed):
+async def shared_prefix(url, model, target, seed, kind):
     rng = random.Random(seed + 1000)
     n = target
     system = words(rng, n)
@@ -139,14 +224,14 @@ async def shared_prefix(url, model, target, seed):
         n = max(1, int(n * target / t))
         system = words(random.Random(seed + 1000), n)
     t = n_tokens(url, system)
-    cl = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=1200)
+    cl = client(url, kind)
     times = []
     for i in range(9):
         ttft = []
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]
         await one(cl, model, msgs, 8, ttft, [])
         times.append(ttft[0])
-    await cl.close()
+    await close(cl)
     later = sorted(times[1:])[len(times[1:]) // 2]
     return {"system_tokens": t, "ttft_first_ms": 1e3 * times[0], "ttft_later_p50_ms": 1e3 * later,
             "ratio": later / times[0], "ttft_all_ms": [round(1e3 * x, 1) for x in times]}
@@ -162,12 +247,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--shared-prefix", type=int, default=0, help="tokens of the shared system prompt (0: no test)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--client", choices=["raw", "openai"], default="raw",
+                    help="raw: a small asyncio HTTP client (light on the CPU); openai: the official client")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     levels = [int(s) for s in a.streams.split(",") if s]
     reqs = make_requests(a.lengths, max(levels) * a.requests_per_stream, a.max_tokens, a.seed)
-    rows = [asyncio.run(level(a.url, a.model, s, a.requests_per_stream, reqs)) for s in levels]
-    pre = asyncio.run(shared_prefix(a.url, a.model, a.shared_prefix, a.seed)) if a.shared_prefix else None
+    rows = [asyncio.run(level(a.url, a.model, s, a.requests_per_stream, reqs, a.client)) for s in levels]
+    pre = asyncio.run(shared_prefix(a.url, a.model, a.shared_prefix, a.seed, a.client)) if a.shared_prefix else None
     if a.json:
         print(json.dumps({"levels": rows, "shared_prefix": pre}))
         return
