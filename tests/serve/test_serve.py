@@ -13,7 +13,8 @@ its first stdout line), talks to it, and stops it (SIGTERM).
   batch   stories260K with four adapters: 64 concurrent greedy streams of mixed prompt
           lengths and adapters give exactly the text each gives alone; streams that hang up
           free their KV blocks at once; RSS flat over 10 rounds of that load
-  recurrent  the synthetic LFM2: prompts' snapshots at chunk boundaries reused exactly
+  recurrent  prompts' snapshots at chunk boundaries reused exactly where sessions cannot be cut
+          back: the synthetic LFM2 (a recurrent state), Gemma-3-270M (sliding windows)
 (deploy/nginx's test: test_serve_nginx.py, over this file's helpers)
 Exit code 77 (skipped) when the openai client or a model is missing.
 """
@@ -670,7 +671,7 @@ def group_batch(cera, shared, models, corpus):
 # ---- recurrent -----------------------------------------------------------------------------
 
 def group_recurrent(cera, shared, models, corpus):
-    """LFM2 (the synthetic one: short-convolution layers whose state follows the last position,
+    """Prefix reuse where sessions cannot be cut back part-way. LFM2 (the synthetic one: short-convolution layers whose state follows the last position,
     so a session cannot be cut back part-way): prompts leave snapshots at their chunk
     boundaries, and a later prompt sharing the beginning starts from the longest one, with
     exactly the text it gives on a server without a prefix cache."""
@@ -703,6 +704,31 @@ def group_recurrent(cera, shared, models, corpus):
     check(cached[0][2] == 0 and all(x[2] >= 32 and x[2] % 16 == 0 and x[2] < x[1] for x in cached[1:]),
           "later prompts start from a snapshot at a chunk boundary: %s" % [(x[1], x[2]) for x in cached])
     check(all(x[2] == 0 for x in fresh), "no reuse without the cache")
+    # Gemma 3 (window 512 on most layers): a session cannot be cut back to a point whose window
+    # it no longer holds; the first such cut turns the snapshots on, and the same prompts again
+    # start from the snapshot of their shared 600-token beginning with the texts of a fresh run
+    gemma = os.path.join(models, "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.exists(gemma):
+        print("note: no Gemma-3-270M (scripts/setup.sh fetches it): its part skipped")
+        return 0
+    system = " ".join("The river ran past the old mill and the garden of the house where the children played "
+                      "every day." for _ in range(30))
+    sv = Server(cera, ["-m", gemma, "-c", "1024", "--prefill-chunk", "128"])
+    out = []
+    try:
+        for a in [" Then a dog came.", " Suddenly it rained.", " Then a dog came.", " Suddenly it rained."]:
+            st, data = sv.request("POST", "/v1/completions", {"prompt": system + a, "max_tokens": 6, "temperature": 0},
+                                  timeout=300)
+            check(st == 200, "a Gemma completion: %s %s" % (st, data[:200]))
+            r = json.loads(data)
+            out.append((r["choices"][0]["text"], r["usage"]["prompt_tokens"],
+                        r["usage"]["prompt_tokens_details"]["cached_tokens"]))
+    finally:
+        sv.stop()
+    check(out[0][1] > 512 and out[0][2] == 0 and out[1][2] == 0, "Gemma: nothing to reuse at first: %s" % out)
+    check(out[2][0] == out[0][0] and out[3][0] == out[1][0], "Gemma: the same texts from the snapshots: %s" % out)
+    check(all(x[2] > 512 - 128 and x[2] < x[1] for x in out[2:]),
+          "Gemma: the shared beginning reused: %s" % [(x[1], x[2]) for x in out])
     return 0
 
 

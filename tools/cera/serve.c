@@ -268,7 +268,7 @@ int cmd_serve(int argc, char **argv) {
     sv->sp_default = cera_sampler_default_params();
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
-    sv->cache.whole_only = !can_cut_back(sv->e);
+    sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&sv->sched, NULL, serve_sched_main, sv)) {

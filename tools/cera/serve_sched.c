@@ -523,8 +523,8 @@ void *serve_sched_main(void *arg) {
                     break;
                 }
         }
-        /* where sessions cannot be cut back: snapshots of prompts part-way, at chunk boundaries */
-        for (int i = 0; sv->cache.whole_only && i < s.n; i++) {
+        /* where sessions cannot always be cut back: snapshots of prompts part-way, at chunk boundaries */
+        for (int i = 0; sv->cache.snapshots && i < s.n; i++) {
             serve_seq *q = s.seqs[i];
             if (s.st[i] || !s.prefill[i] || q->index != q->first || q->n_done >= q->n_prompt || !q->s ||
                 q->job->state == JOB_DONE)
