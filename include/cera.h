@@ -342,6 +342,58 @@ CERA_API cera_status cera_batch_eval(cera_engine *engine, const cera_batch_item 
 CERA_API cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out,
                                        cera_error *err);
 
+/* ---- Embeddings ------------------------------------------------------------ */
+/*
+ * An embedding is a token's final hidden state after the model's output norm (the vector the
+ * output matrix would turn into logits; llama.cpp's embeddings of a decoder model), or one
+ * vector pooled from a text's tokens. The output matrix is not computed. Evaluating for
+ * embeddings appends the tokens to the session's timeline (its KV cache) as an eval does, with
+ * its attached adapters applied; it leaves no logits to sample from.
+ */
+
+/* How a text's token embeddings become one vector; the values are llama.cpp's
+ * (llama_pooling_type, `--pooling`). */
+typedef enum cera_pooling {
+    CERA_POOLING_MODEL = -1, /* the model's own (its <arch>.pooling_type; none when absent) */
+    CERA_POOLING_NONE = 0,   /* one vector per token */
+    CERA_POOLING_MEAN = 1,   /* the mean over the tokens */
+    CERA_POOLING_CLS = 2,    /* the first token's */
+    CERA_POOLING_LAST = 3,   /* the last token's */
+} cera_pooling;
+
+/* The width of an embedding (the model's hidden size); 0 for a NULL engine. */
+CERA_API int cera_engine_n_embd(const cera_engine *engine);
+/* The model's own pooling (its metadata's pooling_type), never CERA_POOLING_MODEL;
+ * CERA_POOLING_NONE for a NULL engine or a model without one. */
+CERA_API cera_pooling cera_engine_pooling(const cera_engine *engine);
+
+/* Normalizes n floats in place as llama.cpp's --embd-normalize: -1 none, 0 max absolute
+ * (scaled to the int16 range: the largest magnitude becomes 32760), 1 taxicab, 2 euclidean,
+ * p > 2 the p-norm. A zero vector stays zero. Below -1: nothing is changed, false. */
+CERA_API bool cera_embd_normalize(float *v, int n, int norm);
+
+/* One vector from n token embeddings rows [n, d] by the pooling (mean, cls: the first, last:
+ * the last; as cera_batch_embed pools them), normalized as cera_embd_normalize(norm), into
+ * out [d]: for a caller that evaluates a text in parts with CERA_POOLING_NONE and norm -1.
+ * CERA_ERR_INVALID_ARG for n == 0, CERA_POOLING_NONE or MODEL, or a norm below -1. */
+CERA_API cera_status cera_embd_pool(const float *rows, size_t n, int d, cera_pooling pooling, int norm,
+                                    float *out, cera_error *err);
+
+/* Evaluates each item's tokens (n_tokens > 0; all_logits is ignored) for embeddings, in
+ * shared forward calls as cera_batch_eval, and writes into out[i] the item's embeddings:
+ * n_tokens rows of cera_engine_n_embd floats with CERA_POOLING_NONE, else one row pooled over
+ * the item's tokens (cls: its first, last: its last); each row then normalized with
+ * cera_embd_normalize(norm). A pending generated token is evaluated first and is not part of
+ * the pooling. On the CUDA backend, a model whose n_embd exceeds its vocabulary is
+ * CERA_ERR_UNSUPPORTED. On an error no session has changed, as cera_batch_eval. */
+CERA_API cera_status cera_batch_embed(cera_engine *engine, const cera_batch_item *items, int n_items,
+                                      cera_pooling pooling, int norm, float *const *out, cera_error *err);
+
+/* cera_batch_embed for one session: out has room for n_tokens rows (CERA_POOLING_NONE) or
+ * one row of cera_engine_n_embd floats. */
+CERA_API cera_status cera_session_embed(cera_session *session, const cera_token *tokens, size_t n_tokens,
+                                        cera_pooling pooling, int norm, float *out, cera_error *err);
+
 /* ---- Generation ------------------------------------------------------------ */
 
 /* Called once for each generated token, in order, never twice for one token, with the

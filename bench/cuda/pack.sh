@@ -28,7 +28,7 @@ FINAL=$C
 C=$(mktemp -d /tmp/devpack.XXXXXX)
 trap 'rm -rf "$C"' EXIT
 mkdir -p "$C/bin" "$C/lib" "$C/shared/models" "$C/shared/golden" "$C/shared/vocab"
-for t in $TESTS; do cp "$BUILD/tests/cuda/$t" "$C/bin/"; done
+for t in $TESTS; do cp "$(find "$BUILD/tests" -type f -name "$t" | head -1)" "$C/bin/"; done # tests/cuda or another
 for t in $TOOLS; do cp "$BUILD/$([ "$t" = cera ] && echo tools/cera || echo bench/cuda)/$t" "$C/bin/"; done
 strip "$C"/bin/* # symbols are not needed there
 for p in $(ldd "$C"/bin/* | awk '/pcre2|utf8proc|cjson|libedit|libbsd|libmd/ {print $3}'); do
@@ -39,12 +39,13 @@ cp $S/models/stories260K.gguf "$C/shared/models/"
 cp $S/vocab/ggml-vocab-llama-spm.gguf "$C/shared/vocab/" # cera synth's tokenizer
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
 for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
-    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.* $S/golden/synth-gemma3-q8_0.*; do
+    $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.* $S/golden/synth-gemma3-q8_0.* \
+    $S/golden/synth-phi3-q8_0.*; do
     cp "$f" "$C/shared/golden/"
 done
 for g in ${GOLDEN_EXTRA:-}; do cp $S/golden/"$g".* "$C/shared/golden/"; done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
-cp tests/lora/data/lfm2-lora.gguf "$C/shared/golden/" # the LFM2 adapter (test_cuda_lora)
+cp tests/lora/data/lfm2-lora.gguf tests/lora/data/gemma3-lora.gguf "$C/shared/golden/" # test_cuda_lora's adapters
 cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
 chmod -R u+w "$C/shared"
 if [ -d "$FINAL" ]; then chmod -R u+w "$FINAL"; fi

@@ -28,6 +28,9 @@
  *               the same logits. A chain the backend does not run is refused with
  *               CERA_ERR_UNSUPPORTED before anything is drawn (the caller then fetches
  *               the row and samples on the host; the RNG sequence is the same).
+ *               With a grammar's token mask (a bit per token, set: allowed) the token
+ *               is cera_sampler_sample_masked's: the mask goes to the device, the
+ *               row never comes back, and -1 says the mask left nothing.
  *               The row itself stays unmodified.
  * KV storage: the engine has one pool (kv/kv_cache.h) for all its sequences. A backend
  * that keeps K/V in its own memory (kv_on_host false) allocates storage for every block
@@ -63,6 +66,10 @@ typedef struct cera_batch {
     cera_kv_seq *const *seqs; /* [n_seqs] */
     int n_seqs;
     const cera_lora_batch *lora; /* rows grouped by LoRA adapter (lora/lora.h), or NULL: none */
+    /* Embeddings instead of logits: each wanted token's row is its final hidden state after
+     * the output norm ([n_out, n_embd], host memory; llama.cpp's t_embd), and the output
+     * matmul is not computed. A backend that cannot refuses with CERA_ERR_UNSUPPORTED. */
+    bool embd;
 } cera_batch;
 
 typedef struct cera_backend cera_backend;
@@ -85,8 +92,10 @@ struct cera_backend {
     /* Optional: the row the last forward with logits == NULL kept for sequence slot seq_id,
      * into out [n_vocab] (host). */
     cera_status (*logits_get)(cera_backend *be, int seq_id, float *out, cera_error *err);
-    /* Optional: samples that row with smp (draws from its RNG; does not accept the token). */
-    cera_status (*sample)(cera_backend *be, int seq_id, cera_sampler *smp, cera_token *out, cera_error *err);
+    /* Optional: samples that row with smp (draws from its RNG; does not accept the token),
+     * within mask [(n_vocab + 31) / 32] words when not NULL. */
+    cera_status (*sample)(cera_backend *be, int seq_id, cera_sampler *smp, const uint32_t *mask,
+                          cera_token *out, cera_error *err);
     /* Optional: drops the backend's own copy of adapter `id` (called when it is freed). */
     void (*adapter_free)(cera_backend *be, uint64_t id);
     void (*free)(cera_backend *be);

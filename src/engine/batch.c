@@ -14,6 +14,10 @@
  * Everything runs under the engine's lock: block reservations (copies of shared blocks
  * included), the forward calls and, after the last, the sessions' bookkeeping (tokens,
  * sampler history, logits). A failure rolls every session back to where it was.
+ *
+ * Embeddings (cera_batch_run with outputs, embed.c) go the same way, with the backend writing
+ * each new position's hidden state after the output norm (n_embd floats) instead of its logits,
+ * into the caller's rows; the sessions then hold no logits.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@ typedef struct item_run {
     size_t next;       /* the stream's next position (0 = the pending token when there is one) */
     size_t chunk;      /* the new tokens' chunk size */
     bool rows_on_host; /* the last call holding a wanted row kept it on the host */
+    float *embd;       /* embeddings mode: the new positions' hidden states [n, n_embd] */
 } item_run;
 
 static size_t stream_len(const item_run *r) { return r->n + (r->pend >= 0 ? 1 : 0); }
@@ -97,10 +102,11 @@ static cera_status reserve_logits(cera_session *s, size_t rows, cera_error *err)
 }
 
 /* One forward call over the runs in call[0..n_call): their next chunks. */
-static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, cera_error *err) {
-    const int n_vocab = e->model.hp.n_vocab;
+static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, bool embd, cera_error *err) {
+    /* a row of output: logits, or an embedding */
+    const int row_w = embd ? e->model.hp.n_embd : e->model.hp.n_vocab;
     int n = 0, n_want = 0, first_row = -1;
-    bool host = !e->backend->logits_get;
+    bool host = embd || !e->backend->logits_get;
     for (int c = 0; c < n_call; c++) {
         item_run *r = call[c];
         const size_t len = next_chunk(r);
@@ -126,11 +132,11 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
     /* one session's rows are consecutive rows of its own buffer: written there directly;
      * several sessions' go through the engine's staging rows */
     const bool direct = n_call == 1;
-    if (host && !direct && (size_t)n_want > e->stage_rows) {
-        float *nl = realloc(e->stage_logits, (size_t)n_want * n_vocab * sizeof(float));
+    if (host && !direct && (size_t)n_want * row_w > e->stage_floats) {
+        float *nl = realloc(e->stage_logits, (size_t)n_want * row_w * sizeof(float));
         if (!nl) return cera_fail(err, CERA_ERR_NO_MEMORY, "logits for %d rows", n_want);
         e->stage_logits = nl;
-        e->stage_rows = (size_t)n_want;
+        e->stage_floats = (size_t)n_want * row_w;
     }
     const cera_lora_batch *lora = NULL;
     if (n_call == 1) {
@@ -150,13 +156,15 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
                           .want_logits = e->b_want,
                           .seqs = e->b_seqs,
                           .n_seqs = n_call,
-                          .lora = lora};
+                          .lora = lora,
+                          .embd = embd};
+    float *const dst0 = embd ? call[0]->embd : call[0]->s->logits;
     float *out_rows = !host    ? NULL
-                      : direct ? call[0]->s->logits + (size_t)(first_row < 0 ? 0 : first_row) * n_vocab
+                      : direct ? dst0 + (size_t)(first_row < 0 ? 0 : first_row) * row_w
                                : e->stage_logits;
     cera_status st = e->backend->forward(e->backend, &b, out_rows, err);
     if (st) return st;
-    const long bad = host ? cera_nonfinite_row(out_rows, (size_t)n_want, n_vocab) : -1;
+    const long bad = host ? cera_nonfinite_row(out_rows, (size_t)n_want, row_w) : -1;
     if (bad >= 0) { /* the position of the bad row: the bad-th wanted token */
         for (int t = 0, k = 0; t < n; t++)
             if (e->b_want[t] && k++ == bad) return cera_nonfinite_fail(err, e->b_pos[t]);
@@ -170,8 +178,8 @@ static cera_status run_call(cera_engine *e, item_run *const *call, int n_call, c
             int row;
             if (!stream_want(r, r->next + i, &row)) continue;
             if (host && !direct)
-                memcpy(r->s->logits + (size_t)row * n_vocab, e->stage_logits + (size_t)out * n_vocab,
-                       (size_t)n_vocab * sizeof(float));
+                memcpy((embd ? r->embd : r->s->logits) + (size_t)row * row_w,
+                       e->stage_logits + (size_t)out * row_w, (size_t)row_w * sizeof(float));
             out++;
             r->rows_on_host = host;
         }
@@ -194,6 +202,12 @@ static void finish_run(item_run *r) {
     }
     s->pending_sampled = -1;
     s->pending_eval = -1;
+    if (r->embd) { /* embeddings leave no logits */
+        s->n_logit_rows = 0;
+        s->logits_on_device = s->logits_fetched = false;
+        s->last_eval_n = (int)r->n;
+        return;
+    }
     const bool only_pending = r->n == 0;
     s->n_logit_rows = r->all && !only_pending ? (int)r->n : 1;
     s->logits_first = r->all || only_pending ? 0 : (int)r->n - 1;
@@ -232,7 +246,7 @@ void cera_batch_free(cera_engine *e) {
 }
 
 /* Fills the forward calls (see the top of the file) until every run is done. */
-static cera_status run_all(cera_engine *e, item_run *runs, int n_runs, cera_error *err) {
+static cera_status run_all(cera_engine *e, item_run *runs, int n_runs, bool embd, cera_error *err) {
     item_run **call = e->b_call;
     const size_t nb = (size_t)e->params.n_batch;
     for (;;) {
@@ -247,12 +261,17 @@ static cera_status run_all(cera_engine *e, item_run *runs, int n_runs, cera_erro
             n_tok += len;
         }
         if (n_call == 0) return CERA_OK;
-        cera_status st = run_call(e, call, n_call, err);
+        cera_status st = run_call(e, call, n_call, embd, err);
         if (st) return st;
     }
 }
 
 cera_status cera_batch_eval(cera_engine *e, const cera_batch_item *items, int n_items, cera_error *err) {
+    return cera_batch_run(e, items, n_items, NULL, err);
+}
+
+cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_items, float *const *embd,
+                           cera_error *err) {
     cera_error_clear(err);
     if (!e || n_items < 0 || (n_items > 0 && !items))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_batch_eval: NULL argument");
@@ -268,16 +287,23 @@ cera_status cera_batch_eval(cera_engine *e, const cera_batch_item *items, int n_
     for (int i = 0; i < n_items && !st; i++) {
         cera_session *s = items[i].session;
         item_run *r = &runs[n_runs];
-        *r = (item_run){
-            s,   items[i].tokens, items[i].n_tokens, items[i].all_logits, s->pending_eval, s->seq.n_pos, 0, 0,
-            true};
+        *r = (item_run){s,
+                        items[i].tokens,
+                        items[i].n_tokens,
+                        embd || items[i].all_logits,
+                        s->pending_eval,
+                        s->seq.n_pos,
+                        0,
+                        0,
+                        true,
+                        embd ? embd[i] : NULL};
         if (stream_len(r) == 0) continue; /* nothing to evaluate: the session is left as it is */
         const size_t n_chunks = r->n ? (r->n + nb - 1) / nb : 0;
         r->chunk = n_chunks ? (r->n + n_chunks - 1) / n_chunks : 0;
-        st = reserve_logits(s, r->all && r->n ? r->n : 1, err);
+        if (!embd) st = reserve_logits(s, r->all && r->n ? r->n : 1, err);
         n_runs++;
     }
-    if (!st) st = run_all(e, runs, n_runs, err);
+    if (!st) st = run_all(e, runs, n_runs, embd != NULL, err);
     bool reset = false;
     for (int i = 0; i < n_runs; i++) {
         if (!st) {

@@ -49,7 +49,7 @@ struct cera_engine {
     void *b_runs, *b_call; /* [n_seq_max] per-session progress (batch.c) */
     cera_lora_batch lora_plan;
     float *stage_logits;
-    size_t stage_rows;
+    size_t stage_floats;
     /* the vocabulary's byte trie for grammar masks: built by the first grammar a session
      * sets (under forward_lock), read-only afterwards */
     cera_grammar_tokens *gtok;
@@ -105,18 +105,25 @@ const cera_lora_batch *cera_lora_session_plan(cera_session *s, int n_rows);
 void cera_lora_session_free(cera_session *s);
 
 /* Grammar glue (grammar_session.c): a fork's copy of src's grammar and matcher; back to
- * the grammar's start (truncate); detaching it (cera_session_free); and the constrained
- * draw from the last position's host logits: *out = -1 with CERA_OK when the grammar allows
- * no token (gstate says whether it was complete). */
+ * the grammar's start (truncate); detaching it (cera_session_free); the mask of the tokens
+ * the grammar allows next, into s->gmask (for the host's masked draw or the device's);
+ * and taking the masked draw's token (-1: the mask left nothing, and gstate says whether
+ * the grammar was complete), which advances the matcher. */
 cera_status cera_grammar_session_fork(cera_session *dst, const cera_session *src, cera_error *err);
 cera_status cera_grammar_session_restart(cera_session *s, cera_error *err);
 void cera_grammar_session_free(cera_session *s);
-cera_status cera_grammar_session_sample(cera_session *s, const float *logits, cera_token *out,
-                                        cera_error *err);
+cera_status cera_grammar_session_mask(cera_session *s, cera_error *err);
+cera_status cera_grammar_session_take(cera_session *s, cera_token tok, cera_error *err);
 
 /* batch.c: the engine's batch buffers (at open; freed at close, also after a failed init). */
 cera_status cera_batch_init(cera_engine *e, cera_error *err);
 void cera_batch_free(cera_engine *e);
+
+/* cera_batch_eval, or with embd non-NULL the same evaluation giving embeddings: every new
+ * position's final hidden state after the output norm into embd[i] ([n_tokens, n_embd] for
+ * item i; a pending token evaluated first gives none), no logits kept (batch.c). */
+cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_items, float *const *embd,
+                           cera_error *err);
 
 /* Evaluates the pending generated token, if any (session.c). */
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err);

@@ -181,20 +181,18 @@ cera_status cera_grammar_session_restart(cera_session *s, cera_error *err) {
     return CERA_OK;
 }
 
-cera_status cera_grammar_session_sample(cera_session *s, const float *logits, cera_token *out,
-                                        cera_error *err) {
-    *out = -1;
-    const cera_grammar_tokens *t = s->engine->gtok;
-    cera_status st = cera_grammar_matcher_mask(s->gm, t, s->gmask, err);
-    if (st) return st;
-    const cera_token tok = cera_sampler_sample_masked(s->sampler, logits, s->gmask);
+cera_status cera_grammar_session_mask(cera_session *s, cera_error *err) {
+    return cera_grammar_matcher_mask(s->gm, s->engine->gtok, s->gmask, err);
+}
+
+cera_status cera_grammar_session_take(cera_session *s, cera_token tok, cera_error *err) {
     if (tok < 0) {
         /* nothing allowed: the grammar ends generation here */
         s->gstate = cera_grammar_matcher_complete(s->gm) ? CERA_GRAMMAR_COMPLETE : CERA_GRAMMAR_DEAD_END;
         return CERA_OK;
     }
-    if ((st = cera_grammar_matcher_accept_token(s->gm, t, tok, err))) return st;
+    const cera_status st = cera_grammar_matcher_accept_token(s->gm, s->engine->gtok, tok, err);
+    if (st) return st;
     s->gstate = cera_engine_is_eog(s->engine, tok) ? CERA_GRAMMAR_COMPLETE : CERA_GRAMMAR_ACTIVE;
-    *out = tok;
     return CERA_OK;
 }

@@ -238,12 +238,14 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     if (st) return st;
     if (s->n_logit_rows == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "sample: no logits to sample from");
     cera_engine *e = s->engine;
-    /* a grammar's mask is applied on the host: the row is fetched instead */
-    if (s->logits_on_device && !s->logits_fetched && e->backend->sample && !s->gm) {
+    /* a grammar's mask (which does not depend on the logits) is made on the host first */
+    if (s->gm && (st = cera_grammar_session_mask(s, err))) return st;
+    if (s->logits_on_device && !s->logits_fetched && e->backend->sample) {
         cera_token t = -1;
         pthread_mutex_lock(&e->forward_lock);
-        st = e->backend->sample(e->backend, s->seq.id, s->sampler, &t, err);
+        st = e->backend->sample(e->backend, s->seq.id, s->sampler, s->gm ? s->gmask : NULL, &t, err);
         pthread_mutex_unlock(&e->forward_lock);
+        if (st == CERA_OK && s->gm && ((st = cera_grammar_session_take(s, t, err)) || t < 0)) return st;
         if (st == CERA_OK) {
             cera_sampler_accept(s->sampler, t);
             s->pending_sampled = t;
@@ -260,7 +262,8 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
         return cera_nonfinite_fail(err, (long)s->seq.n_pos - 1);
     cera_token t;
     if (s->gm) {
-        if ((st = cera_grammar_session_sample(s, l, &t, err)) || t < 0) return st;
+        t = cera_sampler_sample_masked(s->sampler, l, s->gmask);
+        if ((st = cera_grammar_session_take(s, t, err)) || t < 0) return st;
     } else {
         /* finite logits and biases that leave a token (cera_sampler_new checks): a token */
         t = cera_sampler_sample(s->sampler, l);

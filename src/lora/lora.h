@@ -43,6 +43,19 @@
 #define CERA_LORA_MAX_RANK 1024 /* larger ranks are refused at load */
 #define CERA_LORA_MAX_SET  16   /* adapters attached to one session at once */
 
+/* The targets of an MoE block's routed experts (model.h cera_experts), apart from the
+ * projections: ffn_gate_inp (the router, one matrix) and ffn_{gate,up,down}_exps, whose GGUF
+ * factors are 3-D, one pair per expert (lora_a [k, rank, n_expert], lora_b [rank, d, n_expert]),
+ * as llama.cpp's build_lora_mm_id applies them; such a pair's a and b hold every expert's
+ * factors one after another (cera_lora_expert). */
+typedef enum cera_lora_moe {
+    CERA_LORA_MOE_ROUTER,
+    CERA_LORA_MOE_GATE,
+    CERA_LORA_MOE_UP,
+    CERA_LORA_MOE_DOWN,
+    CERA_LORA_MOE_COUNT
+} cera_lora_moe;
+
 /* One projection's factors; rank 0 when the adapter does not target it. */
 typedef struct cera_lora_pair {
     int rank;
@@ -61,6 +74,7 @@ struct cera_adapter {
     int n_pairs; /* projections targeted */
     int max_rank;
     cera_lora_pair *pairs; /* [n_layer * CERA_PROJ_COUNT], index layer * CERA_PROJ_COUNT + proj */
+    cera_lora_pair *moe;   /* [n_layer * CERA_LORA_MOE_COUNT] the routed experts' targets, or NULL: none */
     float *data;           /* every factor, one block */
     size_t n_floats, used; /* the block's size and how much the loader filled */
     atomic_int refs;       /* the loader's reference plus one per attaching session */
@@ -75,6 +89,21 @@ static inline const cera_lora_pair *cera_lora_pair_get(const cera_adapter *a, in
     if (layer < 0 || layer >= a->n_layer) return NULL;
     const cera_lora_pair *q = &a->pairs[(size_t)layer * CERA_PROJ_COUNT + p];
     return q->rank ? q : NULL;
+}
+
+/* The pair for an MoE target of a layer, or NULL. */
+static inline const cera_lora_pair *cera_lora_moe_get(const cera_adapter *a, int layer, cera_lora_moe t) {
+    if (!a->moe || layer < 0 || layer >= a->n_layer) return NULL;
+    const cera_lora_pair *q = &a->moe[(size_t)layer * CERA_LORA_MOE_COUNT + t];
+    return q->rank ? q : NULL;
+}
+
+/* Expert e's pair of an expert target q. */
+static inline cera_lora_pair cera_lora_expert(const cera_lora_pair *q, int e) {
+    cera_lora_pair p = *q;
+    p.a = q->a + (size_t)e * (size_t)q->rank * (size_t)q->k;
+    p.b = q->b + (size_t)e * (size_t)q->d * (size_t)q->rank;
+    return p;
 }
 
 /* The effective factor for a pair at a user scale (llama.cpp's get_scale). */

@@ -52,12 +52,12 @@ static const char *const proj_hf_lfm2[CERA_PROJ_COUNT] = {
 
 const char *cera_lora_proj_hf_name(cera_arch a, cera_proj p) {
     if ((unsigned)p >= CERA_PROJ_COUNT) return "?";
-    return a == CERA_ARCH_LFM2 ? proj_hf_lfm2[p] : proj_hf[p];
+    return a == CERA_ARCH_LFM2 || a == CERA_ARCH_LFM2MOE ? proj_hf_lfm2[p] : proj_hf[p];
 }
 
 const char *cera_lora_proj_hf_parent(cera_arch a, cera_proj p) {
     if (p <= CERA_PROJ_O) return "self_attn.";
-    if (p <= CERA_PROJ_DOWN) return a == CERA_ARCH_LFM2 ? "feed_forward." : "mlp.";
+    if (p <= CERA_PROJ_DOWN) return a == CERA_ARCH_LFM2 || a == CERA_ARCH_LFM2MOE ? "feed_forward." : "mlp.";
     return "conv.";
 }
 
@@ -139,6 +139,7 @@ void cera_lora_release(cera_adapter *a) {
     if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
     if (a->on_free) a->on_free(a->on_free_ctx, a);
     free(a->pairs);
+    free(a->moe);
     free(a->data);
     free(a);
 }
@@ -179,6 +180,26 @@ static bool parse_gguf_target(const char *name, int *layer, cera_proj *p) {
         if (!strncmp(s, proj_gguf[i], l) && !strcmp(s + l, ".weight")) {
             *layer = (int)n;
             *p = (cera_proj)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *const moe_gguf[CERA_LORA_MOE_COUNT] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps",
+                                                          "ffn_down_exps"};
+
+/* Parses "blk.N.<MoE target>.weight". */
+static bool parse_moe_target(const char *name, int *layer, int *t) {
+    if (strncmp(name, "blk.", 4)) return false;
+    char *end;
+    const long n = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || n < 0 || n > 1000000) return false;
+    for (int i = 0; i < CERA_LORA_MOE_COUNT; i++) {
+        const size_t l = strlen(moe_gguf[i]);
+        if (!strncmp(end + 1, moe_gguf[i], l) && !strcmp(end + 1 + l, ".weight")) {
+            *layer = (int)n;
+            *t = i;
             return true;
         }
     }
@@ -243,7 +264,50 @@ typedef struct gguf_factor {
     cera_proj proj;
     int n_fused; /* > 0: the pair of a fused tensor, split over fused[] */
     cera_proj fused[CERA_PROJ_COUNT];
+    int moe; /* an MoE target + 1 (cera_lora_moe), or 0 */
 } gguf_factor;
+
+/* An MoE target's pair (router: one matrix; experts: one per expert), checked against the
+ * layer's experts. */
+static cera_status add_moe(cera_adapter *a, const cera_model *m, const gguf_factor *g, const char *name,
+                           cera_error *err) {
+    const int t = g->moe - 1;
+    if (g->layer >= m->hp.n_layer || !m->layers[g->layer].moe.n_expert)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: '%s' targets a block without routed experts",
+                         a->source, name);
+    const cera_experts *x = &m->layers[g->layer].moe;
+    const cera_weight *w = t == CERA_LORA_MOE_ROUTER ? &x->router
+                           : t == CERA_LORA_MOE_GATE ? &x->gate[0]
+                           : t == CERA_LORA_MOE_UP   ? &x->up[0]
+                                                     : &x->down[0];
+    const int64_t k = g->a->ne[0], r = g->a->ne[1], d = g->b->ne[1];
+    const int64_t n_mat = t == CERA_LORA_MOE_ROUTER ? 1 : x->n_expert;
+    if (k != w->k || d != w->n || g->a->ne[2] != n_mat || g->b->ne[2] != n_mat)
+        return cera_fail(
+            err, CERA_ERR_INVALID_ARG,
+            "%s: '%s' has shape [%lld, %lld, %lld] / [%lld, %lld, %lld] but the block's %s maps %lld "
+            "-> %lld over %lld matrices (an adapter for another model?)",
+            a->source, name, (long long)k, (long long)r, (long long)g->a->ne[2], (long long)r, (long long)d,
+            (long long)g->b->ne[2], moe_gguf[t], (long long)w->k, (long long)w->n, (long long)n_mat);
+    if (r <= 0 || r > CERA_LORA_MAX_RANK)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED, "%s: '%s' has rank %lld (1..%d supported)", a->source,
+                         name, (long long)r, CERA_LORA_MAX_RANK);
+    if (!a->moe && !(a->moe = calloc((size_t)a->n_layer * CERA_LORA_MOE_COUNT, sizeof *a->moe)))
+        return cera_fail(err, CERA_ERR_NO_MEMORY, "%s: out of memory", a->source);
+    cera_lora_pair *q = &a->moe[(size_t)g->layer * CERA_LORA_MOE_COUNT + t];
+    if (q->rank) return cera_fail(err, CERA_ERR_FORMAT, "%s: '%s' appears twice", a->source, name);
+    const size_t need = (size_t)(r * (k + d) * n_mat);
+    if (need > a->n_floats - a->used)
+        return cera_fail(err, CERA_ERR_INTERNAL, "%s: factor block too small at '%s'", a->source, name);
+    float *pa = a->data + a->used, *pb = pa + (size_t)(r * k * n_mat);
+    a->used += need;
+    tensor_to_f32(g->a, pa, r * k * n_mat);
+    tensor_to_f32(g->b, pb, r * d * n_mat);
+    *q = (cera_lora_pair){.rank = (int)r, .k = k, .d = d, .a = pa, .b = pb};
+    a->n_pairs++;
+    if (r > a->max_rank) a->max_rank = (int)r;
+    return CERA_OK;
+}
 
 /* The pairs of a fused tensor's adapter: each part gets A and the rows of B of its range. */
 static cera_status add_fused(cera_adapter *a, const cera_model *m, const gguf_factor *g, const char *name,
@@ -322,11 +386,12 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         int layer;
         cera_proj p = CERA_PROJ_COUNT, fused[CERA_PROJ_COUNT];
         const int n_fused = fused_projs(m, base, &layer, fused);
-        if (!n_fused && !parse_gguf_target(base, &layer, &p)) {
+        int moe_t = -1;
+        if (!n_fused && !parse_gguf_target(base, &layer, &p) && !parse_moe_target(base, &layer, &moe_t)) {
             st = cera_fail(
                 err, CERA_ERR_UNSUPPORTED,
-                "%s: tensor '%s' targets '%s', which is not one of the seven projections cera adapts", source,
-                name, base);
+                "%s: tensor '%s' targets '%s', which is not one of the projections (or experts) cera adapts",
+                source, name, base);
             break;
         }
         if (!factor_type_ok(t->type)) {
@@ -336,9 +401,10 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
                            tt ? tt->name : "?");
             break;
         }
-        if (t->n_dims != 2 || t->ne[2] != 1 || t->ne[3] != 1) {
-            st = cera_fail(err, CERA_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (2 expected)", source,
-                           name, t->n_dims);
+        if (moe_t > CERA_LORA_MOE_ROUTER ? t->n_dims != 3 || t->ne[3] != 1
+                                         : t->n_dims != 2 || t->ne[2] != 1 || t->ne[3] != 1) {
+            st = cera_fail(err, CERA_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (%d expected)", source,
+                           name, t->n_dims, moe_t > CERA_LORA_MOE_ROUTER ? 3 : 2);
             break;
         }
         /* The twin: looked up by name so the order in the file does not matter. */
@@ -356,6 +422,7 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         fac[n_fac].layer = layer;
         fac[n_fac].proj = p;
         fac[n_fac].n_fused = n_fused;
+        fac[n_fac].moe = moe_t + 1;
         memcpy(fac[n_fac].fused, fused, sizeof fused);
         n_fac++;
         const int64_t k = t->ne[0], r = t->ne[1], r2 = twin->ne[0], d = twin->ne[1];
@@ -365,7 +432,8 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
             break;
         }
         /* Bounded by the base shapes, checked in cera_lora_add_pair; this keeps the count sane first. */
-        if (r > CERA_LORA_MAX_RANK || k > (1 << 24) || d > (1 << 24)) {
+        if (r > CERA_LORA_MAX_RANK || k > (1 << 24) || d > (1 << 24) || t->ne[2] > 4096 ||
+            twin->ne[2] != t->ne[2]) {
             st = cera_fail(err, CERA_ERR_UNSUPPORTED, "%s: '%s' has shape [%lld x %lld] / [%lld x %lld]",
                            source, base, (long long)k, (long long)r, (long long)r, (long long)d);
             break;
@@ -381,7 +449,7 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
             }
             n_floats += (size_t)(r * k) * (size_t)(n_fused - 1); /* A once per part; B's rows are split */
         }
-        n_floats += (size_t)(r * (k + d));
+        n_floats += (size_t)(r * (k + d) * t->ne[2]);
     }
     if (!st && !n_fac) st = cera_fail(err, CERA_ERR_NOT_FOUND, "%s: no LoRA tensors", source);
     cera_adapter *a = NULL;
@@ -391,6 +459,11 @@ cera_status cera_lora_load_gguf(const cera_model *m, const gguf_file *f, const c
         gguf_str_copy(g->a->name, name, sizeof name);
         name[strlen(name) - 7] = '\0';
         float *pa, *pb;
+        if (g->moe) {
+            st = add_moe(a, m, g, name, err);
+            if (st) break;
+            continue;
+        }
         if (g->n_fused) {
             st = add_fused(a, m, g, name, err);
             if (st) break;

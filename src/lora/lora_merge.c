@@ -122,6 +122,11 @@ cera_status cera_lora_merge(const cera_model *m, cera_adapter *const *adapters, 
         if (adapters[a]->n_layer != m->hp.n_layer)
             return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: adapter loaded for another model",
                              adapters[a]->source);
+        else if (adapters[a]->moe)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "%s: merging factors of routed experts or their router is not supported (attach "
+                             "the adapter unmerged)",
+                             adapters[a]->source);
 
     gguf_writer *w = gguf_writer_new();
     void **owned = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *owned);

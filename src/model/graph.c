@@ -9,6 +9,7 @@ static const char *const op_names[] = {
     [CERA_OP_EMBED] = "embed",     [CERA_OP_NORM] = "norm",           [CERA_OP_LINEAR] = "linear",
     [CERA_OP_ROPE_KV] = "rope_kv", [CERA_OP_ATTEND] = "attend",       [CERA_OP_ADD] = "add",
     [CERA_OP_GLU] = "glu",         [CERA_OP_SHORTCONV] = "shortconv", [CERA_OP_OUTPUT] = "output",
+    [CERA_OP_MOE] = "moe",
 };
 
 const char *cera_op_name(cera_op_kind k) {

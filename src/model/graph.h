@@ -8,7 +8,8 @@
  * token. An op that works on each token by itself (EMBED, NORM, the bias of a LINEAR,
  * ROPE_KV, ADD, GLU) is "row-local": a backend may fuse runs of them into one pass;
  * LINEAR (a matmul), ATTEND and SHORTCONV (which read other tokens of the sequence) and
- * OUTPUT are not. The fusions a backend makes (norm into the next matmul's activation
+ * OUTPUT are not, nor is MOE (it groups the batch's tokens by expert so that each expert's
+ * weights are read once per batch). The fusions a backend makes (norm into the next matmul's activation
  * quantization, Q/K/V into rope + KV store, residual adds and SwiGLU into matmul epilogues,
  * LoRA folded into the next kernel) are rules of its compile step, never per-architecture
  * code inside the backend.
@@ -47,6 +48,7 @@ typedef enum cera_op_kind {
     CERA_OP_ADD,       /* dst += src · scale */
     CERA_OP_GLU,       /* dst(= src) = act(src) ⊙ src2, act silu or gelu */
     CERA_OP_SHORTCONV, /* LFM2: dst = C ⊙ conv(B ⊙ X), src = B | C | X, w: the taps; a state per sequence */
+    CERA_OP_MOE,       /* dst = routed experts' SwiGLU FFNs of src, weighted (moe: model.h cera_experts) */
     CERA_OP_OUTPUT, /* logits = (rms_norm(src) · w) · w2ᵀ (+ b) · scale, for the tokens that want them */
 } cera_op_kind;
 
@@ -70,13 +72,14 @@ typedef struct cera_op {
     const cera_weight *w, *w2, *b;
     int n_seg;
     cera_linear_seg seg[3];
-    float scale;      /* ROPE_KV: Q multiplied by it after the rotation when not 0 (Gemma 3) */
-    float eps;        /* NORM, OUTPUT */
-    int head_dim;     /* NORM per head: the head size (0: the whole row) */
-    bool rope;        /* ROPE_KV: rotate (false only for granite without rope) */
-    bool rope_swa;    /* ROPE_KV: with the sliding layers' base (hparams rope_base_swa) */
-    int window;       /* ATTEND: a query at p sees keys p - window + 1 .. p (0: every earlier one) */
-    cera_glu_act act; /* GLU */
+    float scale;             /* ROPE_KV: Q multiplied by it after the rotation when not 0 (Gemma 3) */
+    float eps;               /* NORM, OUTPUT */
+    int head_dim;            /* NORM per head: the head size (0: the whole row) */
+    bool rope;               /* ROPE_KV: rotate (false only for granite without rope) */
+    bool rope_swa;           /* ROPE_KV: with the sliding layers' base (hparams rope_base_swa) */
+    int window;              /* ATTEND: a query at p sees keys p - window + 1 .. p (0: every earlier one) */
+    cera_glu_act act;        /* GLU */
+    const cera_experts *moe; /* MOE */
 } cera_op;
 
 typedef struct cera_graph {

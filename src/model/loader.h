@@ -30,6 +30,11 @@ cera_status cera_load_tensor(const cera_loader *ld, const char *name, int64_t ne
 cera_status cera_load_layer_tensor(const cera_loader *ld, int il, const char *suffix, int64_t ne0,
                                    int64_t ne1, bool required, cera_weight *w);
 
+/* The n_ex matrices of 3-D tensor "blk.<il>.<suffix>" [ne0, ne1, n_ex], each [ne1 rows of
+ * ne0] as a weight of its own into out[n_ex] (an MoE block's experts). */
+cera_status cera_load_layer_experts(const cera_loader *ld, int il, const char *suffix, int64_t ne0,
+                                    int64_t ne1, int n_ex, cera_weight *out);
+
 /* An optional rope-factor vector [n_rot/2] (rope_freqs, LongRoPE's rope_factors_long/short),
  * checked finite and positive. */
 cera_status cera_load_rope_factors(const cera_loader *ld, const char *name, cera_weight *w);
@@ -52,6 +57,6 @@ typedef struct cera_arch_def {
 } cera_arch_def;
 
 extern const cera_arch_def cera_arch_llama, cera_arch_qwen2, cera_arch_qwen3, cera_arch_granite,
-    cera_arch_lfm2, cera_arch_gemma3, cera_arch_phi3;
+    cera_arch_lfm2, cera_arch_gemma3, cera_arch_phi3, cera_arch_lfm2moe;
 
 #endif

@@ -19,7 +19,7 @@ static const cera_arch_def *const arch_table[CERA_ARCH_COUNT] = {
     [CERA_ARCH_LLAMA] = &cera_arch_llama, [CERA_ARCH_QWEN2] = &cera_arch_qwen2,
     [CERA_ARCH_QWEN3] = &cera_arch_qwen3, [CERA_ARCH_GRANITE] = &cera_arch_granite,
     [CERA_ARCH_LFM2] = &cera_arch_lfm2,   [CERA_ARCH_GEMMA3] = &cera_arch_gemma3,
-    [CERA_ARCH_PHI3] = &cera_arch_phi3,
+    [CERA_ARCH_PHI3] = &cera_arch_phi3,   [CERA_ARCH_LFM2MOE] = &cera_arch_lfm2moe,
 };
 
 static const char *const proj_names[CERA_PROJ_COUNT] = {
@@ -145,6 +145,34 @@ cera_status cera_load_layer_tensor(const loader *ld, int il, const char *suffix,
                      name, ld->arch, ld->m->hp.n_layer, il);
 }
 
+cera_status cera_load_layer_experts(const loader *ld, int il, const char *suffix, int64_t ne0, int64_t ne1,
+                                    int n_ex, cera_weight *out) {
+    char name[128];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    const gguf_tensor *t = gguf_find_tensor(ld->f, name);
+    if (!t) return cera_fail(ld->err, CERA_ERR_NOT_FOUND, "missing tensor '%s'", name);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n_ex || t->ne[3] != 1)
+        return cera_fail(ld->err, CERA_ERR_FORMAT,
+                         "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d]", name,
+                         (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                         (long long)ne0, (long long)ne1, n_ex);
+    if (!cera_type_get(t->type))
+        return cera_fail(ld->err, CERA_ERR_UNSUPPORTED, "tensor '%s': unsupported type %u", name,
+                         (unsigned)t->type);
+    if ((uintptr_t)t->data % (t->type == CERA_TYPE_F32 ? 4 : 2))
+        return cera_fail(ld->err, CERA_ERR_FORMAT, "tensor '%s': data not aligned", name);
+    if (ld->used) ld->used[t - ld->f->tensors] = true;
+    const size_t mat = cera_row_size(t->type, ne0) * (size_t)ne1;
+    for (int e = 0; e < n_ex; e++)
+        out[e] = (cera_weight){.t = t,
+                               .type = t->type,
+                               .k = ne0,
+                               .n = ne1,
+                               .data = (const uint8_t *)t->data + (size_t)e * mat,
+                               .row0 = (int64_t)e * ne1};
+    return CERA_OK;
+}
+
 #define TRY(expr)                                                                                            \
     do {                                                                                                     \
         cera_status st_ = (expr);                                                                            \
@@ -194,6 +222,7 @@ static cera_status read_head_count_kv(const loader *ld, const cera_arch_def *ai,
 static cera_status read_hparams(const loader *ld, const cera_arch_def *ai, cera_model *m) {
     cera_hparams *hp = &m->hp;
     TRY(cera_load_int(ld, "context_length", true, 0, &hp->n_ctx_train));
+    TRY(cera_load_int(ld, "pooling_type", false, 0, &hp->pooling));
     TRY(cera_load_int(ld, "embedding_length", true, 0, &hp->n_embd));
     TRY(cera_load_int(ld, "block_count", true, 0, &hp->n_layer));
     TRY(cera_load_int(ld, "feed_forward_length", true, 0, &hp->n_ff));
@@ -334,7 +363,8 @@ cera_status cera_model_load(const gguf_file *f, cera_model *m, cera_error *err) 
     if (!ai)
         return cera_fail(
             err, CERA_ERR_UNSUPPORTED,
-            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, gemma3, phi3)",
+            "unsupported architecture '%s' (supported: llama, qwen2, qwen3, granite, lfm2, lfm2moe, gemma3, "
+            "phi3)",
             arch);
     loader ld = {f, ai->name, m, err, calloc((size_t)f->n_tensors, sizeof(bool))};
     if (!ld.used) return cera_fail(err, CERA_ERR_NO_MEMORY, "model: out of memory");
@@ -405,6 +435,7 @@ fail:
 
 void cera_model_free(cera_model *m) {
     if (!m) return;
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++) free(m->layers[il].moe.gate); /* one block */
     free(m->layers);
     m->layers = NULL;
     cera_graph_free(m->graph);

@@ -2,8 +2,8 @@
  * model.h — the model shared by every backend: hyperparameters, weight handles, and the
  * forward pass written once as a short list of coarse ops (model/graph.h) that each
  * backend compiles into its own plan. Architectures: llama/mistral, qwen2, qwen3,
- * granite, lfm2, gemma3 and phi3, one file each under model/arch/ (reading their metadata and tensors
- * and emitting their ops from the shared blocks of model/arch/blocks.c).
+ * granite, lfm2, lfm2moe, gemma3 and phi3, one file each under model/arch/ (reading their metadata and
+ * tensors and emitting their ops from the shared blocks of model/arch/blocks.c).
  *
  * LoRA adapters name their targets with cera_proj. Weights point into the mmapped GGUF
  * file; a backend that keeps its own copy (a GPU's upload, the CPU's repacked rows) keeps
@@ -27,6 +27,7 @@ typedef enum cera_arch {
     CERA_ARCH_LFM2,
     CERA_ARCH_GEMMA3,
     CERA_ARCH_PHI3,
+    CERA_ARCH_LFM2MOE,
     CERA_ARCH_COUNT
 } cera_arch;
 
@@ -35,10 +36,17 @@ typedef enum cera_rope_style {
     CERA_ROPE_NEOX, /* rotate pairs (i, i + n_rot/2): qwen2, qwen3 */
 } cera_rope_style;
 
+/* How router logits become expert probabilities. */
+typedef enum cera_gating {
+    CERA_GATING_SOFTMAX, /* over the experts */
+    CERA_GATING_SIGMOID, /* per expert (LFM2-MoE, DeepSeek-V3) */
+} cera_gating;
+
 typedef struct cera_hparams {
     cera_arch arch;
     int n_vocab;
     int n_ctx_train;
+    int pooling; /* <arch>.pooling_type (llama.cpp's values; 0 none when absent) */
     int n_embd;
     int n_layer;
     int n_head;
@@ -71,6 +79,10 @@ typedef struct cera_hparams {
      * keys p - n_swa + 1 .. p; those layers rotate with their own base and no scaling */
     int n_swa; /* 0: no layer slides */
     float rope_base_swa;
+    /* routed experts (MoE): blocks n_dense_lead .. n_layer - 1 route each token to n_expert_used
+     * of n_expert experts of n_ff_exp each (cera_layer.moe); n_expert 0: none */
+    int n_expert, n_expert_used, n_ff_exp, n_dense_lead;
+    cera_gating expert_gating;
 } cera_hparams;
 
 typedef struct cera_weight {
@@ -99,6 +111,32 @@ typedef enum cera_proj {
 /* "attn_q", "attn_k", ... (the GGUF tensor name without "blk.N." and ".weight"). */
 const char *cera_proj_name(cera_proj p);
 
+/* A block's routed experts, llama.cpp's build_moe_ffn: probs = gating(router · h); the
+ * n_used experts with the largest probs + sel_bias win (the bias steers the choice only);
+ * their weights are their probs, divided by their sum when norm_w, times w_scale when it is
+ * not 0 or 1; the output is the weighted sum of the winners' SwiGLU FFNs. */
+typedef struct cera_experts {
+    int n_expert; /* 0: a dense block */
+    int n_used;
+    cera_gating gating;
+    bool norm_w;
+    float w_scale;
+    cera_weight router;   /* ffn_gate_inp [n_expert rows of n_embd] */
+    cera_weight sel_bias; /* exp_probs_b [n_expert], or absent */
+    /* expert e's matrices, views into the 3-D ffn_{gate,up,down}_exps ([n_expert] each):
+     * gate, up [n_ff_exp rows of n_embd], down [n_embd rows of n_ff_exp] */
+    cera_weight *gate, *up, *down;
+} cera_experts;
+
+/* The 3 n_expert + 1 matrices of x by index: the router, then every gate, up, down. */
+static inline const cera_weight *cera_experts_matrix(const cera_experts *x, int i) {
+    const int n = x->n_expert;
+    return i == 0       ? &x->router
+           : i <= n     ? &x->gate[i - 1]
+           : i <= 2 * n ? &x->up[i - n - 1]
+                        : &x->down[i - 2 * n - 1];
+}
+
 typedef struct cera_layer {
     int n_head_kv;         /* 0: no attention in this layer (an LFM2 conv block) */
     int kv_index;          /* its slot among the KV layers (kv/kv_cache.h), or -1 */
@@ -113,6 +151,7 @@ typedef struct cera_layer {
     cera_weight conv; /* LFM2 shortconv.conv [n_embd rows of conv_l_cache taps], or absent */
     cera_weight post_attn_norm, post_ffn_norm; /* Gemma 3's norms of each branch [n_embd], or absent */
     bool swa;                                  /* a sliding-window layer (hparams n_swa) */
+    cera_experts moe;                          /* routed experts instead of ffn_{gate,up,down} */
 } cera_layer;
 
 struct cera_graph;

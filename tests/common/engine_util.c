@@ -104,15 +104,11 @@ bool test_same_bits(const float *a, const float *b, size_t n) {
 }
 
 bool test_golden_load(const char *name, int n_vocab, test_golden *g) {
-    char p[256];
     size_t size = 0;
     memset(g, 0, sizeof *g);
-    snprintf(p, sizeof p, "golden/%s.tokens", name);
-    g->tokens = read_ints(shared_path(p), &g->n_tokens);
-    snprintf(p, sizeof p, "golden/%s.greedy", name);
-    g->greedy = read_ints(shared_path(p), &g->n_greedy);
-    snprintf(p, sizeof p, "golden/%s.logits.f32", name);
-    g->logits = read_file(shared_path(p), &size);
+    g->tokens = read_ints(golden_path(name, "tokens"), &g->n_tokens);
+    g->greedy = read_ints(golden_path(name, "greedy"), &g->n_greedy);
+    g->logits = read_file(golden_path(name, "logits.f32"), &size);
     const bool ok = g->tokens && g->logits && size == g->n_tokens * (size_t)n_vocab * sizeof(float);
     CHECK(ok, "%s: golden files missing or of the wrong size", name);
     return ok;

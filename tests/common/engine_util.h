@@ -58,8 +58,8 @@ typedef struct test_golden {
     size_t n_greedy;
 } test_golden;
 
-/* Loads golden/<name>.{tokens,logits.f32,greedy}; CHECKs that they are there and of the right
- * size. */
+/* Loads golden/<name>.{tokens,logits.f32,greedy} (testutil.h golden_path); CHECKs that they are there and of
+ * the right size. */
 bool test_golden_load(const char *name, int n_vocab, test_golden *g);
 void test_golden_free(test_golden *g);
 

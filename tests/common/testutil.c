@@ -21,7 +21,17 @@ static const char *rotate_path(const char *dir, const char *rel) {
     snprintf(b, sizeof bufs[0], "%s/%s", dir, rel);
     return b;
 }
-const char *shared_path(const char *rel) { return rotate_path(CERA_SHARED_DIR, rel); }
+const char *shared_path(const char *rel) {
+    if (!strncmp(rel, "synth/", 6)) return rotate_path(CERA_BINARY_DIR "/synth", rel + 6);
+    if (!strncmp(rel, "data/", 5)) return rotate_path(CERA_SOURCE_DIR "/tests/model/data", rel + 5);
+    return rotate_path(CERA_SHARED_DIR, rel);
+}
+
+const char *golden_path(const char *name, const char *ext) {
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s%s.%s", strchr(name, '/') ? "" : "golden/", name, ext);
+    return shared_path(rel);
+}
 const char *models_path(const char *rel) { return rotate_path(CERA_MODELS_DIR, rel); }
 
 bool file_exists(const char *path) {

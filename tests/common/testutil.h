@@ -33,8 +33,14 @@ int test_finish(void);
 /* Skips the whole test (CTest reads exit code 77 as skipped when SKIP_RETURN_CODE is set). */
 #define TEST_SKIP_CODE 77
 
-/* "<CERA_SHARED_DIR>/<rel>" into a static buffer rotated over 8 slots. */
+/* "<CERA_SHARED_DIR>/<rel>" into a static buffer rotated over 8 slots; two prefixes name
+ * reference material kept elsewhere: "synth/..." the models `cera synth` writes at test time
+ * into the build folder (the synth_models fixture, tests/model/CMakeLists.txt) and "data/..."
+ * the test data committed under tests/model/data. */
 const char *shared_path(const char *rel);
+/* A golden case's file NAME.EXT: under the shared golden/ folder, or, when NAME holds a '/',
+ * NAME itself through shared_path ("data/lfm2moe/f32.p1"). */
+const char *golden_path(const char *name, const char *ext);
 const char *models_path(const char *rel);
 bool file_exists(const char *path);
 

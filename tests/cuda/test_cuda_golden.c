@@ -1,6 +1,7 @@
 /*
  * test_cuda_golden.c — the GPU forward pass against llama.cpp's goldens (../shared/golden)
- * for stories260K and every synth-llama type, synth-qwen2/qwen3/granite/lfm2/gemma3.
+ * for stories260K and every synth-llama type, synth-qwen2/qwen3/granite/lfm2/gemma3/phi3
+ * (phi3's fused attn_qkv and ffn_up go up as row ranges, each its own device weight).
  *
  * Per case: the prompt as one batch (the prefill path: cuBLAS) and token by token (the
  * decode path: int8 matvec kernels, CUDA graph) both give every position's logits, which
@@ -79,6 +80,8 @@ static const gcase cases[] = {
     {"golden/synth-lfm2-q8_0.gguf", "synth-lfm2-q8_0", 3},
     {"golden/synth-gemma3-f32.gguf", "synth-gemma3-f32", 0},
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 2},
+    {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", 0},
+    {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", 2},
 };
 
 static int argmax_row(const float *r, int n) {

@@ -10,13 +10,17 @@
  *            filters off), 200 consecutive draws: the device token equals
  *            cera_sampler_sample's from the same state and seed. Chains the device does
  *            not run are refused with CERA_ERR_UNSUPPORTED and draw nothing.
+ *   masked   the same chains and logits under a grammar's token mask (half the vocabulary,
+ *            1 %, one token, a token the chain biases to -inf, none): the device token
+ *            equals cera_sampler_sample_masked's, -1 (nothing left) included.
  *   session  stories260K on CUDA: at every step of a generation the token
  *            cera_session_sample returns (device) equals the CPU sampler's on the logits
  *            cera_session_logits returns, fetched after the sample (so they are still the
  *            raw ones: a token biased to -inf stays finite); two sessions interleaved keep
  *            their own logits (each within 2e-2 of the row max of its own all-logits eval); and
  *            cera_generate of 100 tokens gives the same tokens with device sampling as with
- *            CERA_CUDA_SAMPLE=0.
+ *            CERA_CUDA_SAMPLE=0; and so does a generation under a grammar, whose masks
+ *            reach the device's chain (the row never comes back), to the grammar's end.
  * Exits 77 without a GPU.
  */
 #include <math.h>
@@ -93,7 +97,7 @@ static void test_kernel(int n_vocab, int steps) {
              * samplers still took their draw, so the RNGs stay together) */
             bool garbage = false;
             for (int i = 0; i < n_vocab && !garbage; i++) garbage = isnan(logits[i]) || logits[i] == INFINITY;
-            st = cera_cuda_test_sample(dev, logits, n_vocab, &got, &err);
+            st = cera_cuda_test_sample(dev, logits, n_vocab, NULL, &got, &err);
             if (garbage) {
                 CHECK(st == CERA_ERR_FORMAT, "vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
                       n_vocab, c, t, (int)st);
@@ -120,6 +124,79 @@ static void test_kernel(int n_vocab, int steps) {
     free(logits);
 }
 
+enum { MASK_KINDS = 5 };
+
+/* A grammar-like mask of kind (0 .. MASK_KINDS-1): half the tokens, 1 %, one token, the
+ * chain's first bias token only (the chains with -inf biases then allow nothing), none. */
+static void case_mask(uint32_t *mask, int n_vocab, int kind, const cera_sampler_params *p, test_rng *r) {
+    const size_t words = ((size_t)n_vocab + 31) / 32;
+    memset(mask, 0, words * sizeof *mask);
+    const cera_token one = p->n_logit_bias > 0 ? p->logit_bias[0].token : 7;
+    for (int i = 0; i < n_vocab; i++) {
+        const float u = test_rng_uniform(r);
+        const bool on = kind == 0   ? u < 0.5f
+                        : kind == 1 ? u < 0.01f
+                        : kind == 2 ? i == n_vocab / 3
+                                    : kind == 3 && i == one;
+        if (on) mask[i >> 5] |= 1u << (i & 31);
+    }
+}
+
+static void test_masked(int n_vocab, int steps) {
+    float *logits = malloc(sizeof(float) * (size_t)n_vocab);
+    uint32_t *mask = malloc(sizeof(uint32_t) * (((size_t)n_vocab + 31) / 32));
+    static cera_logit_bias bias[1024];
+    CHECK(logits && mask, "alloc");
+    if (!logits || !mask) return;
+    int none = 0;
+    for (int c = 0; c < CASE_CHAINS; c++) {
+        test_rng r = {0xfaded + (uint64_t)c};
+        cera_sampler *cpu, *dev;
+        if (!case_sampler_pair(c, n_vocab, bias, &r, &cpu, &dev)) continue;
+        int same = 0, first_bad = -1;
+        cera_token bad_cpu = 0, bad_dev = 0;
+        cera_error err;
+        cera_status st = CERA_OK;
+        for (int t = 0; t < steps && st == CERA_OK; t++) {
+            case_logits(logits, n_vocab, t % CASE_LOGIT_KINDS, &r);
+            case_mask(mask, n_vocab, (t / CASE_LOGIT_KINDS) % MASK_KINDS, cera_sampler_params_of(cpu), &r);
+            const cera_token want = cera_sampler_sample_masked(cpu, logits, mask);
+            cera_token got = -2;
+            bool garbage = false;
+            for (int i = 0; i < n_vocab && !garbage; i++) garbage = isnan(logits[i]) || logits[i] == INFINITY;
+            st = cera_cuda_test_sample(dev, logits, n_vocab, mask, &got, &err);
+            if (garbage) {
+                CHECK(st == CERA_ERR_FORMAT, "vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
+                      n_vocab, c, t, (int)st);
+                st = st == CERA_ERR_FORMAT ? CERA_OK : st;
+                got = want;
+            } else {
+                CHECK(st == CERA_OK, "vocab %d chain %d step %d: %s", n_vocab, c, t, err.message);
+            }
+            if (got == want)
+                same++;
+            else if (first_bad < 0)
+                first_bad = t, bad_cpu = want, bad_dev = got;
+            none += want < 0;
+            if (want >= 0) {
+                cera_sampler_accept(cpu, want);
+                cera_sampler_accept(dev, want);
+            }
+        }
+        CHECK(same == steps,
+              "masked, vocab %d chain %d: %d/%d device tokens equal the CPU's (first differs at step %d, "
+              "logit kind %d, mask kind %d: cpu %d, device %d)",
+              n_vocab, c, same, steps, first_bad, first_bad % CASE_LOGIT_KINDS,
+              (first_bad / CASE_LOGIT_KINDS) % MASK_KINDS, bad_cpu, bad_dev);
+        cera_sampler_free(cpu);
+        cera_sampler_free(dev);
+    }
+    CHECK(none > 0, "some masks left nothing (the -1 answer was checked)");
+    printf("masked: vocab %d, %d chains x %d draws (%d left nothing)\n", n_vocab, CASE_CHAINS, steps, none);
+    free(logits);
+    free(mask);
+}
+
 /* Chains the device does not run: refused before the draw (the RNG has not moved). */
 static void test_refused(void) {
     enum { NV = 1000 };
@@ -139,7 +216,7 @@ static void test_refused(void) {
         if (!a || !b) return;
         cera_token t = -1;
         cera_error err;
-        CHECK(cera_cuda_test_sample(a, logits, NV, &t, &err) == CERA_ERR_UNSUPPORTED,
+        CHECK(cera_cuda_test_sample(a, logits, NV, NULL, &t, &err) == CERA_ERR_UNSUPPORTED,
               "chain %d is refused by the device", c);
         CHECK(cera_sampler_draw(a) == cera_sampler_draw(b), "chain %d: a refused chain draws nothing", c);
         cera_sampler_free(a);
@@ -162,11 +239,12 @@ static void test_nonfinite(void) {
         if (!smp) return;
         cera_token t = -1;
         cera_error err;
-        CHECK(cera_cuda_test_sample(smp, logits, NV, &t, &err) == CERA_OK, "finite row: %s", err.message);
+        CHECK(cera_cuda_test_sample(smp, logits, NV, NULL, &t, &err) == CERA_OK, "finite row: %s",
+              err.message);
         for (int k = 0; k < 2; k++) {
             const int at = 1000 + 7919 * k;
             logits[at] = bad[k];
-            const cera_status st = cera_cuda_test_sample(smp, logits, NV, &t, &err);
+            const cera_status st = cera_cuda_test_sample(smp, logits, NV, NULL, &t, &err);
             CHECK(st == CERA_ERR_FORMAT && strstr(err.message, "non-finite"),
                   "%s chain, %g at %d: status %d (%s)", g ? "greedy" : "sampled", (double)bad[k], at, (int)st,
                   err.message);
@@ -342,6 +420,35 @@ sessions_done:
               n_gen[0], n_gen[1]);
         printf("generate: %d/100 tokens equal, device vs CERA_CUDA_SAMPLE=0\n", same);
     }
+
+    /* the same under a grammar: its masks go to the device's chain */
+    {
+        static const char gbnf[] = "root ::= (word \" \")+ \".\"\nword ::= [a-z]+\n";
+        cera_token gen[2][100];
+        int n_gen[2] = {0, 0};
+        cera_grammar_state end[2] = {CERA_GRAMMAR_NONE, CERA_GRAMMAR_NONE};
+        for (int k = 0; k < 2; k++) {
+            cera_session *s = NULL;
+            CHECK(cera_session_create(k ? host : dev, &ps, &s, &err) == CERA_OK, "session: %s", err.message);
+            if (!s) break;
+            CHECK(cera_session_set_grammar(s, gbnf, sizeof gbnf - 1, &err) == CERA_OK, "grammar: %s",
+                  err.message);
+            cera_generate_params gp = cera_generate_default_params();
+            gp.n_predict = 100;
+            collected col = {gen[k], 0};
+            cera_status st = cera_generate(s, prompt, n_prompt, &gp, collect, &col, &n_gen[k], &err);
+            CHECK(st == CERA_OK, "generate under a grammar: %s", err.message);
+            end[k] = cera_session_grammar_state(s);
+            cera_session_free(s);
+        }
+        int same = 0;
+        while (same < n_gen[0] && same < n_gen[1] && gen[0][same] == gen[1][same]) same++;
+        CHECK(n_gen[0] > 0 && n_gen[0] == n_gen[1] && same == n_gen[0] && end[0] == end[1],
+              "grammar: %d tokens equal with device and host sampling (%d, %d generated; end states %d, %d)",
+              same, n_gen[0], n_gen[1], (int)end[0], (int)end[1]);
+        printf("grammar: %d/%d tokens equal, device masks vs CERA_CUDA_SAMPLE=0 (end state %d)\n", same,
+               n_gen[0], (int)end[0]);
+    }
 done:
     cera_engine_close(dev);
     cera_engine_close(host);
@@ -356,6 +463,8 @@ int main(void) {
     test_refused();
     test_kernel(32000, 200);
     test_kernel(151936, 200);
+    test_masked(32000, 200);
+    test_masked(151936, 100);
     test_session();
     test_expf();
     test_nonfinite();

@@ -160,5 +160,6 @@ int main(void) {
     arch_case("qwen3", &r);
     arch_case("granite", &r);
     arch_case("phi3", &r);
+    arch_case("gemma3", &r);
     return test_finish();
 }

@@ -263,9 +263,10 @@ static void test_exhaustion(void) {
 }
 
 /* LFM2 (conv state per sequence): a mixed batch and a fork equal the sessions alone, a
- * cut back to a middle position is refused, a cut back to 0 starts afresh. */
-static void test_lfm2(void) {
-    cera_engine *e = open_model("golden/synth-lfm2-q8_0.gguf", 64, 12, 0);
+ * cut back to a middle position is refused, a cut back to 0 starts afresh. Also LFM2-MoE,
+ * whose batch groups the tokens of all its sequences by expert. */
+static void test_lfm2(const char *rel, const char *label) {
+    cera_engine *e = open_model(rel, 64, 12, 0);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
     cera_token t[3][40];
@@ -311,8 +312,8 @@ static void test_lfm2(void) {
         bad += !same_row(cera_session_logits(s[1], i), cera_session_logits(fa, 30 + i), nv);
         bad += !same_row(cera_session_logits(f, i), cera_session_logits(fc, 30 + i), nv);
     }
-    printf("lfm2: %d of 48 rows of a mixed batch and a fork differ from the sessions alone\n", bad);
-    CHECK(bad == 0, "lfm2: %d rows differ", bad);
+    printf("%s: %d of 48 rows of a mixed batch and a fork differ from the sessions alone\n", label, bad);
+    CHECK(bad == 0, "%s: %d rows differ", label, bad);
     /* cut back: to the middle refused (the state follows the last position), to 0 fresh */
     CHECK(cera_session_truncate(fa, 20, &err) == CERA_ERR_UNSUPPORTED && strstr(err.message, "recurrent"),
           "lfm2 truncate to 20: %s", err.message);
@@ -460,7 +461,10 @@ int main(void) {
     test_fork();
     test_pool_churn();
     test_exhaustion();
-    test_lfm2();
+    test_lfm2("golden/synth-lfm2-q8_0.gguf", "lfm2");
+    test_lfm2("synth/lfm2moe-q8_0.gguf", "lfm2moe q8_0");
+    test_lfm2("synth/lfm2moe-f32.gguf", "lfm2moe f32");
+    test_lfm2("synth/lfm2moe-q4_0.gguf", "lfm2moe q4_0");
     test_gemma3();
     return test_finish();
 }

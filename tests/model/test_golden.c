@@ -86,6 +86,12 @@ static const golden_case cases[] = {
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", K_QUANT, true, true},
     {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", K_F32, false, true},
     {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", K_QUANT, true, true},
+    /* models made by `cera synth` at test time, goldens in tests/model/data/lfm2moe (its README) */
+    {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p1", K_F32, false, false},
+    {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p2", K_F32, false, false},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p1", K_QUANT, true, false},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p3", K_QUANT, true, false},
+    {"synth/lfm2moe-q4_0.gguf", "data/lfm2moe/q4_0.p1", K_QUANT, false, false},
 };
 
 static double tol_rel(kind k) {
@@ -101,14 +107,10 @@ static double tol_rel(kind k) {
 static double tol_kl(kind k) { return k == K_QUANT ? 1e-3 : 1e-5; }
 
 static void run_case(const golden_case *c) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "golden/%s.tokens", c->name);
     size_t n_tok = 0, n_greedy = 0, n_logit_bytes = 0;
-    int32_t *tok = read_ints(shared_path(rel), &n_tok);
-    snprintf(rel, sizeof rel, "golden/%s.greedy", c->name);
-    int32_t *greedy = read_ints(shared_path(rel), &n_greedy);
-    snprintf(rel, sizeof rel, "golden/%s.logits.f32", c->name);
-    float *ref = read_file(shared_path(rel), &n_logit_bytes);
+    int32_t *tok = read_ints(golden_path(c->name, "tokens"), &n_tok);
+    int32_t *greedy = read_ints(golden_path(c->name, "greedy"), &n_greedy);
+    float *ref = read_file(golden_path(c->name, "logits.f32"), &n_logit_bytes);
     CHECK(tok && greedy && ref && n_tok > 0, "%s: golden files missing", c->name);
     if (!tok || !greedy || !ref || !n_tok) goto done;
 

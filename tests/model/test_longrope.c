@@ -11,10 +11,17 @@
  * 1024 those of "long"; and the two must differ. (rope_freqs' divisors and the attention
  * factor are checked against llama.cpp by test_rope_variants and the yarn case; llama.cpp's
  * server cannot return this random model's output, which is not valid UTF-8.)
+ *
+ * Where a GPU exists (a CUDA build on the device machine), the same holds on the CUDA
+ * backend, bit for bit between its own runs, and its logits are those of the CPU within
+ * the goldens' CUDA tolerance (test_cuda_golden: 5e-3 for F32, 5e-2 for Q8_0; the device
+ * machine gets synth-phi3-q8_0 as the base, the F32 file staying here).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cera.h"
 #include "gguf/gguf.h"
@@ -23,9 +30,11 @@
 typedef enum variant { V_LONGROPE, V_SHORT, V_LONG, V_COUNT } variant;
 static const char *const names[V_COUNT] = {"longrope", "short", "long"};
 
+/* Next to the binary, or in /tmp where that folder is not there (the device machine). */
 static const char *out_path(variant v) {
     static char buf[V_COUNT][1024];
-    snprintf(buf[v], sizeof buf[v], "%s/synth-phi3-%s.gguf", CERA_BINARY_DIR, names[v]);
+    const char *dir = access(CERA_BINARY_DIR, W_OK) == 0 ? CERA_BINARY_DIR : "/tmp";
+    snprintf(buf[v], sizeof buf[v], "%s/synth-phi3-%s-%d.gguf", dir, names[v], (int)getpid());
     return buf[v];
 }
 
@@ -61,9 +70,9 @@ static bool write_variant(const gguf_file *src, variant v) {
 }
 
 /* The logits of every prompt position with variant v at context n_ctx (malloc'ed), or NULL. */
-static float *logits(variant v, int n_ctx, const int32_t *tok, size_t n, int *nv) {
+static float *logits(cera_device dev, variant v, int n_ctx, const int32_t *tok, size_t n, int *nv) {
     cera_engine_params ep = cera_engine_default_params();
-    ep.device = CERA_DEVICE_CPU;
+    ep.device = dev;
     ep.n_threads = 2;
     ep.n_ctx = n_ctx;
     cera_engine *e = NULL;
@@ -72,7 +81,8 @@ static float *logits(variant v, int n_ctx, const int32_t *tok, size_t n, int *nv
     float *out = NULL;
     if (cera_engine_open(out_path(v), &ep, &e, &err) || cera_session_create(e, NULL, &s, &err) ||
         cera_session_eval(s, tok, n, true, &err)) {
-        CHECK(false, "%s at context %d: %s", names[v], n_ctx, err.message);
+        CHECK(false, "%s at context %d on the %s: %s", names[v], n_ctx,
+              dev == CERA_DEVICE_CPU ? "CPU" : "GPU", err.message);
     } else {
         *nv = cera_engine_n_vocab(e);
         out = malloc(n * (size_t)*nv * sizeof *out);
@@ -84,33 +94,83 @@ static float *logits(variant v, int n_ctx, const int32_t *tok, size_t n, int *nv
     return out;
 }
 
+/* Largest |a - b| over a row relative to the row's largest |b|, over all n rows. */
+static double max_row_diff(const float *a, const float *b, size_t n, int nv) {
+    double worst = 0;
+    for (size_t r = 0; r < n; r++) {
+        double amax = 0, d = 0;
+        for (int i = 0; i < nv; i++) {
+            const size_t k = r * (size_t)nv + (size_t)i;
+            amax = fmax(amax, fabs(b[k]));
+            d = fmax(d, fabs((double)a[k] - b[k]));
+        }
+        worst = fmax(worst, d / (amax > 0 ? amax : 1));
+    }
+    return worst;
+}
+
+/* The variants' logits on dev: the factors each context takes, bit for bit; kept in out[4]
+ * (longrope at 256 and 1024, short, long). */
+static bool check_device(cera_device dev, const int32_t *tok, size_t n, int *nv, float *out[4]) {
+    const char *where = dev == CERA_DEVICE_CPU ? "CPU" : "GPU";
+    out[0] = logits(dev, V_LONGROPE, 256, tok, n, nv);
+    out[1] = logits(dev, V_LONGROPE, 1024, tok, n, nv);
+    out[2] = logits(dev, V_SHORT, 256, tok, n, nv);
+    out[3] = logits(dev, V_LONG, 1024, tok, n, nv);
+    if (!out[0] || !out[1] || !out[2] || !out[3]) return false;
+    const size_t bytes = n * (size_t)*nv * sizeof(float);
+    CHECK(!memcmp(out[0], out[2], bytes), "%s: context 256 (<= 512): not the short factors' logits", where);
+    CHECK(!memcmp(out[1], out[3], bytes), "%s: context 1024 (> 512): not the long factors' logits", where);
+    CHECK(memcmp(out[0], out[1], bytes) != 0, "%s: the long and short factors give the same logits", where);
+    printf("LongRoPE on the %s: context 256 takes the short factors, 1024 the long ones (%zu positions, bit "
+           "for bit)\n",
+           where, n);
+    return true;
+}
+
+static bool have_gpu(void) {
+    cera_engine_params ep = cera_engine_default_params();
+    ep.device = CERA_DEVICE_CUDA;
+    cera_engine *e = NULL;
+    cera_error err;
+    if (cera_engine_open(out_path(V_SHORT), &ep, &e, &err) != CERA_OK) {
+        printf("no GPU backend here (%s): the GPU half is skipped\n", err.message);
+        return false;
+    }
+    cera_engine_close(e);
+    return true;
+}
+
 int main(void) {
     gguf_file *src = NULL;
     cera_error err;
-    CHECK(gguf_open(shared_path("golden/synth-phi3-f32.gguf"), &src, &err) == CERA_OK, "open: %s",
-          err.message);
+    const bool f32 = file_exists(shared_path("golden/synth-phi3-f32.gguf"));
+    const char *base = f32 ? "golden/synth-phi3-f32" : "golden/synth-phi3-q8_0";
+    char path[256];
+    snprintf(path, sizeof path, "%s.gguf", base);
+    CHECK(gguf_open(shared_path(path), &src, &err) == CERA_OK, "open: %s", err.message);
     size_t n = 0;
-    int32_t *tok = read_ints(shared_path("golden/synth-phi3-f32.tokens"), &n);
+    snprintf(path, sizeof path, "%s.tokens", base);
+    int32_t *tok = read_ints(shared_path(path), &n);
     bool ok = src && tok;
     for (int v = 0; v < V_COUNT && ok; v++) ok = write_variant(src, (variant)v);
     if (ok) {
         int nv = 0;
-        float *lr_short = logits(V_LONGROPE, 256, tok, n, &nv),
-              *lr_long = logits(V_LONGROPE, 1024, tok, n, &nv), *s = logits(V_SHORT, 256, tok, n, &nv),
-              *l = logits(V_LONG, 1024, tok, n, &nv);
-        const size_t bytes = n * (size_t)nv * sizeof(float);
-        if (lr_short && lr_long && s && l) {
-            CHECK(!memcmp(lr_short, s, bytes), "context 256 (<= 512): not the short factors' logits");
-            CHECK(!memcmp(lr_long, l, bytes), "context 1024 (> 512): not the long factors' logits");
-            CHECK(memcmp(lr_short, lr_long, bytes) != 0, "the long and short factors give the same logits");
-            printf("LongRoPE: context 256 takes the short factors, 1024 the long ones (%zu positions, bit "
-                   "for bit)\n",
-                   n);
+        float *cpu[4] = {0}, *gpu[4] = {0};
+        if (check_device(CERA_DEVICE_CPU, tok, n, &nv, cpu) && have_gpu() &&
+            check_device(CERA_DEVICE_CUDA, tok, n, &nv, gpu)) {
+            // the goldens' CUDA tolerances (test_cuda_golden)
+            const double d_short = max_row_diff(gpu[0], cpu[0], n, nv),
+                         d_long = max_row_diff(gpu[1], cpu[1], n, nv);
+            const double tol = f32 ? 5e-3 : 5e-2;
+            CHECK(d_short < tol && d_long < tol, "GPU vs CPU: %.3g (short factors), %.3g (long)", d_short,
+                  d_long);
+            printf("GPU vs CPU: %.3g (short factors), %.3g (long) of the row max\n", d_short, d_long);
         }
-        free(lr_short);
-        free(lr_long);
-        free(s);
-        free(l);
+        for (int i = 0; i < 4; i++) {
+            free(cpu[i]);
+            free(gpu[i]);
+        }
     }
     for (int v = 0; v < V_COUNT; v++) remove(out_path((variant)v));
     free(tok);

@@ -76,6 +76,31 @@ static const edit edits[] = {
      CERA_ERR_UNSUPPORTED, "'mamba'"},
 };
 
+/* The same on the lfm2moe test model (`cera synth test-lfm2moe`, the synth_models fixture):
+ * its routed experts' keys and tensors. */
+static const edit moe_edits[] = {
+    {"no expert count", "lfm2moe.expert_count", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "lfm2moe.expert_count"},
+    {"more experts used than there are", NULL, "lfm2moe.expert_used_count", 0, 9, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "9 of 8 experts"},
+    {"no experts used", NULL, "lfm2moe.expert_used_count", 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_FORMAT,
+     "0 of 8 experts"},
+    {"unknown gating", NULL, "lfm2moe.expert_gating_func", 0, 3, NULL, 0, NULL, 0, 0, 0, CERA_ERR_UNSUPPORTED,
+     "expert_gating_func 3"},
+    {"dense blocks past the end", NULL, "lfm2moe.leading_dense_block_count", 0, 9, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_FORMAT, "leading_dense_block_count"},
+    {"no expert tensor", "blk.2.ffn_up_exps.weight", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "blk.2.ffn_up_exps.weight"},
+    {"no selection bias", "blk.1.exp_probs_b.bias", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, CERA_ERR_NOT_FOUND,
+     "blk.1.exp_probs_b.bias"},
+    {"no dense FFN in a leading block", "blk.0.ffn_gate.weight", NULL, 0, 0, NULL, 0, NULL, 0, 0, 0,
+     CERA_ERR_NOT_FOUND, "blk.0.ffn_gate.weight"},
+    {"experts in 2-D", NULL, NULL, 0, 0, NULL, 0, "blk.1.ffn_down_exps.weight", 128, 256, CERA_TYPE_F32,
+     CERA_ERR_FORMAT, "blk.1.ffn_down_exps.weight"},
+    {"router of the wrong width", NULL, NULL, 0, 0, NULL, 0, "blk.3.ffn_gate_inp.weight", 256, 7,
+     CERA_TYPE_F32, CERA_ERR_FORMAT, "blk.3.ffn_gate_inp.weight"},
+};
+
 static uint8_t zeros[256 * 256 * 4];
 
 static void run_edit(const gguf_file *src, const edit *e) {
@@ -118,7 +143,7 @@ static void run_edit(const gguf_file *src, const edit *e) {
         CHECK(st == CERA_OK || strstr(err.message, e->want_in_msg), "%s: message '%s' lacks '%s'", e->what,
               err.message, e->want_in_msg);
         if (st == CERA_OK) {
-            /* the only accepted edit: no output.weight means the output reuses token_embd */
+            /* the only accepted edit (of synth-llama): no output.weight means the output reuses token_embd */
             CHECK(m.hp.tied_output && m.output.data == m.tok_embd.data && m.output.type == m.tok_embd.type,
                   "%s: tied output", e->what);
             cera_model_free(&m);
@@ -287,5 +312,21 @@ int main(void) {
         gguf_close(src);
     }
     check_hparams();
+    CHECK(gguf_open(shared_path("synth/lfm2moe-f32.gguf"), &src, &err) == CERA_OK, "open: %s", err.message);
+    if (src) {
+        cera_model m;
+        const cera_status st = cera_model_load(src, &m, &err);
+        CHECK(st == CERA_OK, "lfm2moe-f32: %s", err.message);
+        if (st == CERA_OK) {
+            CHECK(m.hp.n_expert == 8 && m.hp.n_expert_used == 2 && m.hp.n_ff_exp == 128 &&
+                      m.hp.n_dense_lead == 1 && m.hp.expert_gating == CERA_GATING_SIGMOID &&
+                      m.layers[0].moe.n_expert == 0 && m.layers[1].moe.n_expert == 8 &&
+                      m.layers[1].moe.norm_w,
+                  "lfm2moe hyperparameters");
+            cera_model_free(&m);
+        }
+        for (size_t i = 0; i < sizeof moe_edits / sizeof moe_edits[0]; i++) run_edit(src, &moe_edits[i]);
+        gguf_close(src);
+    }
     return test_finish();
 }

@@ -61,6 +61,10 @@ static const nd_case cases[] = {
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", NULL, 0, NULL},
     {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", NULL, 0, NULL},
     {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", NULL, 0, NULL},
+    {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p1", NULL, 0, NULL},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p3", NULL, 0, NULL},
+    {"synth/lfm2moe-q4_0.gguf", "data/lfm2moe/q4_0.p1", NULL, 0, NULL},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/lora-q8_0.p1", "data/lfm2moe/lora.gguf", 0.5f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a", "golden/lora-stories-a.gguf", 1.0f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-half", "golden/lora-stories-a.gguf", 0.5f, NULL},
     {"models/stories260K.gguf", "stories260K.lora-a-b", "golden/lora-stories-a.gguf", 1.0f,
@@ -80,11 +84,9 @@ static uint64_t fnv1a(const float *v, size_t n) {
 
 /* The two hashes of one case (batch, then one at a time); false after a failed CHECK. */
 static bool case_hashes(const nd_case *c, uint64_t out[2]) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "golden/%s.tokens", c->golden);
     size_t n = 0;
-    int32_t *tok = read_ints(shared_path(rel), &n);
-    CHECK(tok && n > 0, "%s: tokens missing", rel);
+    int32_t *tok = read_ints(golden_path(c->golden, "tokens"), &n);
+    CHECK(tok && n > 0, "%s: tokens missing", c->golden);
     cera_engine *e = tok ? test_open_engine(c->model, CERA_DEVICE_CPU) : NULL;
     test_attach at[2] = {{NULL, c->scale}, {NULL, 1.0f}};
     int n_at = 0;

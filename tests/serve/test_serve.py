@@ -15,6 +15,8 @@ its first stdout line), talks to it, and stops it (SIGTERM).
           free their KV blocks at once; RSS flat over 10 rounds of that load
   recurrent  prompts' snapshots at chunk boundaries reused exactly where sessions cannot be cut
           back: the synthetic LFM2 (a recurrent state), Gemma-3-270M (sliding windows)
+  embed   /v1/embeddings through the openai client: cera embed's vectors (float, base64),
+          every input shape, usage, adapters as model names, errors, a stream running beside
 (deploy/nginx's test: test_serve_nginx.py, over this file's helpers)
 Exit code 77 (skipped) when the openai client or a model is missing.
 """
@@ -733,10 +735,154 @@ def group_recurrent(cera, shared, models, corpus):
     return 0
 
 
+# ---- embed ----------------------------------------------------------------------------
+
+def cli_embed(cera, args):
+    """`cera embed ... --embd-output-format raw`: its vectors, one list per line."""
+    out = subprocess.run([cera, "embed", "-t", "2", "--embd-output-format", "raw"] + args,
+                         capture_output=True, text=True, timeout=120)
+    check(out.returncode == 0, "cera embed %s: %s" % (args, out.stderr[-500:]))
+    return [[float(x) for x in line.split()] for line in out.stdout.splitlines() if line.strip()]
+
+
+def close(a, b, tol=2e-7):
+    """The server's floats against the CLI's 7 decimals."""
+    return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b))
+
+
+def group_embed(cera, shared, models, corpus):
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai Python client is not installed")
+        return SKIP
+    import base64
+    import struct
+    model = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(model):
+        print("skip: no SmolLM2 model (scripts/setup.sh fetches it)")
+        return SKIP
+    texts = ["The cat sat on the mat.", "Paris is the capital of France.", "A quick brown fox"]
+    sv = Server(cera, ["-m", model, "-c", "256", "--pooling", "mean"])
+    try:
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
+        name = cl.models.list().data[0].id
+        ref = cli_embed(cera, ["-m", model, "-c", "256", "--pooling", "mean", "-p", "\\n".join(texts)])
+        check(len(ref) == 3 and len(ref[0]) == 576, "cera embed gave %d vectors" % len(ref))
+        # a list of strings, float: cera embed's values, usage the token counts
+        r = cl.embeddings.create(model=name, input=texts, encoding_format="float")
+        check([d.index for d in r.data] == [0, 1, 2], "indices in order")
+        for i in range(3):
+            check(close(r.data[i].embedding, ref[i]), "text %d: the server's vector is cera embed's" % i)
+        check(abs(sum(x * x for x in r.data[0].embedding) - 1.0) < 1e-5, "euclidean-normalized")
+        n_tok = []
+        for t in texts:
+            st, data = sv.request("POST", "/tokenize", {"content": t, "add_special": True})
+            n_tok.append(len(json.loads(data)["tokens"]))
+        check(r.usage.prompt_tokens == sum(n_tok) and r.usage.total_tokens == sum(n_tok),
+              "usage %s, tokens %s" % (r.usage, n_tok))
+        check(r.model == name, "the answer's model " + r.model)
+        # the client's default asks for base64 and decodes it: the same floats as float32
+        r64 = cl.embeddings.create(model=name, input=texts)
+        for i in range(3):
+            f32 = list(struct.unpack("<576f", struct.pack("<576f", *r.data[i].embedding)))
+            check(list(r64.data[i].embedding) == f32, "text %d: base64 decodes to the float answer" % i)
+        st, data = sv.request("POST", "/v1/embeddings", {"input": texts[1], "encoding_format": "base64"})
+        raw = base64.b64decode(json.loads(data)["data"][0]["embedding"])
+        check(st == 200 and len(raw) == 4 * 576, "base64 of 576 float32 (%d bytes)" % len(raw))
+        check(list(struct.unpack("<576f", raw)) == list(struct.unpack("<576f", struct.pack("<576f", *r.data[1].embedding))),
+              "raw base64 little-endian float32")
+        # one string; token ids; arrays of token ids: the same vectors
+        one = cl.embeddings.create(model=name, input=texts[0], encoding_format="float")
+        check(len(one.data) == 1 and one.data[0].embedding == r.data[0].embedding, "a string alone = in a list")
+        st, data = sv.request("POST", "/tokenize", {"content": texts[2], "add_special": True})
+        ids = json.loads(data)["tokens"]
+        st, data = sv.request("POST", "/v1/embeddings", {"input": ids, "encoding_format": "float"})
+        e = json.loads(data)
+        check(st == 200 and e["data"][0]["embedding"] == r.data[2].embedding, "token ids = the text")
+        st, data = sv.request("POST", "/v1/embeddings", {"input": [ids, ids[:3]], "encoding_format": "float"})
+        e = json.loads(data)
+        check(st == 200 and len(e["data"]) == 2 and e["data"][0]["embedding"] == r.data[2].embedding
+              and e["usage"]["prompt_tokens"] == len(ids) + 3, "arrays of token ids")
+        # dimensions: the model's own accepted, any other refused
+        ok = cl.embeddings.create(model=name, input="x", dimensions=576, encoding_format="float")
+        check(len(ok.data[0].embedding) == 576, "dimensions = n_embd accepted")
+        # errors: 400 (404 for an unknown model) as OpenAI error objects
+        long_text = " ".join(["word"] * 400)
+        for body, want in [({"input": ""}, 400), ({"input": []}, 400), ({"input": [""]}, 400),
+                           ({"input": long_text}, 400), ({"input": 5}, 400), ({"input": [{"a": 1}]}, 400),
+                           ({"input": [1, "a"]}, 400), ({"input": [-1]}, 400), ({"input": [[]]}, 400),
+                           ({"input": "a", "encoding_format": "hex"}, 400),
+                           ({"input": "a", "dimensions": 7}, 400), ({"input": "a", "dimensions": "x"}, 400),
+                           ({"input": "a", "model": 3}, 400), ({}, 400),
+                           ({"input": "a", "model": "nope"}, 404)]:
+            st, data = sv.request("POST", "/v1/embeddings", body)
+            check(is_error(st, data, want), "%s: %d %s" % (json.dumps(body)[:60], st, data[:200]))
+        try:
+            cl.embeddings.create(model=name, input="")
+            check(False, "the client got no error for an empty input")
+        except openai.BadRequestError:
+            pass
+        # an embedding between the steps of a running stream: both complete, the stream unchanged
+        msgs = [{"role": "user", "content": "Count from one to twenty."}]
+        alone = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=40)
+        st_text = ""
+        stream = cl.chat.completions.create(model=name, messages=msgs, temperature=0, max_tokens=40, stream=True)
+        for k, ch in enumerate(stream):
+            if k == 3:
+                mid = cl.embeddings.create(model=name, input=texts, encoding_format="float")
+                check(all(mid.data[i].embedding == r.data[i].embedding for i in range(3)),
+                      "embeddings during a stream are the same")
+            if ch.choices and ch.choices[0].delta.content:
+                st_text += ch.choices[0].delta.content
+        check(st_text == alone.choices[0].message.content, "the stream is unchanged by the embeddings")
+        check(sv.metric("cera_kv_blocks_used") is not None, "metrics still answer")
+    finally:
+        sv.stop()
+    # stories260K with an adapter served as a model name: cera embed --lora's vectors
+    stories = os.path.join(shared, "models", "stories260K.gguf")
+    lora = os.path.join(shared, "golden", "lora-stories-a.gguf")
+    sv = Server(cera, ["-m", stories, "-c", "1024", "--lora", "tales=" + lora, "--pooling", "last",
+                      "--embd-normalize", "-1"])
+    try:
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
+        text = "Once upon a time there was a girl"
+        base = cli_embed(cera, ["-m", stories, "--pooling", "last", "--embd-normalize", "-1", "-p", text])
+        tuned = cli_embed(cera, ["-m", stories, "--pooling", "last", "--embd-normalize", "-1", "--lora", lora,
+                                 "-p", text])
+        a = cl.embeddings.create(model="stories260K", input=text, encoding_format="float")
+        b = cl.embeddings.create(model="tales", input=text, encoding_format="float")
+        check(a.model == "stories260K" and b.model == "tales", "model names %s %s" % (a.model, b.model))
+        check(close(a.data[0].embedding, base[0], 1e-6), "the base model's vector is cera embed's")
+        check(close(b.data[0].embedding, tuned[0], 1e-6), "the adapter's vector is cera embed --lora's")
+        check(not close(base[0], tuned[0], 1e-3), "the adapter changes the vector")
+        # an input longer than --prefill-chunk goes in parts: cera embed's vector within rounding
+        long_text = " ".join([text] * 40)
+        whole = cli_embed(cera, ["-m", stories, "-c", "1024", "--pooling", "last", "--embd-normalize", "-1",
+                                 "-p", long_text])
+        st, data = sv.request("POST", "/v1/embeddings", {"input": long_text, "encoding_format": "float",
+                                                         "model": "stories260K"})
+        e = json.loads(data)
+        v = e["data"][0]["embedding"] if st == 200 else []
+        dot = sum(x * y for x, y in zip(v, whole[0]))
+        na, nb = sum(x * x for x in v) ** 0.5, sum(x * x for x in whole[0]) ** 0.5
+        check(st == 200 and e["usage"]["prompt_tokens"] > 256 and dot / (na * nb) > 0.9999,
+              "a long input in parts: %d, cosine %.6f" % (st, dot / (na * nb) if na and nb else 0))
+    finally:
+        sv.stop()
+    sv = Server(cera, ["-m", stories, "--pooling", "none"])
+    try:
+        st, data = sv.request("POST", "/v1/embeddings", {"input": "a"})
+        check(is_error(st, data, 400), "--pooling none refuses the endpoint: %d" % st)
+    finally:
+        sv.stop()
+    return 0
+
+
 def main():
     group, cera, shared, models, corpus = sys.argv[1:6]
     groups = {"openai": group_openai, "tools": group_tools, "errors": group_errors, "batch": group_batch,
-              "recurrent": group_recurrent}
+              "recurrent": group_recurrent, "embed": group_embed}
     rc = groups[group](cera, shared, models, corpus)
     if rc == SKIP:
         return SKIP

@@ -38,6 +38,7 @@ typedef struct serve_opts {
     int n_lora;
     size_t kv_bytes;
     int max_tokens;
+    int pooling; /* --pooling; -1: not given */
 } serve_opts;
 
 static bool parse_size(const char *v, size_t *out) {
@@ -72,9 +73,10 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     serve_server *sv = o->sv;
     const char *a = argv[*i];
     static const char *const with_value[] = {
-        "--host",  "--port",    "--parallel",     "-np",          "--kv-size",     "--chat-template",
-        "--lora",  "--api-key", "--timeout",      "--max-queue",  "--max-body",    "--prefill-chunk",
-        "--alias", "-a",        "--conn-timeout", "--max-tokens", "--cache-slots", NULL};
+        "--host",           "--port",    "--parallel",     "-np",          "--kv-size",     "--chat-template",
+        "--lora",           "--api-key", "--timeout",      "--max-queue",  "--max-body",    "--prefill-chunk",
+        "--alias",          "-a",        "--conn-timeout", "--max-tokens", "--cache-slots", "--pooling",
+        "--embd-normalize", NULL};
     if (!strcmp(a, "--cache-any")) {
         sv->cache_any = true;
         return 1;
@@ -131,6 +133,14 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     } else if (!strcmp(a, "--cache-slots")) {
         ok = cli_parse_long(v, 0, 4096, &l);
         sv->cache_slots = (int)l;
+    } else if (!strcmp(a, "--pooling")) {
+        static const char *const names[] = {"none", "mean", "cls", "last"};
+        ok = false;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(v, names[k])) ok = true, o->pooling = k;
+    } else if (!strcmp(a, "--embd-normalize")) {
+        ok = cli_parse_long(v, -1, 1000000, &l);
+        sv->embd_norm = (int)l;
     } else if (!strcmp(a, "--max-tokens")) {
         ok = cli_parse_long(v, 1, 1 << 24, &l);
         o->max_tokens = (int)l;
@@ -147,7 +157,8 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
 static const char serve_usage[] =
     "usage: cera serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [-c CTX] [options]\n\n"
     "Serves the model over HTTP with OpenAI's API (/v1/chat/completions, /v1/completions,\n"
-    "/v1/models) and llama-server's (/tokenize, /detokenize, /apply-template, /lora-adapters),\n"
+    "/v1/models, /v1/embeddings) and llama-server's (/tokenize, /detokenize, /apply-template, "
+    "/lora-adapters),\n"
     "/health and /metrics (Prometheus). Requests run together, continuously batched.\n";
 
 static const char serve_help[] =
@@ -155,7 +166,7 @@ static const char serve_help[] =
     "  --port N              the port (default 8080; 0 picks a free one)\n"
     "  --parallel, -np N     sequences at once (default 4); more requests wait in the queue\n"
     "  --kv-size BYTES       the KV cache shared by all sequences (K/M/G suffixes; default: room\n"
-    "                        for --parallel + --cache-slots full contexts)\n"
+    "                        for --parallel + --cache-slots + 4 (embeddings) full contexts)\n"
     "  --chat-template F|N   a Jinja chat template file, or the model's template of that name\n"
     "                        (chatml: built in)\n"
     "  --lora NAME=PATH      an adapter, served as the model NAME (repeatable)\n"
@@ -171,7 +182,11 @@ static const char serve_help[] =
     "                        (default: --parallel; 0: no prefix cache). A prefix is reused as far\n"
     "                        as it gives exactly the answer a fresh evaluation gives: all of it\n"
     "                        with --prefill-chunk 63 or less, less with larger chunks\n"
-    "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n";
+    "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n"
+    "  --pooling P           /v1/embeddings: none, mean, cls or last (default: the model's own;\n"
+    "                        mean when it has none; none refuses the endpoint, as llama-server)\n"
+    "  --embd-normalize N    /v1/embeddings: -1 none, 0 max absolute, 1 taxicab, 2 euclidean\n"
+    "                        (default), N > 2 the p-norm\n";
 
 /* The model's name in the API: the file's name less .gguf. */
 /* Whether the model's sessions can be cut back part-way (not so with a recurrent state such
@@ -208,7 +223,8 @@ int cmd_serve(int argc, char **argv) {
     sv->conn_timeout_s = 30;
     sv->prefill_chunk = 256;
     sv->cache_slots = -1;
-    serve_opts o = {.sv = sv};
+    sv->embd_norm = 2;
+    serve_opts o = {.sv = sv, .pooling = -1};
     cli_args a;
     cli_args_init(&a);
     char *name = NULL;
@@ -233,7 +249,8 @@ int cmd_serve(int argc, char **argv) {
     cera_error err = {0};
     rc = 1;
     if (sv->cache_slots < 0) sv->cache_slots = sv->parallel;
-    a.ep.n_seq_max = sv->parallel + sv->cache_slots; /* the running sequences and the cached ones */
+    /* the running sequences, the cached ones and those of /v1/embeddings */
+    a.ep.n_seq_max = sv->parallel + sv->cache_slots + SERVE_EMBED_SEQS;
     a.ep.kv_bytes = o.kv_bytes;
     if (a.ep.n_batch == 0) a.ep.n_batch = 512;
     if (a.ep.n_batch < sv->parallel) a.ep.n_batch = sv->parallel; /* a decode token of each fits a step */
@@ -266,6 +283,10 @@ int cmd_serve(int argc, char **argv) {
                              .n_adapters = sv->n_ad,
                              .max_prompt = (size_t)n_ctx};
     sv->sp_default = cera_sampler_default_params();
+    sv->pooling = o.pooling >= 0                                    ? (cera_pooling)o.pooling
+                  : cera_engine_pooling(sv->e) != CERA_POOLING_NONE ? cera_engine_pooling(sv->e)
+                                                                    : CERA_POOLING_MEAN;
+    pthread_mutex_init(&sv->embed_mu, NULL);
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
     sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);

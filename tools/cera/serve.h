@@ -21,6 +21,8 @@
 #include "serve_cache.h"
 
 #define SERVE_ADAPTERS_MAX 16
+/* sessions of /v1/embeddings (serve_embed.c), beyond the scheduler's */
+#define SERVE_EMBED_SEQS 4
 
 typedef struct serve_adapter {
     const char *name; /* the model name it is served as */
@@ -126,6 +128,9 @@ typedef struct serve_server {
     int cache_slots; /* finished sessions kept for their prefixes (0: no prefix cache) */
     bool cache_any;  /* reuse the longest prefix even where its rounding differs */
     const char *api_key;
+    cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
+    int embd_norm;
+    pthread_mutex_t embed_mu; /* one embeddings request computes at a time */
     /* state, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* wakes the scheduler */
@@ -180,6 +185,10 @@ struct MHD_Response *serve_stream_response(serve_server *sv, serve_job *j, struc
 /* A copy of s[0..n) with invalid UTF-8 replaced by U+FFFD; its text added to obj as key. */
 char *serve_clean_utf8(const char *s, size_t n);
 cJSON *serve_add_text(cJSON *obj, const char *key, const char *s, size_t n);
+
+/* serve_embed.c: answers a /v1/embeddings body: the HTTP status, and *out the answer or
+ * an OpenAI error object (malloc'ed; NULL when out of memory). */
+int serve_embeddings(serve_server *sv, const cJSON *body, char **out);
 
 /* serve_http.c: starts the HTTP daemon; NULL on failure (printed). *port receives the
  * port bound (for --port 0). */

@@ -29,11 +29,12 @@ enum {
     EP_DETOKENIZE,
     EP_TEMPLATE,
     EP_LORA,
+    EP_EMBED,
     EP_COUNT
 };
-static const char *const ep_names[EP_COUNT] = {"chat_completions", "completions",    "models",
-                                               "health",           "metrics",        "tokenize",
-                                               "detokenize",       "apply_template", "lora_adapters"};
+static const char *const ep_names[EP_COUNT] = {
+    "chat_completions", "completions", "models",         "health",        "metrics",
+    "tokenize",         "detokenize",  "apply_template", "lora_adapters", "embeddings"};
 
 typedef struct route {
     const char *path;
@@ -56,6 +57,8 @@ static const route routes[] = {
     {"/apply-template", "POST", EP_TEMPLATE},
     {"/lora-adapters", "GET", EP_LORA},
     {"/lora-adapters", "POST", EP_LORA},
+    {"/v1/embeddings", "POST", EP_EMBED},
+    {"/embeddings", "POST", EP_EMBED},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -551,6 +554,23 @@ static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c
     return send_text(c, 200, t, "text/plain; version=0.0.4");
 }
 
+static enum MHD_Result handle_embeddings(serve_server *sv, struct MHD_Connection *c, const conn_req *rq) {
+    char msg[200];
+    cJSON *b = parse_body(sv, rq, msg, sizeof msg);
+    if (!b) return send_error(sv, c, 400, NULL, "%s", msg);
+    /* a long input may outlast the idle timeout: off until it is answered */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    char *out = NULL;
+    const int st = serve_embeddings(sv, b, &out);
+    cJSON_Delete(b);
+    if (st != 200) {
+        pthread_mutex_lock(&sv->mu);
+        sv->n_errors++;
+        pthread_mutex_unlock(&sv->mu);
+    }
+    return send_text(c, (unsigned)st, out, "application/json");
+}
+
 /* ---- The daemon's callbacks ------------------------------------------------------------------ */
 
 /* Constant time in the key's length: no early exit on the first difference. */
@@ -595,6 +615,7 @@ static enum MHD_Result dispatch(serve_server *sv, struct MHD_Connection *c, cons
     case EP_DETOKENIZE: return handle_detokenize(sv, c, rq);
     case EP_TEMPLATE: return handle_template(sv, c, rq);
     case EP_LORA: return handle_lora(sv, c, method, rq);
+    case EP_EMBED: return handle_embeddings(sv, c, rq);
     }
     return MHD_NO;
 }

@@ -9,8 +9,9 @@
  * to the shape's vocabulary size), so llama.cpp and cera load the same file.
  *
  * Weights are ~N(0, 0.02) (a sum of four uniforms: cheap and close enough), norms are
- * 1, every 2-D weight is in TYPE (a row whose length is not a multiple of TYPE's block
- * falls back to Q8_0 or F16) and 1-D tensors stay F32. Values depend only on the seed
+ * 1, every 2-D weight (and an MoE shape's 3-D expert tensors) is in TYPE (a row whose length
+ * is not a multiple of TYPE's block falls back to Q8_0 or F16) and 1-D tensors stay F32; an
+ * LFM2 shape's conv taps and router stay F32, as llama-quantize leaves them. Values depend only on the seed
  * and the tensor and row they belong to, never on the thread count.
  *
  * Memory stays bounded for any size, and each byte is written once: the GGUF writer
@@ -38,25 +39,94 @@
 #include "gguf/gguf.h"
 #include "tensor/types.h"
 
+/* The routed experts of an MoE shape (lfm2moe): every block from n_dense_lead on has a
+ * router, a selection bias and 3-D expert tensors instead of a dense FFN. */
+typedef struct synth_moe {
+    int n_expert, n_used, n_ff_exp, n_dense_lead;
+} synth_moe;
+
 typedef struct synth_shape {
     const char *name;
-    const char *arch; /* "llama" or "qwen2" */
+    const char *arch; /* "llama", "qwen2", "lfm2moe" */
     int n_vocab, n_embd, n_ff, n_head, n_head_kv, n_layer, n_ctx;
     float rms_eps, rope_base;
-    bool tied;     /* no output.weight: the output reuses token_embd */
-    bool qkv_bias; /* qwen2's attn_{q,k,v}.bias */
+    bool tied;          /* no output.weight: the output reuses token_embd */
+    bool qkv_bias;      /* qwen2's attn_{q,k,v}.bias */
+    const char *blocks; /* LFM2 kinds, one letter per block: 'c' short conv, 'a' attention; NULL: llama */
+    synth_moe moe;      /* n_expert 0: dense */
 } synth_shape;
+
+#define LFM2_L_CACHE 3
 
 static const synth_shape shapes[] = {
     /* name              arch     vocab   embd  ff     head kv layer ctx     eps   rope    tied  bias */
-    {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false},
-    {"test-qwen2", "qwen2", 512, 256, 768, 8, 4, 2, 2048, 1e-6f, 1000000.0f, true, true},
-    {"llama2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5f, 10000.0f, false, false},
-    {"llama-3.2-1b", "llama", 128256, 2048, 8192, 32, 8, 16, 131072, 1e-5f, 500000.0f, true, false},
-    {"llama-3.1-8b", "llama", 128256, 4096, 14336, 32, 8, 32, 131072, 1e-5f, 500000.0f, false, false},
-    {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 32, 4, 22, 2048, 1e-5f, 10000.0f, false, false},
-    {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 14, 2, 24, 32768, 1e-6f, 1000000.0f, true, true},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 4, 28, 32768, 1e-6f, 1000000.0f, false, true},
+    {"test", "llama", 512, 256, 768, 8, 4, 2, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}},
+    {"test-qwen2", "qwen2", 512, 256, 768, 8, 4, 2, 2048, 1e-6f, 1000000.0f, true, true, NULL, {0}},
+    {"llama2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5f, 10000.0f, false, false, NULL, {0}},
+    {"llama-3.2-1b",
+     "llama",
+     128256,
+     2048,
+     8192,
+     32,
+     8,
+     16,
+     131072,
+     1e-5f,
+     500000.0f,
+     true,
+     false,
+     NULL,
+     {0}},
+    {"llama-3.1-8b",
+     "llama",
+     128256,
+     4096,
+     14336,
+     32,
+     8,
+     32,
+     131072,
+     1e-5f,
+     500000.0f,
+     false,
+     false,
+     NULL,
+     {0}},
+    {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 32, 4, 22, 2048, 1e-5f, 10000.0f, false, false, NULL, {0}},
+    {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 14, 2, 24, 32768, 1e-6f, 1000000.0f, true, true, NULL, {0}},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 4, 28, 32768, 1e-6f, 1000000.0f, false, true, NULL, {0}},
+    /* LFM2-MoE: a small test shape, and LFM2-8B-A1B's (the block kinds of its published config) */
+    {"test-lfm2moe",
+     "lfm2moe",
+     512,
+     256,
+     512,
+     8,
+     4,
+     4,
+     2048,
+     1e-5f,
+     1000000.0f,
+     false,
+     false,
+     "cacc",
+     {8, 2, 128, 1}},
+    {"lfm2-8b-a1b",
+     "lfm2moe",
+     65536,
+     2048,
+     7168,
+     32,
+     8,
+     24,
+     128000,
+     1e-5f,
+     1000000.0f,
+     true,
+     false,
+     "ccacccacccacccacccaccacc",
+     {32, 4, 1792, 2}},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -112,7 +182,7 @@ typedef struct synth_tensor {
     char name[64];
     cera_type type;
     uint32_t n_dims;
-    int64_t ne[2]; /* ne[0]: row length; ne[1]: rows */
+    int64_t ne[3]; /* ne[0]: row length; ne[1]: rows (of one expert); ne[2]: experts (1 otherwise) */
     fill_kind fill;
     float sigma;
 } synth_tensor;
@@ -124,17 +194,69 @@ static cera_type weight_type(cera_type want, int64_t row) {
     return CERA_TYPE_F16;
 }
 
-static int add_tensor(synth_tensor *ts, int n, const char *name, cera_type type, uint32_t n_dims, int64_t ne0,
-                      int64_t ne1, fill_kind fill) {
+static int add_tensor3(synth_tensor *ts, int n, const char *name, cera_type type, uint32_t n_dims,
+                       int64_t ne0, int64_t ne1, int64_t ne2, fill_kind fill) {
     synth_tensor *t = &ts[n];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
+    t->ne[2] = ne2;
     t->type = n_dims == 1 ? CERA_TYPE_F32 : weight_type(type, ne0);
     t->fill = fill;
     t->sigma = 0.02f;
     return n + 1;
+}
+
+static int add_tensor(synth_tensor *ts, int n, const char *name, cera_type type, uint32_t n_dims, int64_t ne0,
+                      int64_t ne1, fill_kind fill) {
+    return add_tensor3(ts, n, name, type, n_dims, ne0, ne1, 1, fill);
+}
+
+/* Rows of a tensor over all its experts. */
+static int64_t n_rows(const synth_tensor *t) { return t->ne[1] * t->ne[2]; }
+
+/* An LFM2 block's tensors (lfm2moe: llama.cpp's loader order is irrelevant, names matter).
+ * The conv taps and the router stay F32 (llama-quantize keeps them so); the selection bias
+ * is drawn wide so that it changes which experts win. */
+static int list_lfm2_block(const synth_shape *sh, cera_type type, int l, synth_tensor *ts, int n) {
+    const int64_t e = sh->n_embd, hd = sh->n_embd / sh->n_head, kv = hd * sh->n_head_kv;
+    char nm[64];
+#define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
+    n = add_tensor(ts, n, BLK("attn_norm.weight"), type, 1, e, 1, FILL_ONES);
+    if (sh->blocks[l] == 'a') {
+        n = add_tensor(ts, n, BLK("attn_q.weight"), type, 2, e, e, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_k.weight"), type, 2, e, kv, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_v.weight"), type, 2, e, kv, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_output.weight"), type, 2, e, e, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("attn_q_norm.weight"), type, 1, hd, 1, FILL_ONES);
+        n = add_tensor(ts, n, BLK("attn_k_norm.weight"), type, 1, hd, 1, FILL_ONES);
+    } else {
+        n = add_tensor(ts, n, BLK("shortconv.in_proj.weight"), type, 2, e, 3 * e, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("shortconv.out_proj.weight"), type, 2, e, e, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("shortconv.conv.weight"), type, 2, LFM2_L_CACHE, e, FILL_NORMAL);
+        ts[n - 1].type = CERA_TYPE_F32;
+        ts[n - 1].sigma = 0.3f; /* taps of a few positions: near 1/sqrt(l_cache) */
+    }
+    n = add_tensor(ts, n, BLK("ffn_norm.weight"), type, 1, e, 1, FILL_ONES);
+    const synth_moe *mo = &sh->moe;
+    if (mo->n_expert && l >= mo->n_dense_lead) {
+        const int64_t ne = mo->n_expert, ff = mo->n_ff_exp;
+        n = add_tensor(ts, n, BLK("ffn_gate_inp.weight"), type, 2, e, ne, FILL_NORMAL);
+        ts[n - 1].type = CERA_TYPE_F32;
+        ts[n - 1].sigma = 0.1f; /* router logits of order one: the sigmoid is not flat */
+        n = add_tensor3(ts, n, BLK("ffn_gate_exps.weight"), type, 3, e, ff, ne, FILL_NORMAL);
+        n = add_tensor3(ts, n, BLK("ffn_up_exps.weight"), type, 3, e, ff, ne, FILL_NORMAL);
+        n = add_tensor3(ts, n, BLK("ffn_down_exps.weight"), type, 3, ff, e, ne, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("exp_probs_b.bias"), type, 1, ne, 1, FILL_NORMAL);
+        ts[n - 1].sigma = 0.5f;
+    } else {
+        n = add_tensor(ts, n, BLK("ffn_gate.weight"), type, 2, e, sh->n_ff, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("ffn_up.weight"), type, 2, e, sh->n_ff, FILL_NORMAL);
+        n = add_tensor(ts, n, BLK("ffn_down.weight"), type, 2, sh->n_ff, e, FILL_NORMAL);
+    }
+#undef BLK
+    return n;
 }
 
 /* The tensor list in llama.cpp's usual file order; returns the count. */
@@ -144,6 +266,12 @@ static int list_tensors(const synth_shape *sh, cera_type type, synth_tensor *ts)
     int n = 0;
     char nm[64];
     n = add_tensor(ts, n, "token_embd.weight", type, 2, sh->n_embd, sh->n_vocab, FILL_NORMAL);
+    if (sh->blocks) {
+        for (int l = 0; l < sh->n_layer; l++) n = list_lfm2_block(sh, type, l, ts, n);
+        n = add_tensor(ts, n, "token_embd_norm.weight", type, 1, sh->n_embd, 1, FILL_ONES);
+        if (!sh->tied) n = add_tensor(ts, n, "output.weight", type, 2, sh->n_embd, sh->n_vocab, FILL_NORMAL);
+        return n;
+    }
     for (int l = 0; l < sh->n_layer; l++) {
 #define BLK(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
         n = add_tensor(ts, n, BLK("attn_norm.weight"), type, 1, sh->n_embd, 1, FILL_ONES);
@@ -270,7 +398,21 @@ static void set_hparams(gguf_writer *w, const synth_shape *sh, cera_type type) {
     gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)sh->n_layer);
     gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff);
     gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)sh->n_head);
-    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv);
+    if (sh->blocks) { /* LFM2: 0 KV heads marks a conv block */
+        uint32_t kv[64];
+        for (int l = 0; l < sh->n_layer; l++) kv[l] = sh->blocks[l] == 'a' ? (uint32_t)sh->n_head_kv : 0;
+        gguf_writer_set_arr(w, KEY("attention.head_count_kv"), GGUF_TYPE_UINT32, kv, (size_t)sh->n_layer);
+        gguf_writer_set_u32(w, KEY("shortconv.l_cache"), LFM2_L_CACHE);
+    } else {
+        gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv);
+    }
+    if (sh->moe.n_expert) {
+        gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)sh->moe.n_expert);
+        gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)sh->moe.n_used);
+        gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)sh->moe.n_ff_exp);
+        gguf_writer_set_u32(w, KEY("leading_dense_block_count"), (uint32_t)sh->moe.n_dense_lead);
+        gguf_writer_set_u32(w, KEY("expert_gating_func"), 2); /* llama.cpp's sigmoid */
+    }
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->rms_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base);
     gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(sh->n_embd / sh->n_head));
@@ -355,8 +497,8 @@ static cera_status fill_file(int fd, const char *path, const synth_tensor *ts, c
         const int64_t rows_per_chunk = (int64_t)(chunk_cap / row_bytes);
         uint64_t tseed = seed;
         for (const char *c = t->name; *c; c++) tseed = (tseed ^ (uint8_t)*c) * 0x100000001b3ull; /* FNV-1a */
-        for (int64_t r0 = 0; r0 < t->ne[1]; r0 += rows_per_chunk) {
-            const int64_t nr = t->ne[1] - r0 < rows_per_chunk ? t->ne[1] - r0 : rows_per_chunk;
+        for (int64_t r0 = 0; r0 < n_rows(t); r0 += rows_per_chunk) {
+            const int64_t nr = n_rows(t) - r0 < rows_per_chunk ? n_rows(t) - r0 : rows_per_chunk;
             const int nth = nr < n_threads ? (int)nr : n_threads;
             fill_job job = {t, tseed, r0, nr, chunk, row_bytes, nth};
             for (int k = 0; k < nth; k++) wk[k] = (fill_worker){&job, k, wk[k].row};
@@ -416,7 +558,7 @@ static cera_status write_header(gguf_writer *probe, const synth_tensor *ts, int 
         for (uint32_t d = 0; d < t->n_dims; d++) store_le64(info + 4 + 8 * d, (uint64_t)ts[i].ne[d]);
         store_le64(info + 8 + 8 * t->n_dims, off);
         offsets[i] = data_offset + off;
-        const uint64_t nbytes = cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
+        const uint64_t nbytes = cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)n_rows(&ts[i]);
         off += (nbytes + align - 1) / align * align;
     }
     gguf_close(pf);
@@ -447,7 +589,7 @@ static cera_status write_model(gguf_writer *probe, const synth_tensor *ts, int n
     for (int i = 0; st == CERA_OK && i < n_t; i++) {
         const gguf_tensor *t = gguf_find_tensor(f, ts[i].name);
         if (!t || t->type != ts[i].type || t->ne[0] != ts[i].ne[0] || t->ne[1] != ts[i].ne[1] ||
-            f->data_offset + t->offset != offsets[i])
+            (t->n_dims > 2 && t->ne[2] != ts[i].ne[2]) || f->data_offset + t->offset != offsets[i])
             st = cera_fail(err, CERA_ERR_INTERNAL, "%s: tensor '%s' is not where it was written", path,
                            ts[i].name);
     }
@@ -471,9 +613,13 @@ static void usage(FILE *out) {
             "shapes:\n");
     for (size_t i = 0; i < N_SHAPES; i++) {
         const synth_shape *s = &shapes[i];
-        fprintf(out, "  %-15s %-5s vocab %6d, embd %4d, ff %5d, heads %2d/%2d, %2d layers%s%s\n", s->name,
+        fprintf(out, "  %-15s %-7s vocab %6d, embd %4d, ff %5d, heads %2d/%2d, %2d layers%s%s", s->name,
                 s->arch, s->n_vocab, s->n_embd, s->n_ff, s->n_head, s->n_head_kv, s->n_layer,
                 s->tied ? ", tied output" : "", s->qkv_bias ? ", QKV bias" : "");
+        if (s->moe.n_expert)
+            fprintf(out, ", %d experts (%d used, ff %d) from block %d", s->moe.n_expert, s->moe.n_used,
+                    s->moe.n_ff_exp, s->moe.n_dense_lead);
+        fputc('\n', out);
     }
 }
 
@@ -574,7 +720,7 @@ int cmd_synth(int argc, char **argv) {
     if (!vocab)
         fprintf(stderr, "cera synth: no vocabulary file found: making up a minimal one (see --vocab)\n");
 
-    const int max_tensors = 4 + sh->n_layer * 12;
+    const int max_tensors = 4 + sh->n_layer * 16;
     synth_tensor *ts = calloc((size_t)max_tensors, sizeof *ts);
     gguf_writer *w = gguf_writer_new();
     if (!ts || !w) {
@@ -590,10 +736,10 @@ int cmd_synth(int argc, char **argv) {
     uint64_t total = 0, n_params = 0;
     for (int i = 0; st == CERA_OK && i < n_t; i++) {
         /* one block each: write_header patches in the real shapes and offsets */
-        const int64_t one_block[2] = {cera_type_get(ts[i].type)->block_size, 1};
+        const int64_t one_block[3] = {cera_type_get(ts[i].type)->block_size, 1, 1};
         st = gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, one_block, NULL, &err);
-        total += cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1];
-        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
+        total += cera_row_size(ts[i].type, ts[i].ne[0]) * (uint64_t)n_rows(&ts[i]);
+        n_params += (uint64_t)(ts[i].ne[0] * n_rows(&ts[i]));
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
@@ -29,7 +30,7 @@
 #include "core/fp16.h"
 #include "model/graph.h"
 
-typedef enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTEND, STEP_CONV, STEP_OUTPUT } step_kind;
+typedef enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTEND, STEP_CONV, STEP_MOE, STEP_OUTPUT } step_kind;
 
 /* A row-local op of a ROWS step: one of the graph's, or a LINEAR segment's bias. */
 typedef struct row_op {
@@ -41,9 +42,10 @@ typedef struct row_op {
 typedef struct step {
     step_kind kind;
     const cera_op *op;
-    int seg;                      /* MATMUL: the LINEAR's segment */
-    const cera_packed_weight *pk; /* MATMUL, OUTPUT: the weight's repacked copy, or NULL */
-    int first, n_rows;            /* ROWS: its ops, rows[first .. first + n_rows) */
+    int seg;                                 /* MATMUL: the LINEAR's segment */
+    const cera_packed_weight *pk;            /* MATMUL, OUTPUT: the weight's repacked copy, or NULL */
+    int first, n_rows;                       /* ROWS: its ops, rows[first .. first + n_rows) */
+    const cera_packed_weight *const *moe_pk; /* MOE: its matrices' repacked copies (moe.h) */
 } step;
 
 typedef struct cpu_backend {
@@ -71,7 +73,9 @@ typedef struct cpu_backend {
     void *act;                  /* activation scratch of the largest matmul */
     uint8_t *attn_tmp;          /* per-thread attention scratch */
     size_t attn_tmp_size;
-    cera_packed_set *packed; /* weights repacked at open (repack.h), found by cera_packed_find */
+    cera_packed_set *packed;           /* weights repacked at open (repack.h), found by cera_packed_find */
+    cera_cpu_moe moe;                  /* the routed experts' scratch (moe.h) */
+    const cera_packed_weight **moe_pk; /* every MOE step's repacked copies, one block */
 } cpu_backend;
 
 static int64_t width(const cpu_backend *be, cera_buf b) { return be->m->graph->width[b]; }
@@ -313,15 +317,16 @@ static void run_output(cpu_backend *be, const cera_batch *b, const step *st, flo
     const cera_hparams *hp = &be->m->hp;
     const int n_embd = hp->n_embd;
     int n_out = 0;
-    float *h = be->buf[op->dst];
+    /* embeddings: the normed rows are the output, packed [n_out, n_embd] */
+    float *h = b->embd ? logits : be->buf[op->dst];
+    const size_t h_width = b->embd ? (size_t)n_embd : (size_t)width(be, op->dst);
     for (int t = 0; t < b->n_tokens; t++)
         if (b->want_logits[t]) {
-            cera_rms_norm_f32(h + (size_t)n_out * width(be, op->dst),
-                              be->buf[op->src] + (size_t)t * width(be, op->src), op->w->data, n_embd,
-                              op->eps);
+            cera_rms_norm_f32(h + (size_t)n_out * h_width, be->buf[op->src] + (size_t)t * width(be, op->src),
+                              op->w->data, n_embd, op->eps);
             be->out_rows[n_out++] = t;
         }
-    if (n_out == 0) return;
+    if (n_out == 0 || b->embd) return;
     const cera_weight *wo = op->w2;
     cera_matmul_ex(be->pool, wo, st->pk, cera_cpu_ops(wo->type), h, n_out, logits, (size_t)hp->n_vocab,
                    be->act, NULL);
@@ -395,6 +400,10 @@ static cera_status cpu_forward(cera_backend *base, const cera_batch *b, float *l
             cera_pool_for(be->pool, cera_attention_n_chunks(&aj.args), attn_chunk, &aj);
             break;
         case STEP_CONV: run_conv(be, b, op); break;
+        case STEP_MOE:
+            cera_cpu_moe_run(&be->moe, be->pool, op->moe, st->moe_pk, be->buf[op->src], n, be->buf[op->dst],
+                             (size_t)width(be, op->dst), be->act, b->lora, op->layer);
+            break;
         case STEP_OUTPUT: run_output(be, b, st, logits); break;
         }
     }
@@ -412,7 +421,7 @@ static bool row_local(cera_op_kind k) {
  * is not ROWS). */
 static void push_row(cpu_backend *be, row_op r) {
     if (be->n_steps == 0 || be->steps[be->n_steps - 1].kind != STEP_ROWS)
-        be->steps[be->n_steps++] = (step){STEP_ROWS, NULL, 0, NULL, be->n_rows, 0};
+        be->steps[be->n_steps++] = (step){STEP_ROWS, NULL, 0, NULL, be->n_rows, 0, NULL};
     be->rows[be->n_rows++] = r;
     be->steps[be->n_steps - 1].n_rows++;
 }
@@ -420,6 +429,7 @@ static void push_row(cpu_backend *be, row_op r) {
 /* The plan of the model's ops; steps and rows were sized for the worst case. */
 static void compile(cpu_backend *be) {
     const cera_graph *g = be->m->graph;
+    int n_pk = 0; /* moe_pk entries taken */
     for (int i = 0; i < g->n_ops; i++) {
         const cera_op *op = &g->ops[i];
         if (row_local(op->kind)) {
@@ -430,14 +440,24 @@ static void compile(cpu_backend *be) {
         case CERA_OP_LINEAR:
             for (int k = 0; k < op->n_seg; k++)
                 be->steps[be->n_steps++] =
-                    (step){STEP_MATMUL, op, k, cera_packed_find(be->packed, op->seg[k].w), 0, 0};
+                    (step){STEP_MATMUL, op, k, cera_packed_find(be->packed, op->seg[k].w), 0, 0, NULL};
             for (int k = 0; k < op->n_seg; k++)
                 if (op->seg[k].b) push_row(be, (row_op){op, op->seg[k].b, op->seg[k].dst});
             break;
-        case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, NULL, 0, 0}; break;
-        case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, NULL, 0, 0}; break;
+        case CERA_OP_ATTEND: be->steps[be->n_steps++] = (step){STEP_ATTEND, op, 0, NULL, 0, 0, NULL}; break;
+        case CERA_OP_SHORTCONV: be->steps[be->n_steps++] = (step){STEP_CONV, op, 0, NULL, 0, 0, NULL}; break;
+        case CERA_OP_MOE: {
+            const int n_mat = 3 * op->moe->n_expert + 1;
+            const cera_packed_weight **pk = be->moe_pk + n_pk;
+            for (int j = 0; j < n_mat; j++)
+                pk[j] = cera_packed_find(be->packed, cera_experts_matrix(op->moe, j));
+            n_pk += n_mat;
+            be->steps[be->n_steps++] = (step){STEP_MOE, op, 0, NULL, 0, 0, pk};
+            break;
+        }
         case CERA_OP_OUTPUT:
-            be->steps[be->n_steps++] = (step){STEP_OUTPUT, op, 0, cera_packed_find(be->packed, op->w2), 0, 0};
+            be->steps[be->n_steps++] =
+                (step){STEP_OUTPUT, op, 0, cera_packed_find(be->packed, op->w2), 0, 0, NULL};
             break;
         default: break;
         }
@@ -466,6 +486,8 @@ static void cpu_free(cera_backend *base) {
     free(be->act);
     free(be->attn_tmp);
     cera_cpu_repack_free(be->packed);
+    cera_cpu_moe_free(&be->moe);
+    free(be->moe_pk);
     free(be);
 }
 
@@ -495,6 +517,12 @@ cera_status cera_cpu_backend_check(const cera_model *m, cera_error *err) {
         for (int k = 0; k < op->n_seg && !st; k++)
             st = check_kernels(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, err);
         if (op->kind == CERA_OP_OUTPUT && !st) st = check_kernels(op->w2, output_name(m), -1, err);
+        if (op->kind == CERA_OP_MOE && !st)
+            st = check_kernels(&op->moe->router, "ffn_gate_inp", op->layer, err);
+        for (int e = 0; op->kind == CERA_OP_MOE && e < op->moe->n_expert && !st; e++)
+            if (!(st = check_kernels(&op->moe->gate[e], "ffn_gate_exps", op->layer, err)) &&
+                !(st = check_kernels(&op->moe->up[e], "ffn_up_exps", op->layer, err)))
+                st = check_kernels(&op->moe->down[e], "ffn_down_exps", op->layer, err);
         if (st) return st;
     }
     return CERA_OK;
@@ -549,15 +577,26 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
             st = check_weight(op->seg[k].w, cera_proj_name(op->seg[k].proj), op->layer, &act_max, nb, err);
         if (op->kind == CERA_OP_OUTPUT && !st)
             st = check_weight(op->w2, output_name(m), -1, &act_max, nb, err);
+        if (op->kind == CERA_OP_MOE && !st)
+            st = check_weight(&op->moe->router, "ffn_gate_inp", op->layer, &act_max, nb, err);
+        for (int e = 0; op->kind == CERA_OP_MOE && e < op->moe->n_expert && !st; e++)
+            if (!(st = check_weight(&op->moe->gate[e], "ffn_gate_exps", op->layer, &act_max, nb, err)) &&
+                !(st = check_weight(&op->moe->up[e], "ffn_up_exps", op->layer, &act_max, nb, err)))
+                st = check_weight(&op->moe->down[e], "ffn_down_exps", op->layer, &act_max, nb, err);
     }
+    if (!st) st = cera_cpu_moe_init(&be->moe, g, nb, err);
     if (st) goto fail;
     if ((st = cera_pool_new(params->n_threads, &be->pool, err))) goto fail;
     if ((st = cera_cpu_repack_model(m, be->pool, &be->packed, err))) goto fail;
 
     be->steps = malloc((size_t)max_steps * sizeof *be->steps);
+    size_t n_moe_pk = 1;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == CERA_OP_MOE) n_moe_pk += 3 * (size_t)g->ops[i].moe->n_expert + 1;
+    be->moe_pk = calloc(n_moe_pk, sizeof *be->moe_pk);
     be->rows = malloc((size_t)max_rows * sizeof *be->rows);
     const size_t rows = (size_t)nb;
-    bool ok = be->steps && be->rows;
+    bool ok = be->steps && be->rows && be->moe_pk;
     for (int b = 0; b < CERA_BUF_COUNT && ok; b++)
         if (g->width[b]) ok = (be->buf[b] = malloc(rows * (size_t)g->width[b] * sizeof(float))) != NULL;
     be->rope_cache = malloc(rows * hp->n_rot * sizeof(float));

@@ -409,16 +409,28 @@ struct cera_packed_set {
     } e[];
 };
 
+/* The model's matrices: every layer's projections, the output, then each MoE layer's router
+ * and experts (cera_experts_matrix order). */
 static const cera_weight *model_weight(const cera_model *m, int i) {
     const int np = CERA_PROJ_COUNT;
     if (i < m->hp.n_layer * np) return &m->layers[i / np].proj[i % np];
-    return &m->output;
+    if (i == m->hp.n_layer * np) return &m->output;
+    i -= m->hp.n_layer * np + 1;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const cera_experts *x = &m->layers[l].moe;
+        const int n = x->n_expert ? 3 * x->n_expert + 1 : 0;
+        if (i < n) return cera_experts_matrix(x, i);
+        i -= n;
+    }
+    return NULL;
 }
 
 cera_status cera_cpu_repack_model(const cera_model *m, cera_pool *pool, cera_packed_set **out,
                                   cera_error *err) {
     *out = NULL;
-    const int total = m->hp.n_layer * CERA_PROJ_COUNT + 1;
+    int total = m->hp.n_layer * CERA_PROJ_COUNT + 1;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        total += m->layers[l].moe.n_expert ? 3 * m->layers[l].moe.n_expert + 1 : 0;
     cera_packed_set *set = calloc(1, sizeof *set + (size_t)total * sizeof set->e[0]);
     if (!set) return cera_fail(err, CERA_ERR_NO_MEMORY, "repacked weights");
     for (int i = 0; i < total; i++) {

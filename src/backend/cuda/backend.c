@@ -31,7 +31,7 @@ typedef struct cu_sampler {
     int n_vocab;
     cudaStream_t st;
     float *scratch;  /* device [n_vocab] */
-    int32_t *d_args; /* device [2 * (CERA_DEVICE_BIAS_MAX + n_vocab)] */
+    int32_t *d_args; /* device [2 * (CERA_DEVICE_BIAS_MAX + n_vocab) + mask words] */
     int32_t *h_args; /* pinned, as d_args */
     int32_t *d_tok;  /* device [2]: the token, then the logits' count of non-finite values */
     int32_t *h_tok;  /* pinned [2], as d_tok */
@@ -55,6 +55,8 @@ typedef struct cuda_backend {
     cu_sampler smp;    /* device sampling (unused when CERA_CUDA_SAMPLE=0) */
 } cuda_backend;
 
+static size_t mask_words(int n_vocab) { return ((size_t)n_vocab + 31) / 32; }
+
 static void cu_sampler_free(cu_sampler *c) {
     cudaFree(c->scratch);
     cudaFree(c->d_args);
@@ -68,7 +70,8 @@ static cera_status cu_sampler_alloc(cu_sampler *c, int n_vocab, cudaStream_t st,
     memset(c, 0, sizeof *c);
     c->n_vocab = n_vocab;
     c->st = st;
-    const size_t arg_bytes = sizeof(int32_t) * 2 * ((size_t)CERA_DEVICE_BIAS_MAX + (size_t)n_vocab);
+    const size_t arg_bytes =
+        sizeof(int32_t) * (2 * ((size_t)CERA_DEVICE_BIAS_MAX + (size_t)n_vocab) + mask_words(n_vocab));
     CU_TRY(cudaMalloc((void **)&c->scratch, sizeof(float) * (size_t)n_vocab));
     CU_TRY(cudaMalloc((void **)&c->d_args, arg_bytes));
     CU_TRY(cudaMalloc((void **)&c->d_tok, 2 * sizeof(int32_t)));
@@ -91,10 +94,11 @@ static bool device_chain(const cera_sampler_params *p) {
     return p->typical_p >= 1.0f && p->temp >= 1e-3f && p->top_k >= 1 && p->top_k <= CERA_DEVICE_TOPK_MAX;
 }
 
-/* Samples logits [n_vocab] (device) with smp's chain: the arguments staged and uploaded,
- * the draw taken from smp, the chain launched, the token read back. */
-static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float *logits, cera_token *out,
-                                  cera_error *err) {
+/* Samples logits [n_vocab] (device) with smp's chain, within mask when not NULL: the
+ * arguments staged and uploaded, the draw taken from smp, the chain launched, the token
+ * read back (-1: the mask left nothing). */
+static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float *logits, const uint32_t *mask,
+                                  cera_token *out, cera_error *err) {
     const cera_sampler_params *p = cera_sampler_params_of(smp);
     if (!device_chain(p))
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: the sampler chain runs on the host");
@@ -123,7 +127,12 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
     }
     memcpy(a + 2 * n_bias, pen_tok, n_pen * sizeof(int32_t));
     memcpy(a + 2 * n_bias + n_pen, pen_cnt, n_pen * sizeof(int32_t));
-    const size_t n_args = 2 * ((size_t)n_bias + n_pen);
+    size_t n_args = 2 * ((size_t)n_bias + n_pen);
+    if (mask) {
+        cfg.n_mask = (int)mask_words(c->n_vocab);
+        memcpy(a + n_args, mask, (size_t)cfg.n_mask * sizeof(uint32_t));
+        n_args += (size_t)cfg.n_mask;
+    }
     cfg.u = cera_sampler_draw(smp); /* exactly where cera_sampler_sample draws */
     if (n_args)
         CU_TRY(cudaMemcpyAsync(c->d_args, a, n_args * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
@@ -138,7 +147,7 @@ static cera_status cu_sampler_run(cu_sampler *c, cera_sampler *smp, const float 
             "non-finite logits (%d NaN or +Inf of %d): the weights are corrupt, or an adapter or its "
             "scale overflows the float range",
             c->h_tok[1], c->n_vocab);
-    if (*c->h_tok < 0 || *c->h_tok >= c->n_vocab)
+    if (*c->h_tok < (mask ? -1 : 0) || *c->h_tok >= c->n_vocab)
         return cera_fail(err, CERA_ERR_INTERNAL, "cuda: the sampler kernel returned token %d", *c->h_tok);
     *out = *c->h_tok;
     return CERA_OK;
@@ -250,19 +259,23 @@ static cera_status cuda_logits_get(cera_backend *b, int seq_id, float *out, cera
     return CERA_OK;
 }
 
-static cera_status cuda_sample(cera_backend *b, int seq_id, cera_sampler *smp, cera_token *out,
-                               cera_error *err) {
+static cera_status cuda_sample(cera_backend *b, int seq_id, cera_sampler *smp, const uint32_t *mask,
+                               cera_token *out, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
     const float *row = slot_row(be, seq_id);
     if (!row) return cera_fail(err, CERA_ERR_INTERNAL, "cuda: sequence slot %d has no logits row", seq_id);
     CU_TRY(cudaSetDevice(be->s->prm.device));
-    return cu_sampler_run(&be->smp, smp, row, out, err);
+    return cu_sampler_run(&be->smp, smp, row, mask, out, err);
 }
 
 static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float *logits, cera_error *err) {
     cuda_backend *be = (cuda_backend *)b;
     cera_cuda_state *s = be->s;
     if (batch->n_tokens < 1) return CERA_OK;
+    if (batch->embd && (!logits || s->n_embd > s->n_vocab))
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "cuda: embeddings need a host buffer and n_embd <= n_vocab (use the CPU: --device cpu)");
     if (batch->n_seqs < 1 || batch->n_seqs > s->prm.n_batch)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: a batch of %d sequences", batch->n_seqs);
     if (!be->kv[CERA_KV_FULL] && !be->kv[CERA_KV_SWA])
@@ -302,8 +315,13 @@ static cera_status cuda_forward(cera_backend *b, const cera_batch *batch, float 
     }
     for (int i = 0; i < batch->n_tokens; i++) be->tok_slot[i] = batch->seqs[batch->seq[i]]->id;
     s->conv_state = be->state ? be->state : s->own_state;
-    CERA_TRY(cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables,
-                        be->kv, be->tok_slot, be->rows, n_out, logits, NULL, batch->lora, err));
+    s->embd = batch->embd;
+    const cera_status fst =
+        cu_forward(s, batch->token, batch->pos, batch->n_tokens, be->tok_tbl, be->tables, n_tables, be->kv,
+                   be->tok_slot, be->rows, n_out, logits, NULL, batch->lora, err);
+    s->embd = false;
+    if (fst) return fst;
+    if (batch->embd) return CERA_OK;
     if (!logits)
         /* keep each sequence's last wanted row ([n_out, n_vocab] rows in s->logits) in its
          * slot; stream order puts the copies before any later forward, sample or fetch */
@@ -397,8 +415,8 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
 
 /* ---- Test hooks (sample_cuda.h) ------------------------------------------------------ */
 
-cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_vocab, cera_token *out,
-                                  cera_error *err) {
+cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_vocab, const uint32_t *mask,
+                                  cera_token *out, cera_error *err) {
     if (!device_chain(cera_sampler_params_of(smp)))
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: the sampler chain runs on the host");
     if (n_vocab <= 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: n_vocab %d", n_vocab);
@@ -414,7 +432,7 @@ cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_
     if (e != cudaSuccess)
         r = cera_fail(err, CERA_ERR_DEVICE, "cuda: sample test setup: %s", cudaGetErrorString(e));
     if (r == CERA_OK) r = cu_sampler_init(&c, n_vocab, st, err);
-    if (r == CERA_OK) r = cu_sampler_run(&c, smp, d, out, err);
+    if (r == CERA_OK) r = cu_sampler_run(&c, smp, d, mask, out, err);
     if (st) cudaStreamSynchronize(st);
     cu_sampler_free(&c);
     cudaFree(d);

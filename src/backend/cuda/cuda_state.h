@@ -234,6 +234,9 @@ struct cera_cuda_state {
     size_t lora_items_bytes;
     cu_lora_items_key lora_items_key; /* the row-0 adapters it was made for (n = -1: none yet) */
     bool profile;                     /* CERA_CUDA_PROFILE: time the prefill's phases (forward.c) */
+    /* the forward in flight gives embeddings (backend.h, cera_batch.embd): the output step
+     * writes the normed rows [n_out, n_embd] into `logits` instead of multiplying them */
+    bool embd;
     bool lora_fork;    /* decode graphs run A·x on the side stream (CERA_CUDA_LORA_FORK=0: off) */
     cudaStream_t side; /* decode: A·x beside the matvec */
     cudaEvent_t ev_fork, ev_join;

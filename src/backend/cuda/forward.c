@@ -359,8 +359,14 @@ static cera_status step_conv(run *r, const cu_step *st, cera_error *err) {
 static cera_status prefill_logits(cera_cuda_state *s, const cu_step *st, const float *x, int n,
                                   const int32_t *out_rows, int n_out, cera_error *err);
 
+static cera_status prefill_embd(cera_cuda_state *s, const cu_step *st, const float *x, int n,
+                                const int32_t *out_rows, int n_out, cera_error *err);
+
 static cera_status step_output(run *r, const cu_step *st, cera_error *err) {
     cera_cuda_state *s = r->s;
+    if (s->embd) /* embeddings always take the prefill path (cu_forward) */
+        return r->n_out > 0 ? prefill_embd(s, st, rows_at(r, st->src), r->n, r->out_rows, r->n_out, err)
+                            : CERA_OK;
     if (r->mode == RUN_PREFILL)
         return r->n_out > 0 ? prefill_logits(s, st, rows_at(r, st->src), r->n, r->out_rows, r->n_out, err)
                             : CERA_OK;
@@ -546,6 +552,20 @@ static cera_status prefill_logits(cera_cuda_state *s, const cu_step *st, const f
     return CERA_OK;
 }
 
+/* Embeddings of the listed rows: every row normed into s->logits as [n, n_embd] (room: the
+ * backend checks n_embd <= n_vocab), the listed ones gathered to the front. */
+static cera_status prefill_embd(cera_cuda_state *s, const cu_step *st, const float *x, int n,
+                                const int32_t *out_rows, int n_out, cera_error *err) {
+    const int64_t d = s->n_embd;
+    const cu_act h = {s->logits, NULL, NULL, NULL, d, d};
+    CU_TRY(cu_rmsnorm_act(s->st, x, st->src.stride, n, st->w, st->eps, &h));
+    for (int i = 0; i < n_out; i++)
+        if (out_rows[i] != i)
+            CU_TRY(cudaMemcpyAsync(s->logits + (size_t)i * d, s->logits + (size_t)out_rows[i] * d,
+                                   sizeof(float) * (size_t)d, cudaMemcpyDeviceToDevice, s->st));
+    return CERA_OK;
+}
+
 /* A prompt chunk (or a batch the several-sequence step does not take) through the plan. */
 static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_t *out_rows, int n_out,
                            cera_error *err) {
@@ -642,9 +662,9 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     for (int g = 0; g < CERA_KV_GROUPS; g++) s->kv_base[g] = kv_base[g];
     if (s->n_conv) CERA_TRY(stage_conv(s, pos, n, tok_tbl, tok_slot, err));
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
-    if (n == 1) {
+    if (n == 1 && !s->embd) {
         CERA_TRY(run_decode(s, pos[0], err));
-    } else if (use_decode_rows(s, n, tok_tbl)) {
+    } else if (!s->embd && use_decode_rows(s, n, tok_tbl)) {
         CERA_TRY(run_decode_rows(s, n, err));
         CERA_TRY(compact_logits(s, out_rows, n_out, err));
     } else {
@@ -652,10 +672,11 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
         for (int i = 1; i < n; i++) one_seq = one_seq && tok_tbl[i] == tok_tbl[0];
         CERA_TRY(prefill(s, n, one_seq, out_rows, n_out, err));
     }
-    if (argmax && n_out > 0)
+    if (argmax && n_out > 0 && !s->embd)
         CU_TRY(cudaMemcpyAsync(h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
     if (logits && n_out > 0)
-        CU_TRY(cudaMemcpyAsync(logits, s->logits, sizeof(float) * (size_t)n_out * s->n_vocab,
+        CU_TRY(cudaMemcpyAsync(logits, s->logits,
+                               sizeof(float) * (size_t)n_out * (s->embd ? s->n_embd : s->n_vocab),
                                cudaMemcpyDeviceToHost, s->st));
     CU_TRY(cudaStreamSynchronize(s->st));
     if (argmax && n_out > 0) *argmax = *h_am;

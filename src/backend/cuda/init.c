@@ -134,7 +134,7 @@ static void free_store(cu_store *h) {
  * YaRN's ramp and magnitude (ext_factor 0 leaves plain linear scaling), into *tab_out and
  * *rope; the sliding layers' (swa) with their own base and no frequency scaling, as the CPU
  * backend's. */
-static cera_status build_rope(const cera_model *m, bool swa, float **tab_out, cu_rope *rope,
+static cera_status build_rope(const cera_model *m, int n_ctx, bool swa, float **tab_out, cu_rope *rope,
                               cera_error *err) {
     cera_hparams hs = m->hp;
     if (swa) {
@@ -146,8 +146,8 @@ static cera_status build_rope(const cera_model *m, bool swa, float **tab_out, cu
     float *tab = malloc(sizeof(float) * 2 * (size_t)(half > 0 ? half : 1));
     if (!tab) return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: rope table");
     const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    const float *factors =
-        m->rope_freqs.data && m->rope_freqs.k * m->rope_freqs.n >= half ? m->rope_freqs.data : NULL;
+    // rope_freqs, or LongRoPE's long or short factors by the context (as the CPU backend)
+    const float *factors = cera_model_rope_factors(m, n_ctx);
     float corr0 = 0.0f, corr1 = 0.0f;
     if (hp->rope_ext_factor != 0.0f) {
         const float pi = 3.14159265358979323846f;
@@ -235,8 +235,8 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     s->n_kv = hp->n_head_kv * hp->head_dim;
     s->n_vocab = hp->n_vocab;
 
-    CERA_TRY(build_rope(m, false, &s->rope_tab, &s->rope, err));
-    if (hp->n_swa > 0) CERA_TRY(build_rope(m, true, &s->rope_tab_swa, &s->rope_swa, err));
+    CERA_TRY(build_rope(m, s->prm.n_ctx, false, &s->rope_tab, &s->rope, err));
+    if (hp->n_swa > 0) CERA_TRY(build_rope(m, s->prm.n_ctx, true, &s->rope_tab_swa, &s->rope_swa, err));
 
     // the plan: its steps, and every weight they use uploaded through one staging buffer
     void *staging = NULL;

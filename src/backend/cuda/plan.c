@@ -75,7 +75,9 @@ static cera_status use_weight(compiler *c, const cera_weight *mw, const char *wh
     cera_cuda_state *s = c->s;
     for (int i = 0; i < s->n_wts; i++) {
         cu_wentry *e = &s->wts[i];
-        const bool same = e->mw == mw || (mw->t && e->mw->t == mw->t) ||
+        // a row range of a fused tensor (phi3's attn_qkv, ffn_up) is its own weight
+        const bool same = e->mw == mw ||
+                          (mw->t && e->mw->t == mw->t && e->mw->row0 == mw->row0 && e->mw->n == mw->n) ||
                           (mw->data && e->mw->data == mw->data && e->mw->type == mw->type &&
                            e->mw->k == mw->k && e->mw->n == mw->n);
         if (same) {
@@ -388,6 +390,8 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         st.dst = act_loc(c, op->dst, st.src.k);
         c->loc[op->dst] = st.dst;
         return push(c, &st);
+    case CERA_OP_MOE:
+        return unsupported(c, "routed experts (MoE): refused by check_variants"); /* not reached */
     }
     return unsupported(c, "no CUDA step");
 }
@@ -412,21 +416,15 @@ static int rows_max(const cera_cuda_state *s) {
     return most;
 }
 
-/* A weight that is a row range of a fused tensor (phi3's attn_qkv, ffn_up): the upload
- * keys weights by their tensor. */
-static bool row_view(const cera_weight *w) { return w->row0 != 0 || (w->t && w->n != w->t->ne[1]); }
-
 /* The op variants the CUDA kernels do not implement: refused by name at open, never run as
  * something else. */
 static cera_status check_variants(const cera_graph *g, cera_error *err) {
     for (int i = 0; i < g->n_ops; i++) {
         const cera_op *op = &g->ops[i];
-        bool view = false;
-        for (int k = 0; k < op->n_seg; k++) view = view || row_view(op->seg[k].w);
         const bool glu_ok = op->act == CERA_GLU_SILU || op->act == CERA_GLU_GELU;
-        const char *why = view ? "a weight that is a row range of a fused tensor"
-                          : op->kind == CERA_OP_GLU && !glu_ok           ? "a GLU other than SwiGLU or GEGLU"
+        const char *why = op->kind == CERA_OP_GLU && !glu_ok             ? "a GLU other than SwiGLU or GEGLU"
                           : op->kind == CERA_OP_ATTEND && op->window < 0 ? "a negative attention window"
+                          : op->kind == CERA_OP_MOE                      ? "routed experts (MoE)"
                                                                          : NULL;
         if (why)
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: plan: op %d (%s): %s; the CPU backend runs it",
@@ -439,9 +437,6 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     const cera_graph *g = m->graph;
     if (!g || g->n_ops == 0) return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: the model has no op list");
     CERA_TRY(check_variants(g, err));
-    if (m->rope_long.data && !m->rope_freqs.data)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "cuda: plan: LongRoPE factors (rope_factors_long/short); the CPU backend runs them");
     compiler c;
     memset(&c, 0, sizeof c);
     c.s = s;

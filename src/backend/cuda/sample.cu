@@ -3,7 +3,8 @@
  * per sample over a scratch copy of the logits.
  *
  *   1. logit bias (thread 0, in list order: duplicates add twice), then the penalties
- *      (one thread per distinct window token), on the scratch copy; the kept row stays raw.
+ *      (one thread per distinct window token), then a grammar's mask (-inf where it
+ *      forbids), on the scratch copy; the kept row stays raw.
  *   2. greedy: a block argmax with sampler.c's rules (first highest, NaN never wins,
  *      index 0 when nothing is above -inf).
  *   3. otherwise top-k: the candidate order of stages.c as a 64-bit key (the logit mapped
@@ -134,11 +135,17 @@ __global__ void __launch_bounds__(BLOCK)
         }
     }
     __syncthreads();
+    if (cfg.n_mask > 0) { /* the grammar's mask: what it forbids is gone */
+        const uint32_t *mask = reinterpret_cast<const uint32_t *>(args + 2 * (cfg.n_bias + cfg.n_pen));
+        for (int i = tid; i < n; i += BLOCK)
+            if (!((mask[i >> 5] >> (i & 31)) & 1u)) l[i] = -INFINITY;
+        __syncthreads();
+    }
 
     // 2. greedy
     if (cfg.greedy) {
         const int i = block_argmax(l, n);
-        if (tid == 0) *out = i;
+        if (tid == 0) *out = cfg.n_mask > 0 && !(l[i] > -INFINITY) ? -1 : i;
         return;
     }
 
@@ -211,6 +218,10 @@ __global__ void __launch_bounds__(BLOCK)
         }
     for (int i = tid; i < k; i += BLOCK) val[i] = l[(uint32_t)keys[i]];
     __syncthreads();
+    if (cfg.n_mask > 0 && !(val[0] > -INFINITY)) { /* the mask left nothing (uniform) */
+        if (tid == 0) *out = -1;
+        return;
+    }
 
     // 4. the tail on c[0..m), sorted: stages.c's top_p, min_p, temp, dist
     int m = k;

@@ -11,9 +11,14 @@
  * comes from the host sampler's RNG, drawn once per token exactly when the CPU sampler
  * draws it, so both give the same tokens and stay in step.
  *
+ * A grammar's token mask (cera_sampler_sample_masked) applies after the bias and the
+ * penalties: a token whose bit is clear gets -inf, which the chain treats as the host
+ * treats a candidate it removed (never the argmax, zero probability); when no token is
+ * left above -inf the kernel answers -1.
+ *
  * Device argument layout (one int32 array, uploaded once per sample from pinned staging):
  *   [n_bias] bias tokens | [n_bias] bias values (float bits) | [n_pen] penalty tokens |
- *   [n_pen] their counts (> 0)
+ *   [n_pen] their counts (> 0) | [n_mask] mask words (bit t of word t / 32: token t allowed)
  */
 #ifndef CERA_BACKEND_CUDA_SAMPLE_CUDA_H
 #define CERA_BACKEND_CUDA_SAMPLE_CUDA_H
@@ -42,7 +47,8 @@ typedef struct cu_sample_cfg {
     float temp;      /* > 0 */
     float repeat, freq, present;
     int n_bias, n_pen;
-    double u; /* the draw, in [0, 1) */
+    int n_mask; /* (n_vocab + 31) / 32 with a mask, else 0 */
+    double u;   /* the draw, in [0, 1) */
 } cu_sample_cfg;
 
 /* scratch [n_vocab] = logits [n_vocab] (device), then the chain on scratch; the token goes
@@ -62,11 +68,12 @@ cudaError_t cu_sample_expf(cudaStream_t st, const float *x, float *y, int n);
 typedef struct cera_sampler cera_sampler;
 
 /* Runs smp's chain on the device over host logits [n_vocab] (smp's vocabulary) and
- * returns the token in *out, drawing from smp as cera_sampler_sample would (the token is
- * not accepted). CERA_ERR_UNSUPPORTED, with nothing drawn, for a chain the device does
- * not run. */
-cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_vocab, cera_token *out,
-                                  cera_error *err);
+ * returns the token in *out, drawing from smp as cera_sampler_sample would (as
+ * cera_sampler_sample_masked within mask when not NULL; -1: the mask leaves nothing; the
+ * token is not accepted). CERA_ERR_UNSUPPORTED, with nothing drawn, for a chain the device
+ * does not run. */
+cera_status cera_cuda_test_sample(cera_sampler *smp, const float *logits, int n_vocab, const uint32_t *mask,
+                                  cera_token *out, cera_error *err);
 
 /* y[i] = the device's expf(x[i]) for n host values. */
 cera_status cera_cuda_test_expf(const float *x, float *y, size_t n, cera_error *err);

@@ -13,6 +13,19 @@
 cera_status cera_bind_attention(const cera_loader *ld, int il, cera_layer *L, bool qkv_bias, bool qk_norm);
 /* ffn_norm, ffn_{gate,up,down} and their optional biases. */
 cera_status cera_bind_ffn(const cera_loader *ld, int il, cera_layer *L);
+/* LFM2's mixer of layer il: a conv block (attn_norm, shortconv.{in_proj,out_proj,conv}) when
+ * the layer has no KV heads, else attention with per-head Q/K norms. */
+cera_status cera_bind_lfm2_mixer(const cera_loader *ld, int il, cera_layer *L);
+/* LFM2's shortconv.l_cache (the conv taps), checked. */
+cera_status cera_load_lfm2_l_cache(const cera_loader *ld, cera_hparams *hp);
+/* The MoE hyperparameters (expert_count, expert_used_count, expert_feed_forward_length,
+ * leading_dense_block_count, expert_gating_func), checked. */
+cera_status cera_load_moe_hparams(const cera_loader *ld, cera_hparams *hp);
+/* ffn_norm and the routed experts of block il (cera_experts: ffn_gate_inp, exp_probs_b when
+ * with_bias, ffn_{gate,up,down}_exps) with the file's gating; weight normalization and scale
+ * as given. */
+cera_status cera_bind_experts(const cera_loader *ld, int il, cera_layer *L, bool with_bias, bool norm_w,
+                              float w_scale);
 
 typedef struct cera_builder {
     const cera_model *m;
@@ -34,6 +47,8 @@ void cera_emit_ffn_swiglu(cera_builder *b, int il);
 /* The same with the gate's activation act, and the layer's post_ffn_norm on the branch
  * when it has one (Gemma 3: GELU, normed). */
 void cera_emit_ffn_glu(cera_builder *b, int il, cera_glu_act act);
+/* x += moe(h) · residual_scale, h = rms_norm(x) · ffn_norm: the block's routed experts. */
+void cera_emit_ffn_moe(cera_builder *b, int il);
 /* LFM2's gated short convolution: x += out_proj(C ⊙ conv(B ⊙ X)), B | C | X = in_proj(h),
  * h = rms_norm(x) · attn_norm. */
 void cera_emit_shortconv(cera_builder *b, int il);

@@ -1,15 +1,22 @@
 /*
- * test_lora_lfm2.c — a runtime LoRA adapter on LFM2 against llama.cpp: every projection of
- * the synthetic LFM2 model adapted (attention Q/K/V/O, the FFN, and the short-convolution
- * blocks' in_proj and out_proj), at scales 1 and 0.5. tests/lora/data/README.md says how
- * llama.cpp made the adapter and its outputs. Per position the logits are within 5e-4 of
- * the row's max |logit| (measured 1.9e-4 and 2.1e-4; the base model is bit-exact, and so is
- * the rank-16 synth-llama adapter of test_lora_golden: this adapter's rank 4 is shorter
- * than llama.cpp's 16-lane F32 dot, whose leftover loop sums B·t in double, which cera's
- * LoRA kernels do not mirror yet), the greedy continuation is llama.cpp's token for token,
- * and prefill equals decode bit for bit. The adapter's PEFT twin (written here with
- * transformers' LFM2 module names: self_attn.out_proj, feed_forward.w1/w3/w2, conv.in_proj
- * and conv.out_proj) gives the same bits.
+ * test_lora_synth.c — runtime LoRA adapters against llama.cpp on the synthetic models of
+ * the architectures with their own blocks, every projection adapted, at scales 1 and 0.5
+ * (tests/lora/data/README.md says how llama.cpp made the adapters and their outputs):
+ *   lfm2    attention Q/K/V/O, the FFN, and the short-convolution blocks' in_proj and
+ *           out_proj. Per position the logits are within 5e-4 of the row's max |logit|
+ *           (measured 1.9e-4 and 2.1e-4; the base model is bit-exact, and so is the
+ *           rank-16 synth-llama adapter of test_lora_golden: this adapter's rank 4 is
+ *           shorter than llama.cpp's 16-lane F32 dot, whose leftover loop sums B·t in
+ *           double, which cera's LoRA kernels do not mirror yet). The adapter's PEFT twin
+ *           (written here with transformers' LFM2 module names: self_attn.out_proj,
+ *           feed_forward.w1/w3/w2, conv.in_proj and conv.out_proj) gives the same bits.
+ *   gemma3  q/k/v/o/gate/up/down of all six layers (sliding and global), through the
+ *           post-branch norms. Within 5e-3 of the row max: the llama.cpp build that made
+ *           this data gives, for the base model with the same program, logits 2.0e-3 of
+ *           the row max away from the shared golden that cera matches bit for bit (the
+ *           data README says so), so the bound is that build's own spread, not cera's.
+ * In both, the greedy continuation is llama.cpp's token for token, and prefill equals
+ * decode bit for bit.
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,7 +44,7 @@ static float *read_f32(const char *name, size_t want) {
 }
 
 static void check_case(cera_engine *e, cera_adapter *a, float scale, const int32_t *tok, size_t n,
-                       const char *name) {
+                       const char *name, double tol) {
     const int nv = cera_engine_n_vocab(e);
     char file[128];
     snprintf(file, sizeof file, "%s.logits.f32", name);
@@ -71,7 +78,7 @@ static void check_case(cera_engine *e, cera_adapter *a, float scale, const int32
     }
     printf("%-26s max |diff| %.3g of the row max, greedy %zu/%zu as llama.cpp\n", name, worst, same,
            n_greedy);
-    CHECK(ref && got && worst <= 5e-4, "%s: logits differ from llama.cpp's by %.3g", name, worst);
+    CHECK(ref && got && worst <= tol, "%s: logits differ from llama.cpp's by %.3g", name, worst);
     CHECK(greedy && same == n_greedy, "%s: greedy departs from llama.cpp at token %zu", name, same);
     CHECK(test_same_bits(got, dec, n * (size_t)nv), "%s: decode logits differ from prefill logits", name);
     cera_session_free(s);
@@ -137,7 +144,8 @@ static bool write_peft(const cera_adapter *a, const cera_model *m, const char *d
     return ok;
 }
 
-int main(void) {
+/* The LFM2 adapter's two scales against llama.cpp, and its PEFT twin. */
+static void lfm2(void) {
     cera_engine *e = test_open_engine("golden/synth-lfm2-f32.gguf", CERA_DEVICE_CPU);
     size_t n = 0;
     int32_t *tok = read_ints(shared_path("golden/synth-lfm2-f32.tokens"), &n);
@@ -145,9 +153,13 @@ int main(void) {
     cera_error err = {0};
     CHECK(e && !cera_adapter_load(e, CERA_LORA_DATA_DIR "/lfm2-lora.gguf", &a, &err), "adapter: %s",
           err.message);
-    if (!e || !a || !tok) return test_finish();
-    check_case(e, a, 1.0f, tok, n, "synth-lfm2-f32.lora");
-    check_case(e, a, 0.5f, tok, n, "synth-lfm2-f32.lora-half");
+    if (!e || !a || !tok) {
+        cera_engine_close(e);
+        free(tok);
+        return;
+    }
+    check_case(e, a, 1.0f, tok, n, "synth-lfm2-f32.lora", 5e-4);
+    check_case(e, a, 0.5f, tok, n, "synth-lfm2-f32.lora-half", 5e-4);
 
     /* the PEFT twin: the same numbers, so the same bits */
     char dir[256];
@@ -176,5 +188,28 @@ int main(void) {
     cera_adapter_free(a);
     cera_engine_close(e);
     free(tok);
+}
+
+static void gemma3(void) {
+    cera_engine *e = test_open_engine("golden/synth-gemma3-f32.gguf", CERA_DEVICE_CPU);
+    size_t n = 0;
+    int32_t *tok = read_ints(shared_path("golden/synth-gemma3-f32.tokens"), &n);
+    cera_adapter *a = NULL;
+    cera_error err = {0};
+    CHECK(e && !cera_adapter_load(e, CERA_LORA_DATA_DIR "/gemma3-lora.gguf", &a, &err), "adapter: %s",
+          err.message);
+    if (e && a && tok) {
+        CHECK(a->n_pairs == 7 * e->model.hp.n_layer, "gemma3 adapter: %d pairs", a->n_pairs);
+        check_case(e, a, 1.0f, tok, n, "synth-gemma3-f32.lora", 5e-3);
+        check_case(e, a, 0.5f, tok, n, "synth-gemma3-f32.lora-half", 5e-3);
+    }
+    cera_adapter_free(a);
+    cera_engine_close(e);
+    free(tok);
+}
+
+int main(void) {
+    lfm2();
+    gemma3();
     return test_finish();
 }
