@@ -14,6 +14,7 @@ fi
 # libmicrohttpd-dev: the HTTP/1.1 server inside `cera serve`
 PACKAGES=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
           libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev libmicrohttpd-dev python3 python3-pip
+          nginx curl
           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${PACKAGES[@]}"; do

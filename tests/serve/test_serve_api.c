@@ -85,6 +85,27 @@ static void test_good(void) {
     st = parse(SERVE_COMPLETION, "{\"prompt\":[\"once\"]}", &r, msg);
     CHECK(st == 0 && r.prompt && !strcmp(r.prompt, "once") && r.max_tokens == -1, "a batch of one prompt");
     serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":[\"once\",\"upon\",\"a\"]}", &r, msg);
+    CHECK(st == 0 && r.n_prompts == 3 && !strcmp(r.prompt_text[1], "upon") && !strcmp(r.prompt, "once"),
+          "an array of text prompts");
+    serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":[[1,2],[3],[4,5,6]]}", &r, msg);
+    CHECK(st == 0 && r.n_prompts == 3 && r.n_prompt_ids[0] == 2 && r.n_prompt_ids[2] == 3 &&
+              r.prompt_ids[2][2] == 6 && r.prompt_ids[1][0] == 3 && !r.prompt_text[1],
+          "an array of token-id prompts");
+    serve_req_free(&r);
+    st = parse(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":2}", &r, msg);
+    CHECK(st == 0 && r.logprobs == 2, "completions' logprobs");
+    serve_req_free(&r);
+    st = parse(SERVE_CHAT,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":3}",
+               &r, msg);
+    CHECK(st == 0 && r.logprobs == 3, "chat's logprobs and top_logprobs");
+    serve_req_free(&r);
+    st = parse(SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", &r,
+               msg);
+    CHECK(st == 0 && r.logprobs == 0, "chat's logprobs alone: no alternatives");
+    serve_req_free(&r);
 }
 
 static void test_bad(void) {
@@ -119,8 +140,10 @@ static void test_bad(void) {
         "\"lora\":[{\"id\":2}]",
         "\"lora\":{}",
         "\"frobnicate\":1",
-        "\"logprobs\":true",
+        "\"logprobs\":3",
         "\"top_logprobs\":3",
+        "\"logprobs\":true,\"top_logprobs\":21",
+        "\"logprobs\":false,\"top_logprobs\":2",
         "\"response_format\":{\"type\":\"xml\"}",
         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}",
         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"$ref\":\"x:y\"}}}",
@@ -138,7 +161,18 @@ static void test_bad(void) {
     }
     expect_400(SERVE_COMPLETION, "{\"prompt\":[1,200]}", "a token past the vocabulary");
     expect_400(SERVE_COMPLETION, "{\"prompt\":[-1]}", "a negative token");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[\"a\",[1]]}", "prompts of two kinds");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[1],\"a\"]}", "prompts of two kinds, ids first");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[1],[]]}", "an empty prompt among several");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":[[[1]]]}", "a prompt nested too deep");
+    expect_400(SERVE_COMPLETION,
+               "{\"prompt\":[\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\","
+               "\"a\",\"a\",\"a\",\"a\"]}",
+               "more prompts than allowed");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "legacy logprobs is a number");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":-1}", "negative logprobs");
+    expect_400(SERVE_COMPLETION, "{\"prompt\":\"x\",\"top_logprobs\":2}", "top_logprobs is chat's");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"a\\u0000\",\"x\":1}", "unknown field after a NUL escape");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"\xff\"}", "invalid UTF-8");
     expect_400(SERVE_COMPLETION, "{\"prompt\":\"\xed\xa0\x80\"}", "a UTF-8 surrogate");

@@ -72,7 +72,7 @@ static const opt opts[] = {
      O_DEVICE,
      {"--device"},
      "D",
-     "cpu, cuda or auto (default: cuda when built in and a GPU exists)"},
+     "cpu, cuda, cuda:N (the N-th GPU) or auto (default: cuda when built in and a GPU exists)"},
     {CLI_G_MODEL,
      O_NGL,
      {"-ngl", "--n-gpu-layers", "--gpu-layers"},

@@ -54,8 +54,36 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+/* cuda:N: the N-th GPU, by narrowing CUDA_VISIBLE_DEVICES to it (to the N-th of its list
+ * when it is set already) before the CUDA runtime starts, so that the engine's device 0 is
+ * that GPU (one server process per GPU). */
+static bool pick_gpu(const char *n) {
+    long k;
+    if (!cli_parse_long(n, 0, 1023, &k)) return false;
+    char pick[64];
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis && *vis) {
+        const char *p = vis;
+        for (long i = 0; i < k && p; i++) {
+            p = strchr(p, ',');
+            if (p) p++;
+        }
+        if (!p || !*p) return false;
+        const size_t len = strcspn(p, ",");
+        if (len >= sizeof pick) return false;
+        memcpy(pick, p, len);
+        pick[len] = 0;
+    } else {
+        snprintf(pick, sizeof pick, "%ld", k);
+    }
+    return setenv("CUDA_VISIBLE_DEVICES", pick, 1) == 0;
+}
+
 bool cli_parse_device(const char *s, cera_device *out) {
-    if (!strcmp(s, "cpu"))
+    if (!strncmp(s, "cuda:", 5)) {
+        if (!pick_gpu(s + 5)) return false;
+        *out = CERA_DEVICE_CUDA;
+    } else if (!strcmp(s, "cpu"))
         *out = CERA_DEVICE_CPU;
     else if (!strcmp(s, "cuda"))
         *out = CERA_DEVICE_CUDA;

@@ -189,6 +189,20 @@ static const char serve_help[] =
     "                        (default), N > 2 the p-norm\n";
 
 /* The model's name in the API: the file's name less .gguf. */
+/* Whether the model's sessions can be cut back part-way (not so with a recurrent state such
+ * as LFM2's): a probe of two tokens cut back to one. */
+static bool can_cut_back(cera_engine *e) {
+    cera_session_params p = cera_session_default_params();
+    cera_session *s = NULL;
+    if (cera_session_create(e, &p, &s, NULL)) return true;
+    const cera_token t[2] = {0, 0};
+    bool ok = true;
+    if (cera_session_eval(s, t, 2, false, NULL) == CERA_OK)
+        ok = cera_session_truncate(s, 1, NULL) != CERA_ERR_UNSUPPORTED;
+    cera_session_free(s);
+    return ok;
+}
+
 static char *model_name(const char *path) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
@@ -275,6 +289,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&sv->embed_mu, NULL);
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
+    sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&sv->sched, NULL, serve_sched_main, sv)) {

@@ -30,10 +30,26 @@ typedef struct serve_adapter {
     cera_adapter *adapter;
 } serve_adapter;
 
-/* One choice of a job: one session. */
+/* A generated token's log-probabilities: the model's log-softmax over the whole vocabulary
+ * before any sampling stage (temperature, penalties, biases, filters), as llama-server
+ * reports them, with the most likely alternatives. */
+typedef struct serve_logprob {
+    cera_token tok;
+    float lp;
+    size_t off; /* where its text starts in the choice's text */
+    int n_top;
+    cera_token top[SERVE_TOP_LOGPROBS_MAX];
+    float top_lp[SERVE_TOP_LOGPROBS_MAX];
+} serve_logprob;
+
+/* One choice of a job: one session. A job's choices are n for each of its prompts, in
+ * OpenAI's order (prompt after prompt). */
 typedef struct serve_seq {
     struct serve_job *job;
     int index;
+    int first;                /* the first choice of its prompt (the one the others fork) */
+    const cera_token *prompt; /* its prompt: within the job's */
+    size_t n_prompt;
     cera_session *s; /* NULL before admission and once finished */
     size_t n_done;   /* prompt tokens evaluated */
     size_t chunk;    /* the prompt's chunk size (fixed at admission: the same cuts whatever runs) */
@@ -48,6 +64,9 @@ typedef struct serve_seq {
     bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
     cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
+    serve_logprob *lp; /* one per generated token whose text is kept (when the job asks) */
+    size_t n_lp, cap_lp;
+    size_t lp_sent;     /* entries the stream has sent */
     const char *finish; /* "stop", "length": set when done */
     bool finish_sent;
 } serve_seq;
@@ -62,16 +81,19 @@ typedef struct serve_job {
     bool cancelled;
     int err_status; /* a failure after submission (500, 503, 504); 0 when none */
     char err[256];
-    cera_token *prompt;
-    size_t n_prompt;
+    cera_token *prompt;                       /* the prompts' tokens, one after the other */
+    size_t n_prompt;                          /* of all prompts */
+    int n_prompts;                            /* a completion's array of prompts; 1 otherwise */
+    size_t prompt_off[SERVE_PROMPTS_MAX + 1]; /* prompt p: prompt[prompt_off[p] .. prompt_off[p + 1]) */
     cera_sampler_params sp;
     cera_logit_bias *bias; /* sp.logit_bias, owned */
     char *stop[SERVE_STOP_MAX];
     int n_stop;
     int max_tokens;
     bool ignore_eos;
+    int logprobs; /* -1: none; else the alternatives reported per token */
     serve_adapter_set ad;
-    size_t n_cached; /* prompt tokens the first choice took from the prefix cache */
+    size_t n_cached; /* prompt tokens the first choice of each prompt took from the prefix cache */
     bool stream, include_usage, parse_tools;
     cera_chat_format parse_format; /* the syntax its reply's tool calls are parsed with */
     /* the grammar of its replies (response_format, or the tools' calls; lazy with triggers),
@@ -95,6 +117,8 @@ typedef struct serve_server {
     const char *model_id;
     serve_adapter ad[SERVE_ADAPTERS_MAX];
     int n_ad;
+    float ad_scale[SERVE_ADAPTERS_MAX]; /* llama-server's global scales (POST /lora-adapters), under mu:
+                                           the adapters of requests to the base model without "lora" */
     serve_limits lim;
     cera_sampler_params sp_default;
     /* options */
@@ -143,6 +167,8 @@ serve_job *serve_job_new(int n);
 int serve_submit(serve_server *sv, serve_job *job);
 /* Drops the connection's reference (mu held). */
 void serve_job_release_locked(serve_server *sv, serve_job *job);
+/* The log-probabilities of token t and the n_top most likely tokens under logits. */
+void serve_logprobs_of(const float *logits, int n_vocab, cera_token t, int n_top, serve_logprob *out);
 /* The scheduler thread. */
 void *serve_sched_main(void *arg);
 

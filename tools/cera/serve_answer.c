@@ -99,6 +99,64 @@ void serve_cancel_and_release(serve_server *sv, serve_job *j) {
 
 /* ---- Answers of a job ------------------------------------------------------------------- */
 
+/* A token's text (its bytes; cleaned to valid UTF-8 for "token") in OpenAI's chat entry. */
+static cJSON *token_entry(serve_server *sv, cera_token t, float lp) {
+    char buf[256];
+    int n = cera_token_to_piece(sv->e, t, buf, sizeof buf, false);
+    if (n < 0 || (size_t)n > sizeof buf) n = 0;
+    cJSON *o = cJSON_CreateObject();
+    serve_add_text(o, "token", buf, (size_t)n);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)buf[i]));
+    return o;
+}
+
+/* The "logprobs" of a choice for its entries [from, to): chat's {"content": [...]} or the
+ * legacy completions' {tokens, token_logprobs, top_logprobs, text_offset}. */
+static cJSON *logprobs_json(serve_server *sv, const serve_job *j, const serve_seq *q, size_t from,
+                            size_t to) {
+    cJSON *o = cJSON_CreateObject();
+    if (j->kind == SERVE_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = from; i < to; i++) {
+            const serve_logprob *e = &q->lp[i];
+            cJSON *x = token_entry(sv, e->tok, e->lp), *top = cJSON_AddArrayToObject(x, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++)
+                cJSON_AddItemToArray(top, token_entry(sv, e->top[k], e->top_lp[k]));
+            cJSON_AddItemToArray(content, x);
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (size_t i = from; i < to; i++) {
+        const serve_logprob *e = &q->lp[i];
+        cJSON *x = token_entry(sv, e->tok, e->lp);
+        cJSON_AddItemToArray(toks, cJSON_DetachItemFromObjectCaseSensitive(x, "token"));
+        cJSON_Delete(x);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(e->lp));
+        cJSON *top = cJSON_CreateObject();
+        for (int k = 0; k < e->n_top; k++) {
+            x = token_entry(sv, e->top[k], e->top_lp[k]);
+            cJSON_AddNumberToObject(top, cJSON_GetObjectItemCaseSensitive(x, "token")->valuestring,
+                                    e->top_lp[k]);
+            cJSON_Delete(x);
+        }
+        cJSON_AddItemToArray(tops, top);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e->off));
+    }
+    return o;
+}
+
+/* A choice's "logprobs" set to its entries [from, to) when the job asks for them. */
+static void set_logprobs(serve_server *sv, const serve_job *j, const serve_seq *q, cJSON *ch, size_t from,
+                         size_t to) {
+    if (j->logprobs < 0) return;
+    cJSON_ReplaceItemInObjectCaseSensitive(ch, "logprobs", logprobs_json(sv, j, q, from, to));
+}
+
 static void add_usage(cJSON *o, const serve_job *j) {
     int gen = 0;
     for (int i = 0; i < j->n; i++) gen += j->seqs[i].n_gen;
@@ -141,6 +199,7 @@ cJSON *serve_answer_full(serve_server *sv, serve_job *j) {
             serve_add_text(ch, "text", q->text ? q->text : "", q->len);
         }
         cJSON_AddNullToObject(ch, "logprobs");
+        set_logprobs(sv, j, q, ch, 0, q->n_lp);
         cJSON_AddStringToObject(ch, "finish_reason", finish);
         cJSON_AddItemToArray(choices, ch);
     }
@@ -209,6 +268,17 @@ static cJSON *chunk_of(const serve_job *j, int i, cJSON **delta_or_choice, const
     return o;
 }
 
+/* The chunk o carries the log-probabilities of the tokens not yet sent whose text starts
+ * before byte upto. */
+static void stream_logprobs(stream_ctx *s, serve_seq *q, cJSON *o, size_t upto) {
+    size_t to = q->lp_sent;
+    while (to < q->n_lp && q->lp[to].off < upto) to++;
+    if (to == q->lp_sent) return;
+    set_logprobs(s->sv, s->j, q, cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0),
+                 q->lp_sent, to);
+    q->lp_sent = to;
+}
+
 /* The events for what the job has done since the last call (mu held). */
 static void stream_events(stream_ctx *s) {
     serve_job *j = s->j;
@@ -240,6 +310,7 @@ static void stream_events(stream_ctx *s) {
         if (q->ready > q->sent) {
             cJSON *o = chunk_of(j, i, &d, NULL);
             serve_add_text(d, chat ? "content" : "text", q->text + q->sent, q->ready - q->sent);
+            stream_logprobs(s, q, o, q->ready);
             emit(s, o);
             q->sent = q->ready;
         }
@@ -265,6 +336,7 @@ static void stream_events(stream_ctx *s) {
                     cJSON_AddItemToObject(d, "tool_calls", calls);
                 }
                 cJSON_Delete(m);
+                stream_logprobs(s, q, o, (size_t)-1);
                 if (d->child)
                     emit(s, o);
                 else
@@ -273,6 +345,7 @@ static void stream_events(stream_ctx *s) {
                 if (n_calls) finish = "tool_calls";
             }
             cJSON *o = chunk_of(j, i, &d, finish);
+            stream_logprobs(s, q, o, (size_t)-1);
             emit(s, o);
             q->finish_sent = true;
         }

@@ -6,7 +6,7 @@
  * so that cJSON never sees a hostile shape, then parsed and walked field by field against
  * a table of the names OpenAI, llama-server and vLLM clients send. An unknown field is a
  * 400 (as OpenAI's "Unrecognized request argument"), and so is a known one this server
- * does not do yet (logprobs), rather than being ignored.
+ * does not do yet (response_format together with tools), rather than being ignored.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -246,6 +246,20 @@ static int parse_lora(parse_ctx *c, const cJSON *v) {
     return 0;
 }
 
+int serve_lora_list_parse(const cJSON *v, const serve_limits *lim, serve_lora_ref *out, int *n, char *msg,
+                          size_t cap) {
+    serve_req r;
+    char param[32];
+    memset(&r, 0, sizeof r);
+    parse_ctx c = {&r, lim, msg, cap, param, sizeof param};
+    *n = 0;
+    const int st = parse_lora(&c, v);
+    if (st) return st;
+    memcpy(out, r.lora, (size_t)r.n_lora * sizeof *out);
+    *n = r.n_lora;
+    return 0;
+}
+
 /* ---- Chat messages ------------------------------------------------------------------ */
 
 static char *print_json(parse_ctx *c, const cJSON *v) { return own(c, cJSON_PrintUnformatted(v)); }
@@ -420,31 +434,53 @@ static int parse_tools(parse_ctx *c, const cJSON *v) {
     return 0;
 }
 
-static int parse_prompt(parse_ctx *c, const cJSON *v) {
+/* One prompt: a text or an array of token ids. */
+static int parse_one_prompt(parse_ctx *c, const cJSON *v) {
     serve_req *r = c->r;
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
-        (cJSON_IsString(v->child) || cJSON_IsArray(v->child)))
-        v = v->child; /* a batch of one prompt */
+    const int p = r->n_prompts++;
     if (cJSON_IsString(v)) {
-        r->prompt = v->valuestring;
+        r->prompt_text[p] = v->valuestring;
         return 0;
     }
     if (!cJSON_IsArray(v))
-        return bad(c, "prompt", "'prompt' must be a string or an array of token ids (one prompt)");
+        return bad(c, "prompt", "'prompt' must be a string, an array of token ids, or an array of those");
     const size_t n = (size_t)cJSON_GetArraySize(v);
     if (n == 0) return bad(c, "prompt", "'prompt' is empty");
     if (n > c->lim->max_prompt)
         return bad(c, "prompt", "the prompt has more than %zu tokens", c->lim->max_prompt);
-    if (!(r->prompt_tokens = malloc(n * sizeof *r->prompt_tokens))) return bad(c, NULL, "out of memory");
+    if (!(r->prompt_ids[p] = malloc(n * sizeof *r->prompt_ids[p]))) return bad(c, NULL, "out of memory");
     const cJSON *t;
     cJSON_ArrayForEach(t, v) {
-        int id;
+        int id = 0;
         const double hi = c->lim->n_vocab > 0 ? c->lim->n_vocab - 1 : 1e9;
         if (!cJSON_IsNumber(t)) return bad(c, "prompt", "'prompt' must be a string or an array of token ids");
         int st = get_int(c, t, "prompt", 0, hi, &id);
         if (st) return st;
-        r->prompt_tokens[r->n_prompt_tokens++] = id;
+        r->prompt_ids[p][r->n_prompt_ids[p]++] = id;
     }
+    return 0;
+}
+
+/* A prompt, or an array of prompts (texts or arrays of token ids, one kind): a choice (n of
+ * them) for each. */
+static int parse_prompt(parse_ctx *c, const cJSON *v) {
+    serve_req *r = c->r;
+    int st = 0;
+    if (cJSON_IsArray(v) && v->child && (cJSON_IsString(v->child) || cJSON_IsArray(v->child))) {
+        const int n = cJSON_GetArraySize(v);
+        if (n > SERVE_PROMPTS_MAX) return bad(c, "prompt", "more than %d prompts", SERVE_PROMPTS_MAX);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (cJSON_IsString(e) != cJSON_IsString(v->child) || cJSON_IsNumber(e))
+                return bad(c, "prompt", "'prompt' must be an array of texts or an array of token-id arrays");
+            if ((st = parse_one_prompt(c, e))) return st;
+        }
+    } else if ((st = parse_one_prompt(c, v))) {
+        return st;
+    }
+    r->prompt = r->prompt_text[0];
+    r->prompt_tokens = r->prompt_ids[0];
+    r->n_prompt_tokens = r->n_prompt_ids[0];
     return 0;
 }
 
@@ -541,10 +577,14 @@ static int parse_field(parse_ctx *c, serve_kind kind, const cJSON *v) {
     if (!strcmp(k, "n")) return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 1, c->lim->max_n, &r->n);
     if (!strcmp(k, "ignore_eos")) return get_bool(c, v, k, &r->ignore_eos);
     if (!strcmp(k, "lora")) return parse_lora(c, v);
-    if (!strcmp(k, "logprobs") || !strcmp(k, "top_logprobs")) {
-        if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
-        return bad(c, k, "'%s' is not supported yet", k);
-    }
+    /* chat: "logprobs": true and "top_logprobs": 0..; completions: "logprobs": 0.. (OpenAI's
+     * legacy shape, the number of alternatives) */
+    if (kind == SERVE_CHAT && !strcmp(k, "logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_bool(c, v, k, &r->chat_logprobs);
+    if (kind == SERVE_CHAT && !strcmp(k, "top_logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 0, SERVE_TOP_LOGPROBS_MAX, &r->top_logprobs);
+    if (kind == SERVE_COMPLETION && !strcmp(k, "logprobs"))
+        return cJSON_IsNull(v) ? 0 : get_int(c, v, k, 0, SERVE_TOP_LOGPROBS_MAX, &r->logprobs);
     if (!strcmp(k, "response_format")) return parse_response_format(c, v);
     if (!strcmp(k, "grammar") || !strcmp(k, "json_schema")) return bad(c, k, "'%s' is not supported yet", k);
     return bad(c, k, "unrecognized request argument '%.64s'", k);
@@ -559,6 +599,7 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
     out->sp = *defaults;
     out->max_tokens = -1;
     out->n = 1;
+    out->logprobs = out->top_logprobs = -1;
     int st = 0;
     if (!serve_utf8_valid(body, len)) {
         st = bad(&c, NULL, "the body is not valid UTF-8 text");
@@ -597,10 +638,16 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
         st = bad(&c, "messages", "'messages' is required");
         goto fail;
     }
-    if (kind == SERVE_COMPLETION && !out->prompt && !out->prompt_tokens) {
+    if (kind == SERVE_COMPLETION && out->n_prompts == 0) {
         st = bad(&c, "prompt", "'prompt' is required");
         goto fail;
     }
+    if (kind == SERVE_CHAT && out->top_logprobs >= 0 && !out->chat_logprobs) {
+        st = bad(&c, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        goto fail;
+    }
+    if (kind == SERVE_CHAT && out->chat_logprobs)
+        out->logprobs = out->top_logprobs > 0 ? out->top_logprobs : 0;
     if (out->include_usage && !out->stream) {
         st = bad(&c, "stream_options", "'stream_options' is only allowed with stream");
         goto fail;
@@ -616,7 +663,7 @@ fail:
 void serve_req_free(serve_req *r) {
     cJSON_Delete(r->root);
     free(r->msgs);
-    free(r->prompt_tokens);
+    for (int i = 0; i < r->n_prompts; i++) free(r->prompt_ids[i]);
     free(r->bias);
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);

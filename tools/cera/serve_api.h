@@ -17,11 +17,13 @@
 
 #include "cera.h"
 
-#define SERVE_STOP_MAX     16
-#define SERVE_STOP_LEN     256
-#define SERVE_LORA_MAX     16
-#define SERVE_BIAS_MAX     1024
-#define SERVE_MESSAGES_MAX 4096
+#define SERVE_STOP_MAX         16
+#define SERVE_STOP_LEN         256
+#define SERVE_LORA_MAX         16
+#define SERVE_BIAS_MAX         1024
+#define SERVE_MESSAGES_MAX     4096
+#define SERVE_PROMPTS_MAX      16 /* prompts of one completions request */
+#define SERVE_TOP_LOGPROBS_MAX 20 /* top_logprobs (chat) and logprobs (completions) at most */
 
 typedef enum serve_kind { SERVE_CHAT, SERVE_COMPLETION } serve_kind;
 
@@ -54,9 +56,13 @@ typedef struct serve_req {
     bool parallel_tool_calls; /* more than one call allowed (default false, as llama-server) */
     char *gbnf;               /* response_format's grammar (json_object, json_schema), or NULL */
     char *extra;              /* chat_template_kwargs as a JSON object text, or NULL */
-    /* completion */
-    const char *prompt; /* text, or NULL when given as token ids */
-    cera_token *prompt_tokens;
+    /* completion: one prompt or an array of them, each a text or token ids */
+    int n_prompts;
+    const char *prompt_text[SERVE_PROMPTS_MAX]; /* NULL where given as token ids */
+    cera_token *prompt_ids[SERVE_PROMPTS_MAX];
+    size_t n_prompt_ids[SERVE_PROMPTS_MAX];
+    const char *prompt;        /* the first prompt: prompt_text[0] */
+    cera_token *prompt_tokens; /* prompt_ids[0] */
     size_t n_prompt_tokens;
     /* both */
     bool stream, include_usage;
@@ -68,6 +74,9 @@ typedef struct serve_req {
     int n_bias;
     int max_tokens; /* -1: not given */
     int n;
+    int logprobs;       /* -1: none; else how many alternatives each token reports (top_logprobs) */
+    bool chat_logprobs; /* chat's "logprobs": true (top_logprobs needs it) */
+    int top_logprobs;   /* chat's "top_logprobs", -1 when not given */
     bool ignore_eos;
     bool has_lora; /* "lora" given (even empty): it replaces what "model" chose */
     serve_lora_ref lora[SERVE_LORA_MAX];
@@ -83,6 +92,11 @@ int serve_req_parse(serve_kind kind, const char *body, size_t len, const cera_sa
                     const serve_limits *lim, serve_req *out, char *msg, size_t cap, char *param,
                     size_t param_cap);
 void serve_req_free(serve_req *r);
+
+/* llama-server's POST /lora-adapters body: an array of {"id", "scale"} (scale 1 when left
+ * out). Returns 0 with out[0..*n) filled, or 400 with the reason in msg. */
+int serve_lora_list_parse(const cJSON *v, const serve_limits *lim, serve_lora_ref *out, int *n, char *msg,
+                          size_t cap);
 
 /* Whether len bytes are valid UTF-8 without NUL bytes. */
 bool serve_utf8_valid(const char *s, size_t len);

@@ -11,7 +11,12 @@
  * gives (the attention's rounding depends on how many tokens of a sequence one forward call
  * holds: see SERVE_ATTN_WIDE_MIN), unless --cache-any asks for the longest prefix whatever.
  * A model whose sessions cannot be cut in the middle (LFM2's recurrent state: only to
- * 0 or the end) reuses only whole entries. Entries go oldest first when the cache is full, and
+ * 0 or the end) reuses only whole entries, as forks that leave the entry in place; there the
+ * scheduler also keeps snapshots of prompts at their chunk boundaries (forks: the KV blocks
+ * shared, the recurrent state copied), so that a shared beginning (a system prompt) is reused
+ * where truncation cannot give it. A model with sliding-window layers can be cut back only
+ * to where its window is still held: the first cut that fails turns the snapshots on, and
+ * the request takes a whole entry instead. Entries go oldest first when the cache is full, and
  * all at once when the KV pool runs out of blocks.
  *
  * Only the scheduler thread calls these functions.
@@ -104,12 +109,25 @@ static size_t usable(const serve_cache *c, const serve_cache_entry *e, size_t l,
     return use;
 }
 
-size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt,
-                       const serve_adapter_set *set, const cera_sampler_params *sp, cera_session **out,
-                       int *mode) {
-    *out = NULL;
-    const int fresh = serve_plan_mode(n_prompt, c->chunk_max);
-    *mode = fresh;
+void serve_cache_snapshot(serve_cache *c, cera_session *s, const cera_token *timeline, size_t n,
+                          const serve_adapter_set *set, int mode) {
+    if (c->cap == 0 || n == 0) return;
+    for (int i = 0; i < c->n; i++) {
+        serve_cache_entry *e = &c->e[i];
+        if (e->n == n && same_set(&e->set, set) && !memcmp(e->tokens, timeline, n * sizeof *timeline)) {
+            e->last_use = ++c->clock;
+            return;
+        }
+    }
+    cera_session *f = NULL;
+    if (cera_session_fork(s, &f, NULL) != CERA_OK) return;
+    serve_cache_put(c, f, timeline, n, set, mode, n);
+}
+
+/* The entry giving the longest usable prefix of prompt (only whole entries when whole), the
+ * most recently used of equals: its index and *use, or -1. */
+static int pick(const serve_cache *c, const cera_token *prompt, size_t n_prompt, const serve_adapter_set *set,
+                int fresh, bool whole, size_t *use_out) {
     int best = -1;
     size_t best_use = 0;
     for (int i = 0; i < c->n; i++) {
@@ -118,16 +136,29 @@ size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt
         size_t l = 0;
         while (l < e->n && l < n_prompt && e->tokens[l] == prompt[l]) l++;
         const size_t use = usable(c, e, l, n_prompt, fresh);
+        if (whole && use != e->n) continue;
         if (use > best_use ||
             (use == best_use && best >= 0 && use > 0 && e->last_use > c->e[best].last_use)) {
             best = i;
             best_use = use;
         }
     }
-    if (best < 0 || best_use == 0) return 0;
+    *use_out = best_use;
+    return best_use > 0 ? best : -1;
+}
+
+size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt,
+                       const serve_adapter_set *set, const cera_sampler_params *sp, cera_session **out,
+                       int *mode) {
+    *out = NULL;
+    const int fresh = serve_plan_mode(n_prompt, c->chunk_max);
+    *mode = fresh;
+    size_t use = 0;
+    int best = pick(c, prompt, n_prompt, set, fresh, c->whole_only, &use);
+    if (best < 0) return 0;
     serve_cache_entry *e = &c->e[best];
     cera_session *s = NULL;
-    if (best_use == e->n) { /* the whole entry: taken out of the cache */
+    if (use == e->n && !c->snapshots) { /* the whole entry: taken out of the cache */
         s = e->s;
         e->s = NULL;
         free(e->tokens);
@@ -135,9 +166,16 @@ size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt
     } else {
         e->last_use = ++c->clock;
         if (cera_session_fork(e->s, &s, NULL) != CERA_OK) return 0;
-        if (cera_session_truncate(s, (int)best_use, NULL) != CERA_OK) { /* a recurrent model */
+        if (use < e->n && cera_session_truncate(s, (int)use, NULL) != CERA_OK) {
+            /* cut back past what a sliding window still holds: from now on prompts leave
+             * snapshots, and here a whole entry is the way */
             cera_session_free(s);
-            return 0;
+            s = NULL;
+            c->snapshots = true;
+            if ((best = pick(c, prompt, n_prompt, set, fresh, true, &use)) < 0) return 0;
+            e = &c->e[best];
+            e->last_use = ++c->clock;
+            if (cera_session_fork(e->s, &s, NULL) != CERA_OK) return 0;
         }
     }
     if (cera_session_set_sampler(s, sp, NULL) != CERA_OK) {
@@ -147,5 +185,5 @@ size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt
     c->hits++;
     *out = s;
     if (c->any) *mode = SERVE_MODE_MIXED; /* its rounding is no longer known */
-    return best_use;
+    return use;
 }

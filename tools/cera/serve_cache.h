@@ -48,7 +48,11 @@ typedef struct serve_cache_entry {
 typedef struct serve_cache {
     serve_cache_entry *e;
     int n, cap;
-    bool any; /* reuse the longest prefix even where its rounding differs (--cache-any) */
+    bool any;        /* reuse the longest prefix even where its rounding differs (--cache-any) */
+    bool whole_only; /* sessions cannot be cut back (a recurrent state): only whole entries are
+                        reused */
+    bool snapshots;  /* prompts leave snapshots, and whole entries are reused as forks (they stay):
+                        set with whole_only, or once a cut back fails (a sliding window) */
     size_t chunk_max;
     uint64_t clock;
     uint64_t hits;
@@ -62,6 +66,12 @@ void serve_cache_clear(serve_cache *c);
  * it); timeline holds at least its n_past tokens. */
 void serve_cache_put(serve_cache *c, cera_session *s, const cera_token *timeline, size_t n_timeline,
                      const serve_adapter_set *set, int mode, size_t n_prompt);
+/* A snapshot of a sequence part-way through its prompt (the first n tokens of timeline
+ * evaluated): a fork of s kept as an entry, so that later prompts sharing those n tokens
+ * start from there where sessions cannot be cut back (snapshots). Nothing when one with the
+ * same tokens and adapters is there already (it is then the most recently used). */
+void serve_cache_snapshot(serve_cache *c, cera_session *s, const cera_token *timeline, size_t n,
+                          const serve_adapter_set *set, int mode);
 /* A session holding the longest cached prefix of prompt (at most n_prompt - 1 tokens) for the
  * adapter set, with the sampler sp: its length, with *out the session; 0 (and *out NULL)
  * when nothing fits. Unless the cache reuses any prefix, the prefix and the rest of the

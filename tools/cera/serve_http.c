@@ -56,6 +56,7 @@ static const route routes[] = {
     {"/detokenize", "POST", EP_DETOKENIZE},
     {"/apply-template", "POST", EP_TEMPLATE},
     {"/lora-adapters", "GET", EP_LORA},
+    {"/lora-adapters", "POST", EP_LORA},
     {"/v1/embeddings", "POST", EP_EMBED},
     {"/embeddings", "POST", EP_EMBED},
 };
@@ -134,6 +135,14 @@ static int choose_model(serve_server *sv, const serve_req *r, serve_job *j, char
         j->ad.adapter[0] = sv->ad[ad].adapter;
         j->ad.scale[0] = 1;
         j->ad.n = 1;
+    } else {
+        pthread_mutex_lock(&sv->mu);
+        for (int i = 0; i < sv->n_ad; i++)
+            if (sv->ad_scale[i] != 0) {
+                j->ad.adapter[j->ad.n] = sv->ad[i].adapter;
+                j->ad.scale[j->ad.n++] = sv->ad_scale[i];
+            }
+        pthread_mutex_unlock(&sv->mu);
     }
     return 0;
 }
@@ -167,26 +176,51 @@ static int prompt_tokens(serve_server *sv, const serve_req *r, serve_job *j, cha
             return 500;
         }
         /* cera_free'd memory is malloc's: job_free frees it with free */
-    } else if (r->prompt) {
-        const size_t len = strlen(r->prompt), tcap = len + 8;
-        if (!(j->prompt = malloc(tcap * sizeof *j->prompt))) return 500;
-        if (cera_tokenize(sv->e, r->prompt, len, true, true, j->prompt, tcap, &j->n_prompt, &err)) {
-            snprintf(msg, cap, "tokenizing the prompt failed: %s", err.message);
-            return 400;
-        }
+        j->n_prompts = 1;
+        j->prompt_off[1] = j->n_prompt;
     } else {
-        if (!(j->prompt = malloc(r->n_prompt_tokens * sizeof *j->prompt))) return 500;
-        memcpy(j->prompt, r->prompt_tokens, r->n_prompt_tokens * sizeof *j->prompt);
-        j->n_prompt = r->n_prompt_tokens;
+        /* the prompts one after the other: at most a text's bytes plus the special tokens each */
+        size_t total = 0;
+        for (int p = 0; p < r->n_prompts; p++)
+            total += r->prompt_text[p] ? strlen(r->prompt_text[p]) + 8 : r->n_prompt_ids[p];
+        if (!(j->prompt = malloc((total ? total : 1) * sizeof *j->prompt))) return 500;
+        for (int p = 0; p < r->n_prompts; p++) {
+            cera_token *at = j->prompt + j->n_prompt;
+            size_t n = r->n_prompt_ids[p];
+            if (r->prompt_text[p]) {
+                const size_t len = strlen(r->prompt_text[p]);
+                if (cera_tokenize(sv->e, r->prompt_text[p], len, true, true, at, len + 8, &n, &err)) {
+                    snprintf(msg, cap, "tokenizing the prompt failed: %s", err.message);
+                    return 400;
+                }
+            } else {
+                memcpy(at, r->prompt_ids[p], n * sizeof *at);
+            }
+            j->n_prompt += n;
+            j->prompt_off[p + 1] = j->n_prompt;
+        }
+        j->n_prompts = r->n_prompts;
     }
     const int n_ctx = cera_engine_n_ctx(sv->e);
-    if (j->n_prompt == 0) {
-        snprintf(msg, cap, "the prompt is empty");
-        return 400;
+    for (int p = 0; p < j->n_prompts; p++) {
+        const size_t n = j->prompt_off[p + 1] - j->prompt_off[p];
+        if (n == 0) {
+            snprintf(msg, cap, "the prompt is empty");
+            return 400;
+        }
+        if (n >= (size_t)n_ctx) {
+            snprintf(msg, cap, "the prompt has %zu tokens; the context holds %d (-c)", n, n_ctx);
+            return 400;
+        }
     }
-    if (j->n_prompt >= (size_t)n_ctx) {
-        snprintf(msg, cap, "the prompt has %zu tokens; the context holds %d (-c)", j->n_prompt, n_ctx);
-        return 400;
+    /* n choices for each prompt, prompt after prompt */
+    const int per = j->n / j->n_prompts;
+    for (int i = 0; i < j->n; i++) {
+        serve_seq *q = &j->seqs[i];
+        const int p = i / per;
+        q->first = p * per;
+        q->prompt = j->prompt + j->prompt_off[p];
+        q->n_prompt = j->prompt_off[p + 1] - j->prompt_off[p];
     }
     return 0;
 }
@@ -224,7 +258,7 @@ static int reply_grammar(serve_server *sv, const serve_req *r, serve_job *j, cha
 }
 
 static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, char *msg, size_t cap) {
-    serve_job *j = serve_job_new(r->n);
+    serve_job *j = serve_job_new(r->n * (r->kind == SERVE_COMPLETION ? r->n_prompts : 1));
     if (!j) {
         *status = 500;
         snprintf(msg, cap, "out of memory");
@@ -249,6 +283,7 @@ static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, ch
         if ((j->stop[j->n_stop] = strdup(r->stop[i]))) j->n_stop++;
     j->max_tokens = r->max_tokens;
     j->ignore_eos = r->ignore_eos;
+    j->logprobs = r->logprobs;
     j->stream = r->stream;
     j->include_usage = r->include_usage;
     j->created = (long)time(NULL);
@@ -271,9 +306,11 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
     int st = serve_req_parse(kind, rq->body ? rq->body : "", rq->len, &sv->sp_default, &sv->lim, &r, msg,
                              sizeof msg, param, sizeof param);
     if (st) return send_error(sv, c, (unsigned)st, param, "%s", msg);
-    if (r.n > sv->parallel) {
+    const int choices = r.n * (kind == SERVE_COMPLETION ? r.n_prompts : 1);
+    if (choices > sv->parallel) {
         serve_req_free(&r);
-        return send_error(sv, c, 400, "n", "n is above the server's --parallel %d", sv->parallel);
+        return send_error(sv, c, 400, "n", "n times the prompts (%d) is above the server's --parallel %d",
+                          choices, sv->parallel);
     }
     serve_job *j = make_job(sv, &r, &st, msg, sizeof msg);
     serve_req_free(&r);
@@ -320,7 +357,7 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
 
 /* ---- Other endpoints ------------------------------------------------------------------------ */
 
-static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t cap) {
+static cJSON *parse_body_as(serve_server *sv, const conn_req *rq, bool array, char *msg, size_t cap) {
     if (!rq->body || !serve_utf8_valid(rq->body, rq->len)) {
         snprintf(msg, cap, "the body is not valid UTF-8 JSON");
         return NULL;
@@ -343,12 +380,16 @@ static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t
         }
     }
     cJSON *j = max <= sv->lim.max_depth ? cJSON_ParseWithLength(rq->body, rq->len) : NULL;
-    if (!cJSON_IsObject(j)) {
+    if (array ? !cJSON_IsArray(j) : !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        snprintf(msg, cap, "the body is not a JSON object");
+        snprintf(msg, cap, "the body is not a JSON %s", array ? "array" : "object");
         return NULL;
     }
     return j;
+}
+
+static cJSON *parse_body(serve_server *sv, const conn_req *rq, char *msg, size_t cap) {
+    return parse_body_as(sv, rq, false, msg, cap);
 }
 
 static enum MHD_Result handle_tokenize(serve_server *sv, struct MHD_Connection *c, const conn_req *rq) {
@@ -463,15 +504,35 @@ static enum MHD_Result handle_models(serve_server *sv, struct MHD_Connection *c)
     return send_json(c, 200, o);
 }
 
-static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c) {
+/* GET: the adapters with their global scales; POST (llama-server's): sets those scales, the
+ * adapters of requests to the base model that name none ("lora"); adapters left out get 0. */
+static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c, const char *method,
+                                   const conn_req *rq) {
+    if (!strcmp(method, "POST")) {
+        char msg[300];
+        cJSON *b = parse_body_as(sv, rq, true, msg, sizeof msg);
+        if (!b) return send_error(sv, c, 400, NULL, "%s", msg);
+        serve_lora_ref refs[SERVE_LORA_MAX];
+        int n = 0;
+        const int st = serve_lora_list_parse(b, &sv->lim, refs, &n, msg, sizeof msg);
+        cJSON_Delete(b);
+        if (st) return send_error(sv, c, (unsigned)st, "lora", "%s", msg);
+        pthread_mutex_lock(&sv->mu);
+        for (int i = 0; i < sv->n_ad; i++) sv->ad_scale[i] = 0;
+        for (int i = 0; i < n; i++) sv->ad_scale[refs[i].id] = refs[i].scale;
+        pthread_mutex_unlock(&sv->mu);
+        return send_text(c, 200, strdup("{\"success\":true}"), "application/json");
+    }
     cJSON *a = cJSON_CreateArray();
+    pthread_mutex_lock(&sv->mu);
     for (int i = 0; i < sv->n_ad; i++) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddNumberToObject(m, "id", i);
         cJSON_AddStringToObject(m, "name", sv->ad[i].name);
-        cJSON_AddNumberToObject(m, "scale", 0);
+        cJSON_AddNumberToObject(m, "scale", sv->ad_scale[i]);
         cJSON_AddItemToArray(a, m);
     }
+    pthread_mutex_unlock(&sv->mu);
     return send_json(c, 200, a);
 }
 
@@ -584,7 +645,7 @@ static enum MHD_Result dispatch(serve_server *sv, struct MHD_Connection *c, cons
     case EP_TOKENIZE: return handle_tokenize(sv, c, rq);
     case EP_DETOKENIZE: return handle_detokenize(sv, c, rq);
     case EP_TEMPLATE: return handle_template(sv, c, rq);
-    case EP_LORA: return handle_lora(sv, c);
+    case EP_LORA: return handle_lora(sv, c, method, rq);
     case EP_EMBED: return handle_embeddings(sv, c, rq);
     }
     return MHD_NO;

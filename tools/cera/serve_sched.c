@@ -45,6 +45,7 @@ static void job_free(serve_job *j) {
     for (int i = 0; i < j->n; i++) {
         free(j->seqs[i].text);
         free(j->seqs[i].hist);
+        free(j->seqs[i].lp);
     }
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->prompt);
@@ -86,7 +87,7 @@ int serve_submit(serve_server *sv, serve_job *j) {
 /* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->slot) return;
-    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->job->n_prompt);
+    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->n_prompt);
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     q->slot = false;
@@ -102,6 +103,44 @@ static bool hist_push(serve_seq *q, cera_token t) {
         q->cap_hist = cap;
     }
     q->hist[q->n_hist++] = t;
+    return true;
+}
+
+void serve_logprobs_of(const float *logits, int n_vocab, cera_token t, int n_top, serve_logprob *out) {
+    if (n_top > SERVE_TOP_LOGPROBS_MAX) n_top = SERVE_TOP_LOGPROBS_MAX;
+    if (n_top > n_vocab) n_top = n_vocab;
+    float mx = -INFINITY;
+    for (int v = 0; v < n_vocab; v++)
+        if (logits[v] > mx) mx = logits[v];
+    double sum = 0;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - mx);
+    const double lse = mx + log(sum);
+    /* the n_top largest, in order (the first of equal logits first) */
+    int k = 0;
+    for (int v = 0; v < n_vocab && n_top > 0; v++) {
+        if (k == n_top && logits[v] <= logits[out->top[k - 1]]) continue;
+        int at = k < n_top ? k++ : k - 1;
+        while (at > 0 && logits[out->top[at - 1]] < logits[v]) {
+            out->top[at] = out->top[at - 1];
+            at--;
+        }
+        out->top[at] = v;
+    }
+    out->n_top = k;
+    for (int i = 0; i < k; i++) out->top_lp[i] = (float)(logits[out->top[i]] - lse);
+    out->tok = t;
+    out->lp = (float)(logits[t] - lse);
+}
+
+static bool lp_push(serve_seq *q, const serve_logprob *lp) {
+    if (q->n_lp == q->cap_lp) {
+        const size_t cap = q->cap_lp ? 2 * q->cap_lp : 16;
+        serve_logprob *n = realloc(q->lp, cap * sizeof *n);
+        if (!n) return false;
+        q->lp = n;
+        q->cap_lp = cap;
+    }
+    q->lp[q->n_lp++] = *lp;
     return true;
 }
 
@@ -166,8 +205,9 @@ static bool text_append(serve_seq *q, const char *p, size_t n) {
     return true;
 }
 
-/* A sampled token: its text appended, the stop strings and limits checked (mu held). */
-static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
+/* A sampled token (with its log-probabilities when lp): its text appended, the stop strings
+ * and limits checked (mu held). */
+static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logprob *lp) {
     serve_job *j = q->job;
     const cera_grammar_state gs = cera_session_grammar_state(q->s);
     if (t < 0 && (gs == CERA_GRAMMAR_COMPLETE || gs == CERA_GRAMMAR_DEAD_END)) {
@@ -195,7 +235,8 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
     if (n < 0) n = 0;
     if ((size_t)n > sizeof buf) n = 0; /* no piece is that long */
     const size_t before = q->len;
-    if (!text_append(q, buf, (size_t)n)) {
+    if (lp) lp->off = before;
+    if (!text_append(q, buf, (size_t)n) || (lp && !lp_push(q, lp))) {
         job_fail(sv, j, 500, "out of memory");
         return;
     }
@@ -209,6 +250,8 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
             if (!memcmp(q->text + off, j->stop[i], sl)) {
                 q->len = off;
                 q->text[off] = 0;
+                while (q->n_lp > 0 && q->lp[q->n_lp - 1].off >= off)
+                    q->n_lp--; /* the tokens of the stop string are not reported */
                 seq_finish(sv, q, "stop");
                 return;
             }
@@ -229,7 +272,7 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t) {
         seq_finish(sv, q, "length");
         return;
     }
-    if (j->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
+    if (q->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
         seq_finish(sv, q, "length");
         return;
     }
@@ -246,28 +289,28 @@ static bool admit_one(serve_server *sv, serve_job *j) {
         serve_seq *q = &j->seqs[i];
         cera_session_params p = cera_session_default_params();
         p.sampler = j->sp;
-        p.sampler.seed = j->sp.seed + (uint64_t)i; /* n choices: n draws */
-        for (size_t k = 0; k < j->n_prompt; k++)
-            if (!hist_push(q, j->prompt[k])) {
+        p.sampler.seed = j->sp.seed + (uint64_t)(i - q->first); /* n choices: n draws */
+        for (size_t k = 0; k < q->n_prompt; k++)
+            if (!hist_push(q, q->prompt[k])) {
                 err.status = CERA_ERR_NO_MEMORY;
                 snprintf(err.message, sizeof err.message, "out of memory");
                 break;
             }
         if (err.status) break;
-        if (i > 0) { /* the same prompt: a fork of the first choice once that has read it */
+        if (i != q->first) { /* the same prompt: a fork of its first choice once that has read it */
             q->slot = q->fork_pending = true;
-            q->n_done = j->n_prompt;
-            q->mode = j->seqs[0].mode;
+            q->n_done = q->n_prompt;
+            q->mode = j->seqs[q->first].mode;
             sv->n_seqs++;
             continue;
         }
-        q->n_done = serve_cache_get(&sv->cache, j->prompt, j->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
+        q->n_done = serve_cache_get(&sv->cache, q->prompt, q->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
         sv->n_cache_entries = sv->cache.n;
         if (q->s) {
             q->slot = true;
             sv->n_seqs++;
             sv->n_cached_tokens += q->n_done;
-            if (i == 0) j->n_cached = q->n_done;
+            j->n_cached += q->n_done;
         } else {
             if (cera_session_create(sv->e, &p, &q->s, &err)) {
                 q->s = NULL;
@@ -284,7 +327,7 @@ static bool admit_one(serve_server *sv, serve_job *j) {
                                           j->n_triggers, &err))
             break;
         /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
-        q->chunk = serve_plan_chunk(j->n_prompt - q->n_done, nc);
+        q->chunk = serve_plan_chunk(q->n_prompt - q->n_done, nc);
     }
     if (err.status) {
         j->state = JOB_RUNNING;
@@ -344,6 +387,7 @@ typedef struct step {
     cera_session **samp;
     serve_seq **samp_seq;
     cera_token *out;
+    serve_logprob *lp; /* the sampled tokens' log-probabilities (tok -1: not asked for) */
     int n, n_samp;
 } step;
 
@@ -363,10 +407,10 @@ static void build_step(serve_server *sv, step *s) {
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             serve_seq *q = &j->seqs[i];
-            if (!q->s || q->finish || q->n_done >= j->n_prompt) continue;
-            const size_t left = j->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
+            if (!q->s || q->finish || q->n_done >= q->n_prompt) continue;
+            const size_t left = q->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
             if ((int)len > budget) continue;
-            s->items[s->n] = (cera_batch_item){q->s, j->prompt + q->n_done, len, false};
+            s->items[s->n] = (cera_batch_item){q->s, q->prompt + q->n_done, len, false};
             s->prefill[s->n] = true;
             s->seqs[s->n++] = q;
             budget -= (int)len;
@@ -390,17 +434,19 @@ static void eval_step(serve_server *sv, step *s) {
     for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
 }
 
-/* The first choice has read the prompt: the other choices start as forks of it (the prompt's
- * KV shared, not evaluated again), each with its own draw, and are sampled in this step. A
- * fork that fails leaves its choice without a session (its job fails under the lock). */
-static void fork_choices(serve_job *j, step *s) {
-    for (int i = 1; i < j->n; i++) {
+/* The first choice of a prompt has read it: the other choices of that prompt start as forks
+ * of it (the prompt's KV shared, not evaluated again), each with its own draw, and are
+ * sampled in this step. A fork that fails leaves its choice without a session (its job
+ * fails under the lock). */
+static void fork_choices(serve_seq *first, step *s) {
+    serve_job *j = first->job;
+    for (int i = first->index + 1; i < j->n && j->seqs[i].first == first->index; i++) {
         serve_seq *q = &j->seqs[i];
         if (!q->fork_pending) continue;
         q->fork_pending = false;
         cera_sampler_params sp = j->sp;
-        sp.seed = j->sp.seed + (uint64_t)i;
-        if (cera_session_fork(j->seqs[0].s, &q->s, NULL) != CERA_OK) {
+        sp.seed = j->sp.seed + (uint64_t)(i - first->index);
+        if (cera_session_fork(first->s, &q->s, NULL) != CERA_OK) {
             q->s = NULL;
             continue;
         }
@@ -425,7 +471,8 @@ void *serve_sched_main(void *arg) {
     s.samp = calloc((size_t)cap, sizeof *s.samp);
     s.samp_seq = calloc((size_t)cap, sizeof *s.samp_seq);
     s.out = calloc((size_t)cap, sizeof *s.out);
-    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out) {
+    s.lp = calloc((size_t)cap, sizeof *s.lp);
+    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out || !s.lp) {
         fprintf(stderr, "cera serve: out of memory for the scheduler\n");
         abort();
     }
@@ -451,13 +498,19 @@ void *serve_sched_main(void *arg) {
             if (s.st[i]) continue;
             if (s.prefill[i]) {
                 q->n_done += s.items[i].n_tokens;
-                if (q->n_done < q->job->n_prompt) continue;
+                if (q->n_done < q->n_prompt) continue;
             }
             s.samp[s.n_samp] = q->s;
             s.samp_seq[s.n_samp++] = q;
-            fork_choices(q->job, &s);
+            if (q->first == q->index) fork_choices(q, &s);
         }
         cera_batch_sample(s.samp, s.n_samp, s.out, NULL);
+        for (int i = 0; i < s.n_samp; i++) { /* the logits stay until the next step's eval */
+            const int k = s.samp_seq[i]->job->logprobs;
+            const float *l = k >= 0 && s.out[i] >= 0 ? cera_session_logits(s.samp[i], -1) : NULL;
+            s.lp[i].tok = -1;
+            if (l) serve_logprobs_of(l, cera_engine_n_vocab(sv->e), s.out[i], k, &s.lp[i]);
+        }
         const double t1 = serve_now();
         pthread_mutex_lock(&sv->mu);
         sv->busy_s += t1 - t0;
@@ -476,19 +529,29 @@ void *serve_sched_main(void *arg) {
         }
         for (int i = 0; i < s.n; i++) {
             serve_job *j = s.seqs[i]->job;
-            if (s.seqs[i]->index != 0 || j->state == JOB_DONE || s.seqs[i]->n_done < j->n_prompt) continue;
-            for (int k = 1; k < j->n; k++)
+            const serve_seq *f = s.seqs[i];
+            if (f->index != f->first || j->state == JOB_DONE || f->n_done < f->n_prompt) continue;
+            for (int k = f->index + 1; k < j->n && j->seqs[k].first == f->index; k++)
                 if (j->seqs[k].slot && !j->seqs[k].s && !j->seqs[k].fork_pending && !j->seqs[k].finish) {
                     job_fail(sv, j, 500, "out of sessions or memory for the choices of n");
                     break;
                 }
+        }
+        /* where sessions cannot always be cut back: snapshots of prompts part-way, at chunk boundaries */
+        for (int i = 0; sv->cache.snapshots && i < s.n; i++) {
+            serve_seq *q = s.seqs[i];
+            if (s.st[i] || !s.prefill[i] || q->index != q->first || q->n_done >= q->n_prompt || !q->s ||
+                q->job->state == JOB_DONE)
+                continue;
+            serve_cache_snapshot(&sv->cache, q->s, q->hist, q->n_done, &q->job->ad, q->mode);
+            sv->n_cache_entries = sv->cache.n;
         }
         for (int i = 0; i < s.n_samp; i++) {
             serve_seq *q = s.samp_seq[i];
             if (q->finish || q->job->state == JOB_DONE) continue;
             if (q->job->cancelled) continue; /* reaped at the next step */
             q->next = -1;
-            seq_token(sv, q, s.out[i]);
+            seq_token(sv, q, s.out[i], s.lp[i].tok >= 0 ? &s.lp[i] : NULL);
         }
     }
     /* shutting down: every job ends */
@@ -514,5 +577,6 @@ void *serve_sched_main(void *arg) {
     free(s.samp);
     free(s.samp_seq);
     free(s.out);
+    free(s.lp);
     return NULL;
 }
