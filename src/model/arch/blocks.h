@@ -55,6 +55,10 @@ void cera_emit_shortconv(cera_builder *b, int il);
 /* The llama stack (embed; per layer attention then SwiGLU FFN; output), which llama,
  * qwen2, qwen3 and granite share (arch/llama.c). */
 cera_status cera_build_llama_stack(const cera_model *m, cera_graph *g, cera_error *err);
+/* The LFM2 stack (embed; per layer attention or the short convolution, then the dense
+ * SwiGLU FFN or, where the layer has them, the routed experts; output), which lfm2 and
+ * lfm2moe share (arch/lfm2.c). */
+cera_status cera_build_lfm2_stack(const cera_model *m, cera_graph *g, cera_error *err);
 
 /* logits = (rms_norm(x) · norm) · outputᵀ (+ output.bias) / logit_scale. */
 void cera_emit_output(cera_builder *b, const cera_weight *norm);

@@ -16,7 +16,7 @@ static cera_status lfm2_layer(const cera_loader *ld, int il, cera_layer *L) {
     return st ? st : cera_bind_ffn(ld, il, L);
 }
 
-static cera_status lfm2_build(const cera_model *m, cera_graph *g, cera_error *err) {
+cera_status cera_build_lfm2_stack(const cera_model *m, cera_graph *g, cera_error *err) {
     cera_builder b = {m, g, err, CERA_OK};
     cera_emit_embed(&b);
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -24,7 +24,10 @@ static cera_status lfm2_build(const cera_model *m, cera_graph *g, cera_error *er
             cera_emit_attention(&b, il);
         else
             cera_emit_shortconv(&b, il);
-        cera_emit_ffn_swiglu(&b, il);
+        if (m->layers[il].moe.n_expert)
+            cera_emit_ffn_moe(&b, il);
+        else
+            cera_emit_ffn_swiglu(&b, il);
     }
     cera_emit_output(&b, &m->output_norm);
     return b.st;
@@ -38,5 +41,5 @@ const cera_arch_def cera_arch_lfm2 = {
     .output_norm = "token_embd_norm.weight",
     .hparams = lfm2_hparams,
     .layer = lfm2_layer,
-    .build = lfm2_build,
+    .build = cera_build_lfm2_stack,
 };

@@ -21,23 +21,6 @@ static cera_status lfm2moe_layer(const cera_loader *ld, int il, cera_layer *L) {
     return cera_bind_experts(ld, il, L, true, true, 0.0f);
 }
 
-static cera_status lfm2moe_build(const cera_model *m, cera_graph *g, cera_error *err) {
-    cera_builder b = {m, g, err, CERA_OK};
-    cera_emit_embed(&b);
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        if (m->layers[il].n_head_kv > 0)
-            cera_emit_attention(&b, il);
-        else
-            cera_emit_shortconv(&b, il);
-        if (m->layers[il].moe.n_expert)
-            cera_emit_ffn_moe(&b, il);
-        else
-            cera_emit_ffn_swiglu(&b, il);
-    }
-    cera_emit_output(&b, &m->output_norm);
-    return b.st;
-}
-
 const cera_arch_def cera_arch_lfm2moe = {
     .id = CERA_ARCH_LFM2MOE,
     .name = "lfm2moe",
@@ -46,5 +29,5 @@ const cera_arch_def cera_arch_lfm2moe = {
     .output_norm = "token_embd_norm.weight",
     .hparams = lfm2moe_hparams,
     .layer = lfm2moe_layer,
-    .build = lfm2moe_build,
+    .build = cera_build_lfm2_stack,
 };
