@@ -628,9 +628,17 @@ def group_batch(cera, shared, models, corpus):
     derived_adapter(la, lc, -1.0)  # a's delta negated
     derived_adapter(lb, ld, 3.0)   # b's delta tripled
     ads = ["a", "b", "c", "d"]
-    sv = Server(cera, ["-m", model, "--parallel", "64", "-c", "256", "--lora", "a=" + la, "--lora", "b=" + lb,
-                       "--lora", "c=" + lc, "--lora", "d=" + ld, "--prefill-chunk", "16", "-b", "256",
-                       "--cache-slots", "0"])
+    # two malloc arenas at most: with glibc's default (8 per core) a connection thread that
+    # happens to get a fresh arena in a late round adds megabytes of touched pages that are no
+    # leak (seen once in CI: +5.4 MiB in round 10 alone), and the RSS check below would read it
+    # as one
+    os.environ["MALLOC_ARENA_MAX"] = "2"
+    try:
+        sv = Server(cera, ["-m", model, "--parallel", "64", "-c", "256", "--lora", "a=" + la, "--lora",
+                           "b=" + lb, "--lora", "c=" + lc, "--lora", "d=" + ld, "--prefill-chunk", "16", "-b",
+                           "256", "--cache-slots", "0"])
+    finally:
+        del os.environ["MALLOC_ARENA_MAX"]
     try:
         names = [m.id for m in openai.OpenAI(base_url=sv.url + "/v1", api_key="x").models.list().data]
         check(names == ["stories260K"] + ads, "models: %s" % names)
@@ -726,28 +734,28 @@ def group_batch(cera, shared, models, corpus):
               (sv.metric("cera_kv_blocks_used"), sv.metric("cera_sequences_running")))
         check(time.time() - t0 < 2, "freed within 2 s of the hang-up (%.2f s)" % (time.time() - t0))
 
-        # RSS over 10 rounds of the same load (64 streams, with logprobs 5). Rounds 1 to 3 are
-        # the warm-up: glibc's malloc arenas, shared by MHD's connection threads (one thread per
-        # connection), fill over them, and the step buffers reach their largest. After it the
-        # resident size moves by several hundred KiB from round to round, either way (arenas
-        # trimmed and grown again; measured on a loaded machine: +-700 KiB). Flat: the lowest of
-        # the last three rounds is at most 512 KiB above the highest of rounds 2 and 3. A leak
-        # moves every round up: leaking 1.6 KiB a request (320 requests between them) would
-        # exceed it, and one request's own memory is several KiB (its logprobs entries alone
-        # 176 bytes a token, 16 to 32 tokens, plus its timeline and text). No later round may
-        # be more than 4 MiB above the warm-up's highest. (ASan's leak check covers the small
-        # leaks.)
+        # RSS over 10 rounds of the same load (64 streams, with logprobs 5, 320 requests a round).
+        # Round 1 is the warm-up: the malloc arenas shared by MHD's connection threads fill and the
+        # step buffers reach their largest. After it the resident size is not one number: it
+        # steps between two or three levels about 1.5 MiB apart (arenas trimmed and grown again;
+        # in the CUDA build, measured: 185.2 / 186.8 MiB back and forth, one round 7 MiB up and
+        # the next back), so single rounds say nothing and a leak shows as the floor rising.
+        # Flat: the lowest of rounds 8-10 is at most 2 MiB above the lowest of rounds 2-4, four
+        # rounds earlier; a leak of 1.6 KiB a request (2 MiB over 4 x 320 requests) exceeds it,
+        # and one request's own memory is several KiB (its logprobs entries alone 176 bytes a
+        # token, 16 to 32 tokens, plus its timeline and text). ASan's leak check covers the
+        # small leaks.
         lreqs = [(m, p, dict(extra, logprobs=5), n) for m, p, extra, n in reqs]
         rss = []
         for _ in range(10):
             asyncio.run(run_all(lreqs))
             rss.append(rss_kib(sv.p.pid))
         print("RSS after each round (KiB):", rss)
-        rise = min(rss[7:]) - max(rss[1:3])
+        rise = min(rss[7:]) - min(rss[1:4])
         with open(cera, "rb") as f:
             sanitized = b"__asan_init" in f.read()  # ASan's quarantine holds freed memory: its RSS grows
-        check(sanitized or rise <= 512 and max(rss[3:]) - max(rss[:3]) <= 4096,
-              "RSS flat over 10 rounds: %s KiB (%+d KiB after the warm-up)" % (rss, rise))
+        check(sanitized or rise <= 2048,
+              "RSS flat over 10 rounds: %s KiB (the floor %+d KiB after the warm-up)" % (rss, rise))
         check(sv.metric("cera_kv_blocks_used") == 0, "no blocks held after the rounds")
     finally:
         sv.stop()
