@@ -76,54 +76,6 @@ done:
     free(y);
 }
 
-static void test_kernel(int n_vocab, int steps) {
-    float *logits = malloc(sizeof(float) * (size_t)n_vocab);
-    static cera_logit_bias bias[1024];
-    CHECK(logits != NULL, "alloc");
-    if (!logits) return;
-    for (int c = 0; c < CASE_CHAINS; c++) {
-        test_rng r = {0xdecade + (uint64_t)c};
-        cera_sampler *cpu, *dev;
-        if (!case_sampler_pair(c, n_vocab, bias, &r, &cpu, &dev)) continue;
-        int same = 0, first_bad = -1;
-        cera_token bad_cpu = 0, bad_dev = 0;
-        cera_error err;
-        cera_status st = CERA_OK;
-        for (int t = 0; t < steps && st == CERA_OK; t++) {
-            case_logits(logits, n_vocab, t % CASE_LOGIT_KINDS, &r);
-            const cera_token want = cera_sampler_sample(cpu, logits);
-            cera_token got = -1;
-            /* a row with a NaN or +Inf is an error on the device, as at session level (both
-             * samplers still took their draw, so the RNGs stay together) */
-            bool garbage = false;
-            for (int i = 0; i < n_vocab && !garbage; i++) garbage = isnan(logits[i]) || logits[i] == INFINITY;
-            st = cera_cuda_test_sample(dev, logits, n_vocab, NULL, &got, &err);
-            if (garbage) {
-                CHECK(st == CERA_ERR_FORMAT, "vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
-                      n_vocab, c, t, (int)st);
-                st = st == CERA_ERR_FORMAT ? CERA_OK : st;
-                got = want;
-            } else {
-                CHECK(st == CERA_OK, "vocab %d chain %d step %d: %s", n_vocab, c, t, err.message);
-            }
-            if (got == want)
-                same++;
-            else if (first_bad < 0)
-                first_bad = t, bad_cpu = want, bad_dev = got;
-            cera_sampler_accept(cpu, want);
-            cera_sampler_accept(dev, want);
-        }
-        CHECK(same == steps,
-              "vocab %d chain %d: %d/%d device tokens equal the CPU's (first differs at step %d, "
-              "logit kind %d: cpu %d, device %d)",
-              n_vocab, c, same, steps, first_bad, first_bad % CASE_LOGIT_KINDS, bad_cpu, bad_dev);
-        cera_sampler_free(cpu);
-        cera_sampler_free(dev);
-    }
-    printf("kernel: vocab %d, %d chains x %d draws\n", n_vocab, CASE_CHAINS, steps);
-    free(logits);
-}
-
 enum { MASK_KINDS = 5 };
 
 /* A grammar-like mask of kind (0 .. MASK_KINDS-1): half the tokens, 1 %, one token, the
@@ -142,15 +94,23 @@ static void case_mask(uint32_t *mask, int n_vocab, int kind, const cera_sampler_
     }
 }
 
-static void test_masked(int n_vocab, int steps) {
+/* Every chain over steps draws of every logit kind: the device token against the CPU
+ * sampler's from the same state and seed; with masked, under a mask of each kind in turn
+ * against cera_sampler_sample_masked (-1, nothing left, included). */
+static void test_kernel(int n_vocab, int steps, bool masked) {
     float *logits = malloc(sizeof(float) * (size_t)n_vocab);
-    uint32_t *mask = malloc(sizeof(uint32_t) * (((size_t)n_vocab + 31) / 32));
+    uint32_t *mask = masked ? malloc(sizeof(uint32_t) * (((size_t)n_vocab + 31) / 32)) : NULL;
     static cera_logit_bias bias[1024];
-    CHECK(logits && mask, "alloc");
-    if (!logits || !mask) return;
+    CHECK(logits && (mask || !masked), "alloc");
+    if (!logits || (masked && !mask)) {
+        free(logits);
+        free(mask);
+        return;
+    }
+    const char *what = masked ? "masked" : "kernel";
     int none = 0;
     for (int c = 0; c < CASE_CHAINS; c++) {
-        test_rng r = {0xfaded + (uint64_t)c};
+        test_rng r = {(masked ? 0xfaded : 0xdecade) + (uint64_t)c};
         cera_sampler *cpu, *dev;
         if (!case_sampler_pair(c, n_vocab, bias, &r, &cpu, &dev)) continue;
         int same = 0, first_bad = -1;
@@ -159,19 +119,24 @@ static void test_masked(int n_vocab, int steps) {
         cera_status st = CERA_OK;
         for (int t = 0; t < steps && st == CERA_OK; t++) {
             case_logits(logits, n_vocab, t % CASE_LOGIT_KINDS, &r);
-            case_mask(mask, n_vocab, (t / CASE_LOGIT_KINDS) % MASK_KINDS, cera_sampler_params_of(cpu), &r);
-            const cera_token want = cera_sampler_sample_masked(cpu, logits, mask);
+            if (masked)
+                case_mask(mask, n_vocab, (t / CASE_LOGIT_KINDS) % MASK_KINDS, cera_sampler_params_of(cpu),
+                          &r);
+            const cera_token want =
+                masked ? cera_sampler_sample_masked(cpu, logits, mask) : cera_sampler_sample(cpu, logits);
             cera_token got = -2;
+            /* a row with a NaN or +Inf is an error on the device, as at session level (both
+             * samplers still took their draw, so the RNGs stay together) */
             bool garbage = false;
             for (int i = 0; i < n_vocab && !garbage; i++) garbage = isnan(logits[i]) || logits[i] == INFINITY;
             st = cera_cuda_test_sample(dev, logits, n_vocab, mask, &got, &err);
             if (garbage) {
-                CHECK(st == CERA_ERR_FORMAT, "vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
-                      n_vocab, c, t, (int)st);
+                CHECK(st == CERA_ERR_FORMAT, "%s, vocab %d chain %d step %d: a NaN/+Inf row gave status %d",
+                      what, n_vocab, c, t, (int)st);
                 st = st == CERA_ERR_FORMAT ? CERA_OK : st;
                 got = want;
             } else {
-                CHECK(st == CERA_OK, "vocab %d chain %d step %d: %s", n_vocab, c, t, err.message);
+                CHECK(st == CERA_OK, "%s, vocab %d chain %d step %d: %s", what, n_vocab, c, t, err.message);
             }
             if (got == want)
                 same++;
@@ -184,15 +149,16 @@ static void test_masked(int n_vocab, int steps) {
             }
         }
         CHECK(same == steps,
-              "masked, vocab %d chain %d: %d/%d device tokens equal the CPU's (first differs at step %d, "
+              "%s, vocab %d chain %d: %d/%d device tokens equal the CPU's (first differs at step %d, "
               "logit kind %d, mask kind %d: cpu %d, device %d)",
-              n_vocab, c, same, steps, first_bad, first_bad % CASE_LOGIT_KINDS,
-              (first_bad / CASE_LOGIT_KINDS) % MASK_KINDS, bad_cpu, bad_dev);
+              what, n_vocab, c, same, steps, first_bad, first_bad % CASE_LOGIT_KINDS,
+              masked ? (first_bad / CASE_LOGIT_KINDS) % MASK_KINDS : -1, bad_cpu, bad_dev);
         cera_sampler_free(cpu);
         cera_sampler_free(dev);
     }
-    CHECK(none > 0, "some masks left nothing (the -1 answer was checked)");
-    printf("masked: vocab %d, %d chains x %d draws (%d left nothing)\n", n_vocab, CASE_CHAINS, steps, none);
+    CHECK(masked ? none > 0 : none == 0, "%s: %d draws left nothing (masks only: the -1 answer is checked)",
+          what, none);
+    printf("%s: vocab %d, %d chains x %d draws (%d left nothing)\n", what, n_vocab, CASE_CHAINS, steps, none);
     free(logits);
     free(mask);
 }
@@ -461,10 +427,10 @@ int main(void) {
         return TEST_SKIP_CODE;
     }
     test_refused();
-    test_kernel(32000, 200);
-    test_kernel(151936, 200);
-    test_masked(32000, 200);
-    test_masked(151936, 100);
+    test_kernel(32000, 200, false);
+    test_kernel(151936, 200, false);
+    test_kernel(32000, 200, true);
+    test_kernel(151936, 100, true);
     test_session();
     test_expf();
     test_nonfinite();
