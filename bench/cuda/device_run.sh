@@ -14,7 +14,8 @@
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
-#   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token; lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
+#   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token (NCU_RUN: of another
+#   command); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
 #   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
@@ -32,8 +33,17 @@ OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${*:-tests sanitize matvec bench lora}
 ln -sfn "$C/shared" /tmp/devshared
+export CERA_TEST_SYNTH_DIR=$C/shared/synth CERA_TEST_DATA_DIR=$C/shared/data # tests/common/testutil.c
 CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH=$C/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
+# the synth_models fixture's files (tests/model/synth_models.cmake), made here by the packed cera
+if [ -x "$C/bin/cera" ]; then
+    mkdir -p "$C/shared/synth"
+    for t in f32 q8_0 q4_0; do
+        CERA_SHARED_DIR=/tmp/devshared "$C/bin/cera" synth test-lfm2moe $t -o "$C/shared/synth/lfm2moe-$t.gguf" \
+            --seed 1 -t 1 >/dev/null || echo "cera synth test-lfm2moe $t failed"
+    done
+fi
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 log() { echo "=== $* ($(date -u +%H:%M:%S))"; }
 
@@ -45,7 +55,7 @@ if has tests; then
     log "test_cuda_ops"
     timeout 120 "$C/bin/test_cuda_ops" 2>&1 | tee "$OUT/test_cuda_ops.log" | tail -25
     log "test_cuda_golden"
-    timeout 240 "$C/bin/test_cuda_golden" 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -40
+    timeout 240 "$C/bin/test_cuda_golden" 2>&1 | tee "$OUT/test_cuda_golden.log" | tail -45
     log "test_cuda_engine"
     timeout 120 "$C/bin/test_cuda_engine" 2>&1 | tee "$OUT/test_cuda_engine.log" | tail -12
     log "test_cuda_lora"
@@ -55,7 +65,11 @@ if has tests; then
     log "test_cuda_sample"
     timeout 120 "$C/bin/test_cuda_sample" 2>&1 | tee "$OUT/test_cuda_sample.log" | tail -8
     log "test_cuda_batch"
-    timeout 200 "$C/bin/test_cuda_batch" 2>&1 | tee "$OUT/test_cuda_batch.log" | tail -12
+    timeout 200 "$C/bin/test_cuda_batch" 2>&1 | tee "$OUT/test_cuda_batch.log" | tail -15
+    if [ -x "$C/bin/test_cuda_lora_moe" ]; then
+        log "test_cuda_lora_moe"
+        timeout 120 "$C/bin/test_cuda_lora_moe" cuda 2>&1 | tee "$OUT/test_cuda_lora_moe.log" | tail -8
+    fi
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"
@@ -66,6 +80,12 @@ if has sanitize; then
         tee -a "$OUT/sanitize.log" | tail -6
     timeout 60 "$CS" --tool racecheck --error-exitcode 9 "$C/bin/test_cuda_golden" synth-llama-q4_0 2>&1 |
         tee -a "$OUT/sanitize.log" | tail -4
+    timeout 100 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_golden" lfm2moe/q4_0 2>&1 |
+        tee -a "$OUT/sanitize.log" | tail -3
+    if [ -x "$C/bin/test_cuda_lora_moe" ]; then
+        timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_lora_moe" cuda 2>&1 |
+            tee -a "$OUT/sanitize.log" | tail -3
+    fi
     timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_lora" stories 2>&1 |
         tee -a "$OUT/sanitize.log" | tail -3
     timeout 150 "$CS" --tool memcheck --error-exitcode 9 "$C/bin/test_cuda_attention" 2 2>&1 |
@@ -199,9 +219,11 @@ if has ncu; then
     log "decode kernels of one token (Nsight Compute, each kernel alone, q4_0, depth ~30)"
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
     # warm-up 8 tokens + 16: skip into the middle and profile one token's launches
-    timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip 3500 --launch-count 260 \
-        --metrics gpu__time_duration.sum --csv "$C/bin/cuda_bench" --synth q4_0 -p 0 -n 16 -d 0 -r 1 --bw-gib 1 \
-        >"$OUT/ncu.csv" 2>/dev/null
+    # NCU_RUN: another program and its arguments instead (NCU_SKIP, NCU_COUNT: the launches)
+    # shellcheck disable=SC2086
+    timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip "${NCU_SKIP:-3500}" \
+        --launch-count "${NCU_COUNT:-260}" --metrics gpu__time_duration.sum --csv \
+        ${NCU_RUN:-"$C/bin/cuda_bench" --synth q4_0 -p 0 -n 16 -d 0 -r 1 --bw-gib 1} >"$OUT/ncu.csv" 2>/dev/null
     python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections, re
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

@@ -10,7 +10,8 @@
 #   "cuda_bench cuda_lora_bench cera") names the programs packed besides the tests (fewer keep
 #   the pack under the limit). GOLDEN_EXTRA (default none) names more golden cases to carry
 #   (e.g. "synth-gemma3-f32": its files synth-gemma3-f32.*). WERROR=ON keeps a build
-#   folder configured with -DCERA_WERROR=ON as it is (no rebuild of everything).
+#   folder configured with -DCERA_WERROR=ON as it is (no rebuild of everything). GOLDEN_LLAMA=0
+#   carries only the synth-llama goldens test_cuda_batch and test_cuda_lora read.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -21,7 +22,7 @@ mkdir -p "$(dirname "$EXCL")"
 grep -qx "/$C/" "$EXCL" 2>/dev/null || echo "/$C/" >>"$EXCL"
 [ -e /tmp/devshared ] || ln -sfn "$(cd .. && pwd)/shared" /tmp/devshared
 cmake -S . -B "$BUILD" -DCERA_CUDA=ON -DCERA_WERROR="${WERROR:-OFF}" -DCERA_SHARED_DIR=/tmp/devshared >/dev/null
-TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows test_cuda_batch"}
+TESTS=${TESTS:-"test_cuda_ops test_cuda_golden test_cuda_engine test_cuda_lora test_cuda_attention test_cuda_sample test_cuda_matvec_rows test_cuda_batch test_cuda_lora_moe"}
 TOOLS=${TOOLS-"cuda_bench cuda_lora_bench cera"}
 cmake --build "$BUILD" --target $TESTS $TOOLS -j"${JOBS:-2}"
 FINAL=$C
@@ -38,7 +39,10 @@ S=../shared
 cp $S/models/stories260K.gguf "$C/shared/models/"
 cp $S/vocab/ggml-vocab-llama-spm.gguf "$C/shared/vocab/" # cera synth's tokenizer
 # the architecture cases travel in Q8_0 only (the F32 ones would pass the 64 MiB limit)
-for f in $S/golden/stories260K.p* $S/golden/synth-llama-* $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
+# (GOLDEN_LLAMA=0: of the synth-llama types only those test_cuda_batch and test_cuda_lora read)
+LLAMA_SET="$S/golden/synth-llama-*"
+[ "${GOLDEN_LLAMA:-1}" = 0 ] && LLAMA_SET="$S/golden/synth-llama-q4_0.* $S/golden/synth-llama-f32.* $S/golden/synth-llama-q4_k_m.*"
+for f in $S/golden/stories260K.p* $LLAMA_SET $S/golden/synth-qwen2-q8_0.* $S/golden/synth-qwen3-q8_0.* \
     $S/golden/synth-granite-q8_0.* $S/golden/synth-lfm2-q8_0.* $S/golden/synth-gemma3-q8_0.* \
     $S/golden/synth-phi3-q8_0.*; do
     cp "$f" "$C/shared/golden/"
@@ -47,6 +51,10 @@ for g in ${GOLDEN_EXTRA:-}; do cp $S/golden/"$g".* "$C/shared/golden/"; done
 # the LoRA cases: the adapters (GGUF and PEFT folders) and llama.cpp's outputs with them
 cp tests/lora/data/lfm2-lora.gguf tests/lora/data/gemma3-lora.gguf "$C/shared/golden/" # test_cuda_lora's adapters
 cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
+# lfm2moe: the goldens committed under tests/model/data; device_run.sh makes the synth_models
+# fixture's files there with the packed cera (CERA_TEST_SYNTH_DIR, CERA_TEST_DATA_DIR)
+mkdir -p "$C/shared/data"
+cp -r tests/model/data/lfm2moe "$C/shared/data/"
 chmod -R u+w "$C/shared"
 if [ -d "$FINAL" ]; then chmod -R u+w "$FINAL"; fi
 rm -rf "$FINAL" && mkdir -p "$FINAL"

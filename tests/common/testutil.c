@@ -21,9 +21,18 @@ static const char *rotate_path(const char *dir, const char *rel) {
     snprintf(b, sizeof bufs[0], "%s/%s", dir, rel);
     return b;
 }
+/* dir, or the environment's value for it when set (a machine where the build's folders are
+ * not where they were built: the device machine, bench/cuda/device_run.sh) */
+static const char *dir_or_env(const char *env, const char *dir) {
+    const char *v = getenv(env);
+    return v && *v ? v : dir;
+}
+
 const char *shared_path(const char *rel) {
-    if (!strncmp(rel, "synth/", 6)) return rotate_path(CERA_BINARY_DIR "/synth", rel + 6);
-    if (!strncmp(rel, "data/", 5)) return rotate_path(CERA_SOURCE_DIR "/tests/model/data", rel + 5);
+    if (!strncmp(rel, "synth/", 6))
+        return rotate_path(dir_or_env("CERA_TEST_SYNTH_DIR", CERA_BINARY_DIR "/synth"), rel + 6);
+    if (!strncmp(rel, "data/", 5))
+        return rotate_path(dir_or_env("CERA_TEST_DATA_DIR", CERA_SOURCE_DIR "/tests/model/data"), rel + 5);
     return rotate_path(CERA_SHARED_DIR, rel);
 }
 

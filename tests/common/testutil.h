@@ -36,7 +36,8 @@ int test_finish(void);
 /* "<CERA_SHARED_DIR>/<rel>" into a static buffer rotated over 8 slots; two prefixes name
  * reference material kept elsewhere: "synth/..." the models `cera synth` writes at test time
  * into the build folder (the synth_models fixture, tests/model/CMakeLists.txt) and "data/..."
- * the test data committed under tests/model/data. */
+ * the test data committed under tests/model/data (CERA_TEST_SYNTH_DIR and CERA_TEST_DATA_DIR in
+ * the environment move these two). */
 const char *shared_path(const char *rel);
 /* A golden case's file NAME.EXT: under the shared golden/ folder, or, when NAME holds a '/',
  * NAME itself through shared_path ("data/lfm2moe/f32.p1"). */

@@ -11,7 +11,8 @@
  *     2.4e-2 for LFM2) (the multi-row decode matvec gives each row the one-row
  *     kernel's bits; attention splits as for one token); for stories260K (F32) and
  *     synth-llama Q4_0, synth-lfm2 Q8_0 (a conv state per sequence slot) and synth-gemma3 Q8_0
- *     (sliding-window layers: a KV group of their own, GEGLU, post-branch norms);
+ *     (sliding-window layers: a KV group of their own, GEGLU, post-branch norms), and lfm2moe Q8_0
+ *     (routed experts: each slot's own expert matvec, the same kernel at any batch size);
  *   - mixed: two prompts and three decode steps in one batch (the GEMM path, where the
  *     attention of several sequences is not the single prompt's kernel, and the decode
  *     steps' activations are F16 instead of int8-quantized) within 5e-3 of the row's max
@@ -222,6 +223,11 @@ int main(void) {
     test_mixed_and_fork("models/stories260K.gguf", 5e-3);
     test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2);
     test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1);
+    /* lfm2moe (the synth_models fixture's file): each slot's expert matvecs in a decode step,
+     * grouped by expert in a prompt chunk */
+    test_decode("synth/lfm2moe-q8_0.gguf", 6, 0);
+    test_decode("synth/lfm2moe-q8_0.gguf", 16, 1e-1);
+    test_mixed_and_fork("synth/lfm2moe-q8_0.gguf", 1e-1);
     test_mixed_and_fork("golden/synth-gemma3-q8_0.gguf", 5e-2);
     return test_finish();
 }

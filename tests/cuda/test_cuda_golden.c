@@ -1,7 +1,9 @@
 /*
  * test_cuda_golden.c — the GPU forward pass against llama.cpp's goldens (../shared/golden)
  * for stories260K and every synth-llama type, synth-qwen2/qwen3/granite/lfm2/gemma3/phi3
- * (phi3's fused attn_qkv and ffn_up go up as row ranges, each its own device weight).
+ * (phi3's fused attn_qkv and ffn_up go up as row ranges, each its own device weight), and
+ * lfm2moe's committed goldens (tests/model/data/lfm2moe: routed experts; its Q8_0 and Q4_0
+ * cases take the quantized-LFM2 bounds).
  *
  * Per case: the prompt as one batch (the prefill path: cuBLAS) and token by token (the
  * decode path: int8 matvec kernels, CUDA graph) both give every position's logits, which
@@ -31,6 +33,11 @@
  *     3.8e-2, prefill vs decode 4.6e-2: the post-branch norms rescale each branch's rounded
  *     output, likely why its spread is the widest of the quantized models but LFM2's] (H200,
  *     2026-12-01).
+ *   - lfm2moe Q4_0 (kind 4): 1.5e-1 [decode 1.03e-1 at position 3 alone, every other row under half of
+ *     that; prefill 2.2e-2]: at position 3 the router of one block has its second chosen expert
+ *     3.2e-3 above the best unchosen one (the smallest margin of the prompt, measured with a
+ *     print in the CPU backend's routing, not kept), so the decode's slightly different input
+ *     there picks the other expert (H200, 2026-12-02).
  * The stories260K 200-token greedy text must be identical, and the synth greedy
  * continuations for F32, F16 and BF16; for quantized models the matched length is printed.
  * Exits 77 without a GPU.
@@ -47,7 +54,7 @@
 typedef struct gcase {
     const char *model; /* relative to the shared folder */
     const char *name;  /* golden case prefix */
-    int kind;          /* 0: f32, 1: f16/bf16, 2: quantized, 3: quantized LFM2 */
+    int kind;          /* 0: f32, 1: f16/bf16, 2: quantized, 3: quantized LFM2, 4: 3 with a router near-tie */
 } gcase;
 
 static const gcase cases[] = {
@@ -82,6 +89,12 @@ static const gcase cases[] = {
     {"golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 2},
     {"golden/synth-phi3-f32.gguf", "synth-phi3-f32", 0},
     {"golden/synth-phi3-q8_0.gguf", "synth-phi3-q8_0", 2},
+    // lfm2moe: the synth_models fixture's files, the goldens committed under tests/model/data
+    {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p1", 0},
+    {"synth/lfm2moe-f32.gguf", "data/lfm2moe/f32.p2", 0},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p1", 3},
+    {"synth/lfm2moe-q8_0.gguf", "data/lfm2moe/q8_0.p3", 3},
+    {"synth/lfm2moe-q4_0.gguf", "data/lfm2moe/q4_0.p1", 4},
 };
 
 static int argmax_row(const float *r, int n) {
@@ -103,19 +116,15 @@ static double row_diff(const float *a, const float *b, int n, bool *same_top) {
 }
 
 static void run_case(const gcase *c) {
-    char path[512];
     if (!file_exists(shared_path(c->model))) {
         // the device machine gets a subset of ../shared (bench/cuda/pack.sh)
         printf("%-20s skipped: %s not present\n", c->name, shared_path(c->model));
         return;
     }
-    snprintf(path, sizeof path, "golden/%s.tokens", c->name);
     size_t n_tok = 0, n_greedy = 0, logit_bytes = 0;
-    int32_t *tokens = read_ints(shared_path(path), &n_tok);
-    snprintf(path, sizeof path, "golden/%s.greedy", c->name);
-    int32_t *greedy = read_ints(shared_path(path), &n_greedy);
-    snprintf(path, sizeof path, "golden/%s.logits.f32", c->name);
-    float *golden = read_file(shared_path(path), &logit_bytes);
+    int32_t *tokens = read_ints(golden_path(c->name, "tokens"), &n_tok);
+    int32_t *greedy = read_ints(golden_path(c->name, "greedy"), &n_greedy);
+    float *golden = read_file(golden_path(c->name, "logits.f32"), &logit_bytes);
     CHECK(tokens && greedy && golden, "%s: golden files missing", c->name);
     if (!tokens || !greedy || !golden) return;
 
@@ -147,17 +156,23 @@ static void run_case(const gcase *c) {
             CHECK(st == CERA_OK, "%s: decode %d: %s", c->name, i, err.message);
         }
         double d_pre = 0, d_dec = 0, d_pd = 0;
-        int top_pre = 0, top_dec = 0;
+        int top_pre = 0, top_dec = 0, at_dec = 0, n_half = 0; /* the worst decode row; rows past half of it */
+        double *rows_dec = malloc(sizeof(double) * (size_t)n);
         for (int i = 0; i < n; i++) {
             bool same;
             d_pre = fmax(d_pre, row_diff(pre + (size_t)i * nv, golden + (size_t)i * nv, nv, &same));
             top_pre += same;
-            d_dec = fmax(d_dec, row_diff(dec + (size_t)i * nv, golden + (size_t)i * nv, nv, &same));
+            rows_dec[i] = row_diff(dec + (size_t)i * nv, golden + (size_t)i * nv, nv, &same);
+            if (rows_dec[i] > d_dec) d_dec = rows_dec[i], at_dec = i;
             top_dec += same;
             d_pd = fmax(d_pd, row_diff(dec + (size_t)i * nv, pre + (size_t)i * nv, nv, &same));
         }
-        const double tol = c->kind == 0 ? 5e-3 : c->kind == 1 ? 1e-2 : c->kind == 3 ? 1e-1 : 5e-2;
-        const double tol_pd = c->kind == 0 ? 2e-3 : c->kind == 1 ? 1e-2 : c->kind == 3 ? 1e-1 : 5e-2;
+        const double tol = c->kind == 0   ? 5e-3
+                           : c->kind == 1 ? 1e-2
+                           : c->kind == 3 ? 1e-1
+                           : c->kind == 4 ? 1.5e-1
+                                          : 5e-2;
+        const double tol_pd = c->kind == 0 ? 2e-3 : c->kind == 1 ? 1e-2 : c->kind >= 3 ? tol : 5e-2;
         const int top_need = c->kind == 0 ? n : (n * 85 + 99) / 100;
         CHECK(d_pre <= tol, "%s: prefill vs golden %.3g > %.0e", c->name, d_pre, tol);
         CHECK(d_dec <= tol, "%s: decode vs golden %.3g > %.0e", c->name, d_dec, tol);
@@ -181,9 +196,11 @@ static void run_case(const gcase *c) {
         }
         if (c->kind <= 1)
             CHECK(!diverged, "%s: greedy continuation differs at token %zu of %zu", c->name, match, n_greedy);
-        printf("%-20s prefill %.2e (top %d/%d)  decode %.2e (top %d/%d)  prefill-vs-decode %.2e  greedy "
-               "%zu/%zu\n",
-               c->name, d_pre, top_pre, n, d_dec, top_dec, n, d_pd, match, n_greedy);
+        for (int i = 0; i < n; i++) n_half += rows_dec[i] > d_dec / 2;
+        free(rows_dec);
+        printf("%-20s prefill %.2e (top %d/%d)  decode %.2e (top %d/%d; worst at %d, %d rows past half of "
+               "it)  prefill-vs-decode %.2e  greedy %zu/%zu\n",
+               c->name, d_pre, top_pre, n, d_dec, top_dec, n, at_dec, n_half, d_pd, match, n_greedy);
         free(pre), free(dec), free(pos);
     }
 done:

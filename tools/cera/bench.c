@@ -120,18 +120,26 @@ static cera_status read_model_info(const char *path, model_info *mi, cera_error 
     memset(mi, 0, sizeof *mi);
     const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
     const bool tied = gguf_find_tensor(f, "output.weight") == NULL;
+    char arch[32] = "?", key[96];
+    gguf_str s;
+    if (gguf_get_str(f, "general.architecture", &s)) gguf_str_copy(s, arch, sizeof arch);
+    // routed experts: a token reads expert_used_count of the expert_count matrices of a 3-D tensor
+    uint32_t n_expert = 0, n_used = 0;
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    gguf_get_u32(f, key, &n_expert);
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    gguf_get_u32(f, key, &n_used);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         mi->size += t->nbytes;
         mi->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
         if (t == embd && !tied)
             mi->bytes_per_token += cera_row_size(t->type, t->ne[0]); /* one row looked up */
+        else if (t->ne[2] > 1 && n_expert > 0 && n_used <= n_expert && t->ne[2] == n_expert)
+            mi->bytes_per_token += t->nbytes / n_expert * n_used;
         else
             mi->bytes_per_token += t->nbytes;
     }
-    char arch[32] = "?";
-    gguf_str s;
-    if (gguf_get_str(f, "general.architecture", &s)) gguf_str_copy(s, arch, sizeof arch);
     uint32_t ft = 99;
     const char *tname = NULL;
     if (gguf_get_u32(f, "general.file_type", &ft)) {

@@ -9,6 +9,7 @@
  *     per load instruction, and Q6_K, split into its 192 quant bytes per super-block
  *     (aligned for 16-byte loads) and an 18-byte scales+d record [n, k/256]. Float rows (F32/F16/BF16) are
  * padded with zeros to k_pad, a multiple of 32, so every kernel works in units of 32 elements.
+ * A 3-D expert tensor (routed experts) is one weight of n_expert x rows-per-expert rows.
  *   - activations (cu_act): rows of k_pad floats, plus, for the int8 dot-product kernels,
  *     the same rows quantized per 32 elements as llama.cpp's Q8_0 does (int8 quants, the
  *     scale rounded through F16, and the sum of the quants for the Q4_0 offset).
@@ -152,6 +153,47 @@ cudaError_t cu_matvec(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const 
  *   bench/RESULTS.md (not weight-bound yet: 8 rows cost 1.7-5.3x one row's time). */
 cudaError_t cu_matvec_rows(cudaStream_t st, const cu_mv_seg *segs, int n_segs, const cu_act *x, int n_rows,
                            int64_t y_stride, cu_mv_epilogue epi, float scale, const cu_act *h_out);
+
+/* ---- Routed experts (matvec.cu, moe.cu) ------------------------------------------------- */
+
+#define CU_MOE_MAX_EXPERT 256 /* experts of one MoE block the routing kernels take */
+
+/* A decode step's expert matvecs: for n_slots slots p, y_p = W_e · x_{p / x_div} with e =
+ * sel[p] (device), W the stacked weight w (every expert's matrix of rows_per_expert rows one
+ * after another). Without w_up: output row p at y + p * y_stride. With w_up (same type and
+ * shape): h_out row p = silu(W_e x) ⊙ (U_e x), quantized, as cu_matvec's SwiGLU epilogue.
+ * Each slot reads only its expert's rows. */
+cudaError_t cu_matvec_moe(cudaStream_t st, const cu_weight *w, const cu_weight *w_up, int64_t rows_per_expert,
+                          const int32_t *sel, int n_slots, int x_div, const cu_act *x, float *y,
+                          int64_t y_stride, const cu_act *h_out);
+
+/* The router's choice for n_tok tokens from their logits rows (ld floats apart; overwritten
+ * by the gating's probabilities): each token's k experts into sel [n_tok, k] and their
+ * weights into wt, as backend/cpu/moe.c (bias steers the choice only; may be NULL). */
+cudaError_t cu_moe_route(cudaStream_t st, float *logits, int64_t ld, int n_tok, int n_expert, int k,
+                         bool sigmoid, const float *bias, bool norm_w, float w_scale, int32_t *sel,
+                         float *wt);
+
+/* cu_moe_route of the logits of an F32 router for the f32 rows of x, in one launch (for
+ * decode steps; logits [n_tok, router->n] are left in logits). counter: a device int, zero,
+ * left zero. */
+cudaError_t cu_moe_router(cudaStream_t st, const cu_weight *router, const cu_act *x, int n_tok, int k,
+                          bool sigmoid, const float *bias, bool norm_w, float w_scale, float *logits,
+                          int32_t *sel, float *wt, int32_t *counter);
+
+/* dst row i = src row rows[i] (device), k floats each, for i < n. */
+cudaError_t cu_gather_rows(cudaStream_t st, const float *src, int64_t src_stride, const int32_t *rows, int n,
+                           int64_t k, float *dst, int64_t dst_stride);
+
+/* y[t] = sum over j < k of wt[t k + j] · eo[where[t k + j]] for n_tok tokens (where NULL:
+ * slot t k + j's output is row t k + j), each product rounded, added in slot order; with add,
+ * y[t] += scale · that sum instead (the residual add, as cu_add_scaled). */
+cudaError_t cu_moe_combine(cudaStream_t st, const float *eo, int64_t eo_stride, const int32_t *where,
+                           const float *wt, int n_tok, int k, int64_t n_embd, float *y, int64_t y_stride,
+                           bool add, float scale);
+
+/* rows [row0, row0 + n) of w as a weight of its own (pointers into w's storage). */
+cu_weight cu_weight_rows(const cu_weight *w, int64_t row0, int64_t n);
 
 /* ---- Short convolution (conv.cu, LFM2) ----------------------------------------------------- */
 

@@ -95,6 +95,8 @@ typedef enum cu_step_kind {
     CU_STEP_GLU,     /* dst (ACT) = act(src) ⊙ src2 (a GLU no matmul epilogue took; GEGLU always) */
     CU_STEP_CONV,    /* dst (ACT) = the short convolution of src (B | C | X), state slot conv */
     CU_STEP_OUTPUT,  /* logits = (rms_norm(src) · w into dst) · mw (+ bias) · scale */
+    CU_STEP_MOE,     /* dst = routed experts of src (ACT): router mw, sel_bias bias, the stacked
+                      * gate/up/down in seg[0..2] (forward.c: step_moe) */
 } cu_step_kind;
 
 /* Where a one-token decode step adds an adapter's B·t of a LINEAR (the others add it right
@@ -121,18 +123,19 @@ typedef struct cu_step {
     cu_seg seg[3];
     cu_mv_epilogue epi;
     cu_lora_at lora_at;
-    cu_loc k, v;         /* ROPE_KV: keys and values (rows as src's) */
-    const float *w, *w2; /* NORM, OUTPUT, CONV: the weight; ROPE_KV: the Q and K norms or NULL */
-    const cu_weight *mw; /* EMBED: the table; OUTPUT: the output weight */
-    const float *bias;   /* OUTPUT */
-    float scale, eps;    /* ROPE_KV: scale multiplies Q after the rotation (1: none) */
-    bool rope;           /* ROPE_KV: rotate */
-    bool rope_swa;       /* ROPE_KV: with the sliding layers' tables (rope_swa) */
-    bool gelu;           /* GLU: GEGLU (else SwiGLU) */
-    int kv;              /* ROPE_KV, ATTEND: the KV slot */
-    int window;          /* ATTEND: the sliding window (0: none) */
-    int lc;              /* CONV: taps */
-    int64_t state_off;   /* CONV: its rows in a sequence's state */
+    cu_loc k, v;             /* ROPE_KV: keys and values (rows as src's) */
+    const float *w, *w2;     /* NORM, OUTPUT, CONV: the weight; ROPE_KV: the Q and K norms or NULL */
+    const cu_weight *mw;     /* EMBED: the table; OUTPUT: the output weight */
+    const float *bias;       /* OUTPUT */
+    float scale, eps;        /* ROPE_KV: scale multiplies Q after the rotation (1: none) */
+    bool rope;               /* ROPE_KV: rotate */
+    bool rope_swa;           /* ROPE_KV: with the sliding layers' tables (rope_swa) */
+    bool gelu;               /* GLU: GEGLU (else SwiGLU) */
+    int kv;                  /* ROPE_KV, ATTEND: the KV slot */
+    int window;              /* ATTEND: the sliding window (0: none) */
+    int lc;                  /* CONV: taps */
+    int64_t state_off;       /* CONV: its rows in a sequence's state */
+    const cera_experts *moe; /* MOE: counts, gating and weighting (model.h) */
 } cu_step;
 
 /* Where a KV slot (the plan's ROPE_KV order, which is the engine's KV-layer order) keeps
@@ -148,7 +151,9 @@ typedef struct cu_kv_slot {
 typedef struct cu_wentry {
     const cera_weight *mw;
     cu_weight w;
-    bool streamed; /* read whole per token (a matmul's) */
+    bool streamed;       /* read whole per token (a matmul's) */
+    int64_t expert_rows; /* a stacked expert tensor: rows per expert (0: not one) */
+    double share;        /* a stacked expert tensor: the part a token reads (n_used / n_expert) */
 } cu_wentry;
 
 struct cera_cuda_state {
@@ -182,7 +187,28 @@ struct cera_cuda_state {
     float *conv_state;                  /* the sequences' conv states: slot s at s * conv_state_slot floats */
     int64_t conv_state_slot;            /* floats per slot: every conv step's (lc - 1) rows */
     float *own_state;                   /* the standalone API's one slot */
-    float *mma_work; /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
+    /* routed experts (forward.c: step_moe), sized for n_batch tokens of the widest MoE step */
+    int moe_k, moe_ne;             /* most experts used per token; most experts */
+    int64_t moe_ff_pad, moe_embd;  /* the widest expert FFN (padded); its output width */
+    float *moe_logits;             /* [n_batch, moe_ne] */
+    float *moe_wt;                 /* [n_batch * moe_k]: each slot's weight */
+    int32_t *moe_counter;          /* cu_moe_router's blocks done (zero between launches) */
+    int32_t *moe_sel;              /* [n_batch * moe_k]: each slot's expert */
+    int32_t *moe_where;            /* [3 n_batch moe_k]: a prompt chunk's grouped row of each
+                                    * slot, then each grouped row's token and expert */
+    int32_t *h_moe;                /* pinned: their staging, then the groups' counts */
+    float *moe_g, *moe_u, *moe_eo; /* gate, up; the expert outputs [n_batch * moe_k rows] */
+    cu_store moe_x;                /* a prompt chunk's rows gathered by expert (quantized) */
+    cu_store moe_h;                /* the SwiGLU rows, quantized [n_batch * moe_k] */
+    cera_weight *moe_mw;           /* [3 n_layer]: the stacked tensors the plan uploaded */
+    void *moe_half;                /* [n_batch * moe_k, the widest k_pad] F16/BF16 GEMM rows */
+    void **moe_ptr;                /* device [3 moe_ne]: a grouped GEMM's A, B, C pointers */
+    const void **h_moe_ptr;        /* pinned: their staging */
+    int *h_moe_dims;               /* host [6 moe_ne]: its m, n, k, lda/ldb, ldc, group sizes */
+    cublasOperation_t *h_moe_ops;  /* host [2 moe_ne] */
+    float *h_moe_ab;               /* host [2 moe_ne]: alphas, betas */
+    bool moe_no_grouped;           /* cuBLAS refused the grouped call: one GEMM per expert */
+    float *mma_work;               /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
     int64_t mma_work_bytes;
     int64_t embd_pad;
 
@@ -258,6 +284,12 @@ cera_status cu_upload_weight(cera_cuda_state *s, const cera_weight *mw, const ch
                              void *staging, cera_error *err);
 void cu_free_weight(cu_weight *w);
 
+/* gemm.c: for each expert e of the stacked weight w (rows_per_expert rows each), the rows
+ * start[e] .. start[e + 1] of y (ldy apart) = those rows of a (f32) · W_e^T: a prompt chunk's
+ * rows grouped by expert. */
+cera_status cu_gemm_experts(cera_cuda_state *s, const cu_weight *w, int64_t rows_per_expert,
+                            const int32_t *start, int ne, const cu_act *a, float *y, int64_t ldy,
+                            cera_error *err);
 /* gemm.c: Y[m, w->n] (row stride ldy) = A[m, :] · W^T through cuBLAS; A's f32 rows. */
 cera_status cu_gemm(cera_cuda_state *s, const cu_weight *w, const cu_act *a, int m, float *y, int64_t ldy,
                     cera_error *err);

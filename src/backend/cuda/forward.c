@@ -15,6 +15,9 @@
  *     a graph per B, so that a sequence decoded among others gets the logits it gets alone.
  *   - a prompt chunk (prefill): the steps with cuBLAS GEMMs (gemm.c) and separate
  *     element-wise kernels; only the rows whose logits are asked for reach the output layer.
+ * Routed experts (step_moe) choose on the device in every mode; a decode step then runs each
+ * (token, expert) slot's matvecs on the chosen expert's rows, a prompt chunk brings the choice
+ * back to group its tokens by expert for one grouped GEMM per expert tensor.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,6 +359,129 @@ static cera_status step_conv(run *r, const cu_step *st, cera_error *err) {
     return CERA_OK;
 }
 
+/* The batch's adapters on MoE target t of the step's layer (none targeting it: nothing):
+ * y[slot] += s·B_e(A_e·x[slot / x_div]), slot_tok[slot] or slot / k the slot's batch row
+ * (cu_moe_lora). */
+static cera_status moe_lora(cera_cuda_state *s, const cu_step *st, cera_lora_moe t, const float *x,
+                            int64_t x_stride, int x_div, const int32_t *slot_exp, const int32_t *slot_tok,
+                            int n_slots, float *y, int64_t y_stride, cera_error *err) {
+    if (!(s->lora_mask >> (CU_LORA_MOE_BIT + t) & 1u)) return CERA_OK;
+    const cera_experts *ex = st->moe;
+    const int64_t n_embd = ex->gate[0].k, n_ff = ex->gate[0].n;
+    const int64_t k = t == CERA_LORA_MOE_DOWN ? n_ff : n_embd;
+    const int64_t d = t == CERA_LORA_MOE_ROUTER ? ex->n_expert : t == CERA_LORA_MOE_DOWN ? n_embd : n_ff;
+    CU_TRY(cu_moe_lora(s->st, &s->lora, s->hp.n_layer, st->layer, (int)t, x, x_stride, x_div,
+                       t == CERA_LORA_MOE_ROUTER ? NULL : slot_exp, slot_tok,
+                       t == CERA_LORA_MOE_ROUTER ? 1 : ex->n_used, n_slots, k, d, y, y_stride));
+    return CERA_OK;
+}
+
+/* A prompt chunk's experts, each expert's weights read once for the chunk: the choice comes
+ * back to the host, which groups the slots by expert (in token order, as the CPU backend);
+ * the grouped rows are gathered, and gate, up and down each run as one grouped GEMM over the
+ * chosen experts' rows (cu_gemm_experts); the weighted sum reads each slot's output where its
+ * group put it. */
+static cera_status prefill_experts(run *r, const cu_step *st, const cu_act *in, float *out, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const cera_experts *ex = st->moe;
+    const int n = r->n, ne = ex->n_expert, k = ex->n_used, nk = n * k;
+    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = (s->moe_embd + 31) / 32 * 32,
+                  fp = s->moe_ff_pad;
+    // pinned: sel | where | tok | exp (each grouped row's token and expert), then the groups'
+    // starts and fill counts
+    int32_t *sel = s->h_moe, *where = sel + (size_t)nk, *tok = where + (size_t)nk, *exp = tok + (size_t)nk;
+    int32_t *start = s->h_moe + 4 * (size_t)s->prm.n_batch * (size_t)s->moe_k, *fill = start + s->moe_ne + 1;
+    CU_TRY(cudaMemcpyAsync(sel, s->moe_sel, sizeof(int32_t) * (size_t)nk, cudaMemcpyDeviceToHost, s->st));
+    CU_TRY(cudaStreamSynchronize(s->st));
+    for (int e = 0; e <= ne; e++) start[e] = 0;
+    for (int i = 0; i < nk; i++) {
+        if (sel[i] < 0 || sel[i] >= ne)
+            return cera_fail(err, CERA_ERR_INTERNAL, "cuda: expert %d chosen", sel[i]);
+        start[sel[i] + 1]++;
+    }
+    for (int e = 0; e < ne; e++) start[e + 1] += start[e];
+    memcpy(fill, start, sizeof(int32_t) * (size_t)ne);
+    for (int i = 0; i < nk; i++) {
+        const int row = fill[sel[i]]++;
+        where[i] = row;
+        tok[row] = i / k;
+        exp[row] = sel[i];
+    }
+    CU_TRY(cudaMemcpyAsync(s->moe_where, where, sizeof(int32_t) * (size_t)(3 * nk), cudaMemcpyHostToDevice,
+                           s->st));
+    const int32_t *d_tok = s->moe_where + nk, *d_exp = d_tok + nk;
+    CU_TRY(cu_gather_rows(s->st, in->f, in->k_pad, d_tok, nk, n_embd, s->moe_x.f, ep));
+    const cu_act xg = {s->moe_x.f, NULL, NULL, NULL, n_embd, ep};
+    const cu_act h = {s->moe_h.f, NULL, NULL, NULL, n_ff, fp};
+    PROF(r, 0, CERA_TRY(cu_gemm_experts(s, st->seg[0].w, n_ff, start, ne, &xg, s->moe_g, fp, err)));
+    PROF(r, 0, CERA_TRY(cu_gemm_experts(s, st->seg[1].w, n_ff, start, ne, &xg, s->moe_u, fp, err)));
+    CERA_TRY(moe_lora(s, st, CERA_LORA_MOE_UP, xg.f, ep, 1, d_exp, d_tok, nk, s->moe_u, fp, err));
+    CERA_TRY(moe_lora(s, st, CERA_LORA_MOE_GATE, xg.f, ep, 1, d_exp, d_tok, nk, s->moe_g, fp, err));
+    PROF(r, 2, CU_TRY(cu_glu(s->st, s->moe_g, s->moe_u, fp, NULL, NULL, nk, false, &h)));
+    PROF(r, 0, CERA_TRY(cu_gemm_experts(s, st->seg[2].w, n_embd, start, ne, &h, s->moe_eo, ep, err)));
+    CERA_TRY(moe_lora(s, st, CERA_LORA_MOE_DOWN, h.f, fp, 1, d_exp, d_tok, nk, s->moe_eo, ep, err));
+    PROF(r, 2,
+         CU_TRY(cu_moe_combine(s->st, s->moe_eo, ep, s->moe_where, s->moe_wt, n, k, n_embd, out,
+                               st->dst.stride, st->epi == CU_MV_ADD, st->scale)));
+    return CERA_OK;
+}
+
+/* The routed experts of a batch: the router's logits and each token's choice on the device
+ * (a decode step with an F32 router and no adapter on it: one launch, cu_moe_router); then in
+ * a decode step each slot's expert matvecs (gate and up with the SwiGLU epilogue, down), each
+ * reading only the chosen expert's rows, so the step stays one graph; a prompt chunk groups
+ * its slots by expert (prefill_experts). The weighted sum goes into dst, or is added to it
+ * (epi CU_MV_ADD: the residual add the plan folded in). */
+static cera_status step_moe(run *r, const cu_step *st, cera_error *err) {
+    cera_cuda_state *s = r->s;
+    const cera_experts *ex = st->moe;
+    const int n = r->n, ne = ex->n_expert, k = ex->n_used, nk = n * k;
+    const cu_act in = act_at(r, st->src);
+    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = (s->moe_embd + 31) / 32 * 32;
+    float *out = rows_at(r, st->dst);
+    const bool sigmoid = ex->gating == CERA_GATING_SIGMOID;
+    const bool router_lora = s->lora_mask >> (CU_LORA_MOE_BIT + CERA_LORA_MOE_ROUTER) & 1u;
+    if (r->mode != RUN_PREFILL && st->mw->type == CERA_TYPE_F32 && !router_lora) {
+        CU_TRY(cu_moe_router(s->st, st->mw, &in, n, k, sigmoid, st->bias, ex->norm_w, ex->w_scale,
+                             s->moe_logits, s->moe_sel, s->moe_wt, s->moe_counter));
+    } else {
+        if (r->mode == RUN_PREFILL) {
+            PROF(r, 0, CERA_TRY(cu_gemm(s, st->mw, &in, n, s->moe_logits, ne, err)));
+        } else {
+            const cu_mv_seg seg = {st->mw, s->moe_logits, NULL};
+            CU_TRY(cu_matvec_rows(s->st, &seg, 1, &in, n, ne, CU_MV_STORE, 1.0f, NULL));
+        }
+        CERA_TRY(
+            moe_lora(s, st, CERA_LORA_MOE_ROUTER, in.f, in.k_pad, 1, NULL, NULL, n, s->moe_logits, ne, err));
+        PROF(r, 2,
+             CU_TRY(cu_moe_route(s->st, s->moe_logits, ne, n, ne, k, sigmoid, st->bias, ex->norm_w,
+                                 ex->w_scale, s->moe_sel, s->moe_wt)));
+    }
+    if (r->mode == RUN_PREFILL) return prefill_experts(r, st, &in, out, err);
+    const cu_act h = {s->moe_h.f, s->moe_h.q, s->moe_h.d, s->moe_h.s, n_ff, s->moe_ff_pad};
+    const cu_weight *g = st->seg[0].w, *u = st->seg[1].w, *d = st->seg[2].w;
+    const unsigned gu_lora =
+        (1u << (CU_LORA_MOE_BIT + CERA_LORA_MOE_GATE)) | (1u << (CU_LORA_MOE_BIT + CERA_LORA_MOE_UP));
+    if (g->type == u->type && !(s->lora_mask & gu_lora)) {
+        CU_TRY(cu_matvec_moe(s->st, g, u, n_ff, s->moe_sel, nk, k, &in, NULL, 0, &h));
+    } else { /* gate and up stored, their adapters added, then SwiGLU */
+        const int64_t fp = s->moe_ff_pad;
+        CU_TRY(cu_matvec_moe(s->st, g, NULL, n_ff, s->moe_sel, nk, k, &in, s->moe_g, fp, NULL));
+        CU_TRY(cu_matvec_moe(s->st, u, NULL, n_ff, s->moe_sel, nk, k, &in, s->moe_u, fp, NULL));
+        CERA_TRY(
+            moe_lora(s, st, CERA_LORA_MOE_UP, in.f, in.k_pad, k, s->moe_sel, NULL, nk, s->moe_u, fp, err));
+        CERA_TRY(
+            moe_lora(s, st, CERA_LORA_MOE_GATE, in.f, in.k_pad, k, s->moe_sel, NULL, nk, s->moe_g, fp, err));
+        CU_TRY(cu_glu(s->st, s->moe_g, s->moe_u, fp, NULL, NULL, nk, false, &h));
+        CU_TRY(cu_quantize_act(s->st, &h, nk));
+    }
+    CU_TRY(cu_matvec_moe(s->st, d, NULL, n_embd, s->moe_sel, nk, 1, &h, s->moe_eo, ep, NULL));
+    CERA_TRY(moe_lora(s, st, CERA_LORA_MOE_DOWN, h.f, h.k_pad, 1, s->moe_sel, NULL, nk, s->moe_eo, ep, err));
+    CU_TRY(cu_moe_combine(s->st, s->moe_eo, ep, NULL, s->moe_wt, n, k, n_embd, out, st->dst.stride,
+                          st->epi == CU_MV_ADD, st->scale));
+    return CERA_OK;
+}
+
 static cera_status prefill_logits(cera_cuda_state *s, const cu_step *st, const float *x, int n,
                                   const int32_t *out_rows, int n_out, cera_error *err);
 
@@ -417,6 +543,7 @@ static cera_status run_plan(run *r, cera_error *err) {
         }
         case CU_STEP_CONV: CERA_TRY(step_conv(r, st, err)); break;
         case CU_STEP_OUTPUT: CERA_TRY(step_output(r, st, err)); break;
+        case CU_STEP_MOE: CERA_TRY(step_moe(r, st, err)); break;
         }
     }
     return CERA_OK;

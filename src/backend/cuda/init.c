@@ -262,6 +262,11 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         size_t deq_elems = 0;
         for (int i = 0; i < s->n_wts; i++) {
             const cu_weight *w = &s->wts[i].w;
+            if (s->wts[i].expert_rows) {
+                // the prefill's grouped GEMM dequantizes the whole stacked tensor
+                deq_elems = max_sz(deq_elems, (size_t)w->n * (size_t)((w->k + 31) / 32 * 32));
+                continue;
+            }
             if (!s->wts[i].streamed) continue;
             if (cu_mma_supported(w->type) && cu_mma_work_bytes(w, DEC_ROWS_MAX) > wb)
                 wb = cu_mma_work_bytes(w, DEC_ROWS_MAX);
@@ -270,6 +275,49 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         s->mma_work_bytes = wb;
         CERA_TRY(dev_alloc((void **)&s->mma_work, (size_t)wb, "mma workspace", err));
         CERA_TRY(dev_alloc(&s->deq, deq_elems * 2, "scratch", err));
+    }
+    if (s->moe_k) {
+        // routed experts: every token's choice, and rows for each of its slots
+        const size_t slots = (size_t)B * (size_t)s->moe_k, f = sizeof(float),
+                     ep = (size_t)(s->moe_embd + 31) / 32 * 32;
+        const size_t ff = (size_t)s->moe_ff_pad;
+        struct {
+            void **p;
+            size_t bytes;
+        } bufs[] = {
+            {(void **)&s->moe_logits, (size_t)B * (size_t)s->moe_ne * f},
+            {(void **)&s->moe_wt, slots * f},
+            {(void **)&s->moe_counter, sizeof(int32_t)},
+            {(void **)&s->moe_sel, slots * sizeof(int32_t)},
+            {(void **)&s->moe_where, 3 * slots * sizeof(int32_t)},
+            {(void **)&s->moe_g, slots * ff * f},
+            {(void **)&s->moe_u, slots * ff * f},
+            {(void **)&s->moe_eo, slots * ep * f},
+        };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            CERA_TRY(dev_alloc(bufs[i].p, bufs[i].bytes, "expert scratch", err));
+        CU_TRY(cudaMemset(s->moe_counter, 0, sizeof(int32_t)));
+        s->moe_h.width = s->moe_ff_pad;
+        CERA_TRY(make_store(&s->moe_h, (int)slots, true, err));
+        s->moe_x.width = (int64_t)ep;
+        CERA_TRY(make_store(&s->moe_x, (int)slots, false, err));
+        const size_t wide = ep > ff ? ep : ff, ne = (size_t)s->moe_ne;
+        CERA_TRY(dev_alloc(&s->moe_half, slots * wide * 2, "expert scratch", err));
+        CERA_TRY(dev_alloc((void **)&s->moe_ptr, 3 * ne * sizeof(void *), "expert scratch", err));
+        if (cudaMallocHost((void **)&s->h_moe_ptr, 3 * ne * sizeof(void *)) != cudaSuccess) {
+            s->h_moe_ptr = NULL;
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned expert staging");
+        }
+        s->h_moe_dims = malloc(6 * ne * sizeof(int));
+        s->h_moe_ops = malloc(2 * ne * sizeof(cublasOperation_t));
+        s->h_moe_ab = malloc(2 * ne * sizeof(float));
+        if (!s->h_moe_dims || !s->h_moe_ops || !s->h_moe_ab)
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: expert GEMM tables");
+        const size_t n_h = 4 * slots + 2 * ((size_t)s->moe_ne + 1);
+        if (cudaMallocHost((void **)&s->h_moe, n_h * sizeof(int32_t)) != cudaSuccess) {
+            s->h_moe = NULL;
+            return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: pinned expert staging");
+        }
     }
     if (s->n_conv) {
         CERA_TRY(dev_alloc((void **)&s->d_first, (size_t)B * 3 * sizeof(int32_t), "conv", err));
@@ -392,6 +440,18 @@ void cera_cuda_free(cera_cuda_state *s) {
     cudaFree(s->own_state);
     cudaFree(s->mma_work);
     if (s->h_conv) cudaFreeHost(s->h_conv);
+    void *moe[] = {s->moe_logits, s->moe_wt, s->moe_counter, s->moe_sel,
+                   s->moe_where,  s->moe_g,  s->moe_u,       s->moe_eo};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) cudaFree(moe[i]);
+    free_store(&s->moe_h);
+    free_store(&s->moe_x);
+    cudaFree(s->moe_half);
+    cudaFree(s->moe_ptr);
+    if (s->h_moe_ptr) cudaFreeHost((void *)s->h_moe_ptr);
+    free(s->h_moe_dims);
+    free(s->h_moe_ops);
+    free(s->h_moe_ab);
+    if (s->h_moe) cudaFreeHost(s->h_moe);
     void *bufs[] = {s->logits,       s->half_act,    s->deq,          s->d_tok,     s->d_pos,   s->d_argmax,
                     s->att.part_acc, s->att.part_ml, s->att.counters, s->d_tok_tbl, s->d_tables};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);

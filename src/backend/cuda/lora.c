@@ -13,12 +13,14 @@
 _Static_assert(CERA_LORA_MAX_SET <= CU_LORA_ROW_MAX,
                "the kernels stage at most CU_LORA_ROW_MAX adapters per row");
 _Static_assert(CU_LORA_PROJ == CERA_PROJ_COUNT, "pair tables are indexed in cera_proj order");
+_Static_assert(CU_LORA_MOE == CERA_LORA_MOE_COUNT, "MoE pair tables are indexed in cera_lora_moe order");
+_Static_assert(CU_LORA_PROJ <= CU_LORA_MOE_BIT, "the mask's projection bits lie below its MoE bits");
 
 /* An adapter's device copy (in the state's table, by adapter id). */
 typedef struct cu_lora_dev {
     void *factors;     /* F16, the same offsets as the adapter's F32 block */
-    cu_lora_pair *tab; /* device [n_layer * 7] */
-    unsigned mask;     /* projections targeted in some layer (bit = cera_proj) */
+    cu_lora_pair *tab; /* device [n_layer * (CU_LORA_PROJ + CU_LORA_MOE)] */
+    unsigned mask;     /* targets in some layer (bit = cera_proj; CU_LORA_MOE_BIT + cera_lora_moe) */
     int max_rank;
 } cu_lora_dev;
 
@@ -67,7 +69,8 @@ static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_erro
                          a->source, LORA_NORM_MAX, s->n_embd);
     const size_t n = a->used;
     cu_lora_dev *d = calloc(1, sizeof *d);
-    cu_lora_pair *tab = calloc((size_t)a->n_layer * CU_LORA_PROJ, sizeof *tab);
+    const size_t n_tab = (size_t)a->n_layer * (CU_LORA_PROJ + CU_LORA_MOE);
+    cu_lora_pair *tab = calloc(n_tab, sizeof *tab);
     float *f32 = NULL;
     int32_t *bad = NULL;
     cera_status st = CERA_OK;
@@ -76,7 +79,7 @@ static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_erro
         goto out;
     }
     cudaError_t e = cudaMalloc(&d->factors, n * 2 + 16);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&d->tab, sizeof *tab * (size_t)a->n_layer * CU_LORA_PROJ);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->tab, sizeof *tab * n_tab);
     if (e == cudaSuccess) e = cudaMalloc((void **)&f32, n * sizeof(float) + 16);
     if (e == cudaSuccess) e = cudaMalloc((void **)&bad, sizeof *bad);
     if (e != cudaSuccess) {
@@ -112,8 +115,18 @@ static cera_status upload_adapter(cera_cuda_state *s, cera_adapter *a, cera_erro
             d->mask |= 1u << p;
             if (src->rank > d->max_rank) d->max_rank = src->rank;
         }
-    if ((e = cudaMemcpy(d->tab, tab, sizeof *tab * (size_t)a->n_layer * CU_LORA_PROJ,
-                        cudaMemcpyHostToDevice)) != cudaSuccess) {
+    for (int l = 0; l < a->n_layer; l++)
+        for (int t = 0; t < CU_LORA_MOE && a->moe; t++) {
+            const cera_lora_pair *src = cera_lora_moe_get(a, l, (cera_lora_moe)t);
+            cu_lora_pair *dst = &tab[(size_t)a->n_layer * CU_LORA_PROJ + (size_t)l * CU_LORA_MOE + t];
+            if (!src) continue;
+            dst->rank = src->rank;
+            dst->a = (const uint16_t *)d->factors + (src->a - a->data);
+            dst->b = (const uint16_t *)d->factors + (src->b - a->data);
+            dst->factor = a->alpha != 0.0f ? a->alpha / (float)src->rank : 1.0f;
+            d->mask |= 1u << (CU_LORA_MOE_BIT + t);
+        }
+    if ((e = cudaMemcpy(d->tab, tab, sizeof *tab * n_tab, cudaMemcpyHostToDevice)) != cudaSuccess) {
         st = cera_fail(err, CERA_ERR_DEVICE, "%s: adapter upload: %s", a->source, cudaGetErrorString(e));
         goto out;
     }

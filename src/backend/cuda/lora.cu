@@ -205,3 +205,52 @@ extern "C" cudaError_t cu_lora_to_f16(cudaStream_t st, const float *src, void *d
     k_lora_to_f16<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(src, static_cast<__half *>(dst), n, n_bad);
     return cudaGetLastError();
 }
+
+/* Block per slot: the slot's token's entries in order; for each that targets the layer's
+ * MoE target, t = A_e · x (a warp per rank row) into shared memory, then y += s · B_e t (a
+ * thread per output). */
+__global__ void __launch_bounds__(256)
+    k_moe_lora(cu_lora_plan p, int n_layer, int layer, int target, const float *x, int64_t x_stride,
+               int x_div, const int32_t *slot_exp, const int32_t *slot_tok, int tok_div, int64_t k, int64_t d,
+               float *y, int64_t y_stride) {
+    cu_pdl_enter();
+    __shared__ float t[1024]; /* CERA_LORA_MAX_RANK */
+    const int slot = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const int row = slot_tok ? slot_tok[slot] : slot / tok_div;
+    const int e = slot_exp ? slot_exp[slot] : 0;
+    const float *xr = x + (int64_t)(slot / x_div) * x_stride;
+    float *yr = y + (int64_t)slot * y_stride;
+    for (int en = p.row_first[row]; en < p.row_first[row + 1]; en++) {
+        const cu_lora_pair *pr =
+            &p.ent[en].tab[(int64_t)n_layer * CU_LORA_PROJ + layer * CU_LORA_MOE + target];
+        const int rank = pr->rank;
+        if (rank == 0) continue; /* ranks above CERA_LORA_MAX_RANK are refused at load */
+        const __half *a = static_cast<const __half *>(pr->a) + (int64_t)e * rank * k;
+        const __half *b = static_cast<const __half *>(pr->b) + (int64_t)e * d * rank;
+        const float sc = p.ent[en].scale * pr->factor;
+        for (int j = warp; j < rank; j += n_warps) {
+            const __half *aj = a + (int64_t)j * k;
+            float v = 0.0f;
+            for (int64_t q = lane; q < k; q += 32) v += __half2float(aj[q]) * xr[q];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) t[j] = v;
+        }
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+            const __half *bi = b + i * rank;
+            float v = 0.0f;
+            for (int j = 0; j < rank; j++) v += __half2float(bi[j]) * t[j];
+            yr[i] += sc * v;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" cudaError_t cu_moe_lora(cudaStream_t st, const cu_lora_plan *p, int n_layer, int layer, int target,
+                                   const float *x, int64_t x_stride, int x_div, const int32_t *slot_exp,
+                                   const int32_t *slot_tok, int tok_div, int n_slots, int64_t k, int64_t d,
+                                   float *y, int64_t y_stride) {
+    if (n_slots < 1 || x_div < 1 || tok_div < 1) return cudaErrorInvalidValue;
+    return cu_launch(k_moe_lora, n_slots, 256, 0, st, *p, n_layer, layer, target, x, x_stride, x_div,
+                     slot_exp, slot_tok, tok_div, k, d, y, y_stride);
+}

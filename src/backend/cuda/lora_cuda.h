@@ -46,7 +46,13 @@ typedef struct cu_lora_pair {
     float factor;  /* alpha / rank, or 1 when the adapter has no alpha */
 } cu_lora_pair;
 
-#define CU_LORA_PROJ    9  /* pairs per layer, in cera_proj order */
+#define CU_LORA_PROJ 9 /* pairs per layer, in cera_proj order */
+#define CU_LORA_MOE                                                                                          \
+    4                      /* an MoE layer's targets (lora/lora.h: cera_lora_moe order), after every         \
+                            * layer's projections in the table: [n_layer * CU_LORA_PROJ] then                \
+                            * [n_layer * CU_LORA_MOE]; an expert target's a and b are expert 0's             \
+                            * factors, the others' follow (lora/lora.h: cera_lora_expert) */
+#define CU_LORA_MOE_BIT 16 /* lora_mask bit of MoE target t: CU_LORA_MOE_BIT + t */
 #define CU_LORA_ROW_MAX 16 /* adapters per batch row (CERA_LORA_MAX_SET) */
 
 /* One (row, adapter) entry of a batch plan. */
@@ -119,6 +125,16 @@ cudaError_t cu_rope_store_lora(cudaStream_t st, const float *q_in, const float *
                                const int32_t *pos, int n_head, int n_head_kv, int hd, const float *q_norm,
                                const float *k_norm, float eps, const cu_rope *rope, float *q_out,
                                const cu_kv *kv, const cu_lora_plan *p, int layer);
+
+/* Routed experts: y[slot] += s · B_e(A_e · x[slot / x_div]) for n_slots slots, for every
+ * adapter of the slot's batch row (slot_tok[slot], or slot / tok_div without it) that targets
+ * MoE target `target` (cera_lora_moe) of `layer`; e = slot_exp[slot] (NULL: the router, one
+ * matrix). x rows are k floats x_stride apart, y rows d floats y_stride apart. The adapters
+ * are the batch plan's entries of that row, in order, as cu_lora_b's. */
+cudaError_t cu_moe_lora(cudaStream_t st, const cu_lora_plan *p, int n_layer, int layer, int target,
+                        const float *x, int64_t x_stride, int x_div, const int32_t *slot_exp,
+                        const int32_t *slot_tok, int tok_div, int n_slots, int64_t k, int64_t d, float *y,
+                        int64_t y_stride);
 
 /* Converts n floats to F16 on the device (upload); the count of values outside the F16
  * range is added to *n_bad (device int). */

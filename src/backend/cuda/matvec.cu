@@ -770,3 +770,85 @@ extern "C" cudaError_t cu_matvec_rows(cudaStream_t st, const cu_mv_seg *segs, in
     }
     return cudaSuccess;
 }
+
+/* ---- Routed experts (cu_matvec_moe) --------------------------------------------------------
+ * k_matvec's loops over one expert's rows per slot: block (tile, slot) reads the rows of
+ * expert sel[slot] in the stacked weight (every expert's matrix one after another:
+ * rows_per_expert rows each, which is what p.w[].n holds here) and the activation row
+ * slot / x_div, and runs the epilogue for output row slot. Variant 1's shape (2-deep
+ * prefetch in 64 registers, two blocks per SM): an expert's matrix is a few tiles per slot,
+ * so the grid is about one block per SM and two resident blocks overlap one's reduction and
+ * epilogue with the other's loads. */
+template <int T, int EPI>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+    k_matvec_moe(const mv_params p, const int32_t *sel, int x_div) {
+    cu_pdl_enter();
+    constexpr int NR = EPI == CU_MV_SWIGLU ? 2 * MV_ROWS : MV_ROWS;
+    constexpr int NA = MV_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = (int)blockIdx.y;
+    const cu_wview &wa = p.w[0];
+    const cu_wview &wb = EPI == CU_MV_SWIGLU ? p.w[1] : p.w[0];
+    const int64_t first = (int64_t)__ldg(sel + slot) * wa.n;
+    const int64_t tile_row0 = (int64_t)blockIdx.x * MV_TILE;
+    int64_t rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const int64_t row = tile_row0 + warp * MV_ROWS + (r % MV_ROWS);
+        rows[r] = first + (row < wa.n ? row : wa.n - 1); // clamped rows compute, their results are dropped
+    }
+    // the slot's activation row, as the loops read it
+    mv_params x = {};
+    const int64_t xr = slot / x_div, kp = p.k_pad;
+    x.k_pad = kp;
+    x.xf = p.xf + xr * kp;
+    if (p.xq) {
+        x.xq = p.xq + xr * kp;
+        x.xd = p.xd + xr * (kp / 32);
+        x.xs = p.xs + xr * (kp / 32);
+    }
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    mv_dot<T>::template run<NR, NA, 2>(wa, wb, rows, x, lane, acc);
+
+    __shared__ float res[2][MV_TILE];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
+    }
+    __syncthreads();
+    if (warp == 0) mv_epilogue<EPI>(p, res[0], res[1], (int)blockIdx.x, lane, slot);
+}
+
+template <int T>
+static cudaError_t launch_moe(cudaStream_t st, const mv_params &p, bool swiglu, dim3 grid, const int32_t *sel,
+                              int x_div) {
+    if (swiglu) return cu_launch(k_matvec_moe<T, CU_MV_SWIGLU>, grid, MV_WARPS * 32, 0, st, p, sel, x_div);
+    return cu_launch(k_matvec_moe<T, CU_MV_STORE>, grid, MV_WARPS * 32, 0, st, p, sel, x_div);
+}
+
+extern "C" cudaError_t cu_matvec_moe(cudaStream_t st, const cu_weight *w, const cu_weight *w_up,
+                                     int64_t rows_per_expert, const int32_t *sel, int n_slots, int x_div,
+                                     const cu_act *x, float *y, int64_t y_stride, const cu_act *h_out) {
+    if (n_slots < 1 || n_slots > 65535 || x_div < 1 || rows_per_expert < 1 || w->n % rows_per_expert)
+        return cudaErrorInvalidValue;
+    const bool swiglu = w_up != NULL;
+    const cu_mv_seg segs[2] = {{w, y, NULL}, {w_up, NULL, NULL}};
+    mv_params p;
+    if (mv_setup(p, segs, swiglu ? 2 : 1, x, swiglu ? CU_MV_SWIGLU : CU_MV_STORE, 1.0f, h_out) < 0)
+        return cudaErrorInvalidValue;
+    const int tiles = (int)((rows_per_expert + MV_TILE - 1) / MV_TILE);
+    for (int i = 0; i < p.n_segs; i++) p.w[i].n = rows_per_expert;
+    p.tile_start[1] = p.tile_start[2] = tiles;
+    p.y_stride = y_stride;
+    const dim3 grid((unsigned)tiles, (unsigned)n_slots);
+    switch (w->type) {
+#define CU_CASE(T)                                                                                           \
+    case T: return launch_moe<T>(st, p, swiglu, grid, sel, x_div);
+        CU_TYPE_LIST(CU_CASE)
+#undef CU_CASE
+    default: return cudaErrorInvalidValue;
+    }
+}

@@ -12,13 +12,16 @@
  *     its own);
  *   - per-head NORMs of Q and K, then ROPE_KV: the norms run inside the rope + KV-store
  *     kernel (which also writes the rotated queries the attention reads);
+ *   - MOE (routed experts), then an ADD of its output into another buffer: the weighted sum
+ *     of the experts adds itself there (forward.c: step_moe);
  *   - LoRA on a LINEAR's segments: in a one-token decode step, B·t goes into the kernel that
  *     reads the output next (rope + KV store after Q/K/V, the SwiGLU after gate/up, the next
  *     RMS norm after a residual add); anywhere else it is added right after the matmul.
  * An op that fits no rule gets a step of its own (STORE matmuls, ADD, GLU). A LINEAR's
  * segments are stored side by side in one row of their first output's home, so Q, K and V
  * reach the rope kernel with one stride. Weights are uploaded as the compile meets them,
- * each once (a tied output reuses the embedding's copy).
+ * each once (a tied output reuses the embedding's copy; a 3-D expert tensor is one weight,
+ * every expert's matrix after the other's).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,15 @@ size_t cu_plan_staging_bytes(const cera_model *m) {
             most = raw_bytes(op->seg[j].w) > most ? raw_bytes(op->seg[j].w) : most;
         if (op->kind == CERA_OP_EMBED && raw_bytes(op->w) > most) most = raw_bytes(op->w);
         if (op->kind == CERA_OP_OUTPUT && raw_bytes(op->w2) > most) most = raw_bytes(op->w2);
+        if (op->kind == CERA_OP_MOE) { /* the router, and each stacked expert tensor whole */
+            const cera_experts *ex = op->moe;
+            const cera_weight *stk[3] = {&ex->gate[0], &ex->up[0], &ex->down[0]};
+            most = raw_bytes(&ex->router) > most ? raw_bytes(&ex->router) : most;
+            for (int j = 0; j < 3; j++) {
+                const size_t b = raw_bytes(stk[j]) * (size_t)ex->n_expert;
+                most = b > most ? b : most;
+            }
+        }
     }
     return most;
 }
@@ -97,6 +109,25 @@ static cera_status use_weight(compiler *c, const cera_weight *mw, const char *wh
     CERA_TRY(cu_upload_weight(s, mw, name, &e->w, c->staging, err));
     s->n_wts++;
     *out = &e->w;
+    return CERA_OK;
+}
+
+/* The device copy of expert tensor j (0 gate, 1 up, 2 down) of ex, every expert's matrix in
+ * one weight (rows of expert e from e times the rows per expert), uploaded once. */
+static cera_status use_experts(compiler *c, const cera_experts *ex, int j, int layer, const cu_weight **out) {
+    cera_cuda_state *s = c->s;
+    static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    const cera_weight *w0 = j == 0 ? &ex->gate[0] : j == 1 ? &ex->up[0] : &ex->down[0];
+    cera_weight *stk = &s->moe_mw[3 * layer + j];
+    *stk = *w0;
+    stk->n = w0->n * ex->n_expert;
+    stk->row0 = 0;
+    CERA_TRY(use_weight(c, stk, names[j], layer, false, out, c->err));
+    cu_wentry *e = &s->wts[s->n_wts - 1];
+    if (&e->w == *out) {
+        e->expert_rows = w0->n;
+        e->share = (double)ex->n_used / (double)ex->n_expert;
+    }
     return CERA_OK;
 }
 
@@ -284,6 +315,55 @@ static cera_status compile_rope(compiler *c, const cera_op *op) {
     return push(c, &st);
 }
 
+/* MOE: the router's matvec and choice, each chosen expert's SwiGLU FFN and the weighted
+ * sum, from the normed rows (ACT) into the F32 home of dst (forward.c: step_moe); when the
+ * next op adds dst into another buffer (the residual), the weighted sum adds itself there
+ * (epi CU_MV_ADD, as a LINEAR's epilogue) and dst's own rows are never written. */
+static cera_status compile_moe(compiler *c, const cera_op *op, const cera_op *nx, int *used) {
+    cera_cuda_state *s = c->s;
+    cera_error *err = c->err;
+    const cera_experts *ex = op->moe;
+    cu_step st;
+    memset(&st, 0, sizeof st);
+    st.kind = CU_STEP_MOE;
+    st.layer = op->layer;
+    st.moe = ex;
+    st.n_seg = 3;
+    CERA_TRY(reads(c, op->src, &st.src));
+    if (!is_act(st.src)) return unsupported(c, "the experts read rows no norm wrote");
+    if (op->layer < 0 || op->layer >= s->hp.n_layer) return unsupported(c, "experts outside the layers");
+    const int64_t n_embd = ex->gate[0].k, n_ff = ex->gate[0].n;
+    if (n_embd != st.src.k || ex->down[0].k != n_ff || ex->down[0].n != n_embd || ex->router.k != n_embd ||
+        ex->router.n != ex->n_expert)
+        return unsupported(c, "the experts' shapes do not chain");
+    if (ex->n_used < 1 || ex->n_used > ex->n_expert) return unsupported(c, "experts used per token");
+    if (ex->n_expert > CU_MOE_MAX_EXPERT) return unsupported(c, "more than 256 experts in a block");
+    CERA_TRY(use_weight(c, &ex->router, "ffn_gate_inp", op->layer, true, &st.mw, err));
+    CERA_TRY(use_vec(c, &ex->sel_bias, "exp_probs_b", op->layer, ex->n_expert, 0.0f, &st.bias, err));
+    for (int j = 0; j < 3; j++) CERA_TRY(use_experts(c, ex, j, op->layer, &st.seg[j].w));
+    if (pad32(n_ff) > s->k_max) s->k_max = pad32(n_ff);
+    if (ex->n_used > s->moe_k) s->moe_k = ex->n_used;
+    if (ex->n_expert > s->moe_ne) s->moe_ne = ex->n_expert;
+    if (pad32(n_ff) > s->moe_ff_pad) s->moe_ff_pad = pad32(n_ff);
+    if (n_embd > s->moe_embd) s->moe_embd = n_embd;
+    const int home = CU_ST_F32(op->dst);
+    claim(c, home);
+    st.epi = CU_MV_STORE;
+    st.scale = 1.0f;
+    if (nx && nx->kind == CERA_OP_ADD && nx->src == op->dst && nx->dst != op->dst &&
+        is_f32(c->loc[nx->dst]) && c->loc[nx->dst].st != home && c->loc[nx->dst].k == n_embd) {
+        st.epi = CU_MV_ADD;
+        st.dst = c->loc[nx->dst];
+        st.scale = nx->scale;
+        *used = 2;
+        return push(c, &st);
+    }
+    st.dst = (cu_loc){home, 0, pad32(n_embd), n_embd};
+    need(s, home, st.dst.stride);
+    c->loc[op->dst] = st.dst;
+    return push(c, &st);
+}
+
 static cera_status compile_op(compiler *c, int i, int *used) {
     cera_cuda_state *s = c->s;
     cera_error *err = c->err;
@@ -390,8 +470,7 @@ static cera_status compile_op(compiler *c, int i, int *used) {
         st.dst = act_loc(c, op->dst, st.src.k);
         c->loc[op->dst] = st.dst;
         return push(c, &st);
-    case CERA_OP_MOE:
-        return unsupported(c, "routed experts (MoE): refused by check_variants"); /* not reached */
+    case CERA_OP_MOE: return compile_moe(c, op, i + 1 < n ? &ops[i + 1] : NULL, used);
     }
     return unsupported(c, "no CUDA step");
 }
@@ -424,8 +503,9 @@ static cera_status check_variants(const cera_graph *g, cera_error *err) {
         const bool glu_ok = op->act == CERA_GLU_SILU || op->act == CERA_GLU_GELU;
         const char *why = op->kind == CERA_OP_GLU && !glu_ok             ? "a GLU other than SwiGLU or GEGLU"
                           : op->kind == CERA_OP_ATTEND && op->window < 0 ? "a negative attention window"
-                          : op->kind == CERA_OP_MOE                      ? "routed experts (MoE)"
-                                                                         : NULL;
+                          : op->kind == CERA_OP_MOE && op->act != CERA_GLU_SILU
+                              ? "experts with a GLU other than SwiGLU"
+                              : NULL;
         if (why)
             return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: plan: op %d (%s): %s; the CPU backend runs it",
                              i, cera_op_name(op->kind), why);
@@ -451,8 +531,9 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     s->vecs = calloc((size_t)s->cap_vecs, sizeof *s->vecs);
     s->steps = calloc((size_t)g->n_ops, sizeof *s->steps);
     c.kv_of_layer = malloc(sizeof(int) * (size_t)(s->hp.n_layer > 0 ? s->hp.n_layer : 1));
+    s->moe_mw = calloc(3 * (size_t)(s->hp.n_layer > 0 ? s->hp.n_layer : 1), sizeof *s->moe_mw);
     s->kvl = calloc((size_t)(s->hp.n_layer > 0 ? s->hp.n_layer : 1), sizeof *s->kvl);
-    if (!s->wts || !s->vecs || !s->steps || !c.kv_of_layer || !s->kvl) {
+    if (!s->wts || !s->vecs || !s->steps || !c.kv_of_layer || !s->kvl || !s->moe_mw) {
         free(c.kv_of_layer);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda: plan of %d ops", g->n_ops);
     }
@@ -474,11 +555,13 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     // the bytes a decode step streams: every matmul weight once (not the embedding table)
     s->weight_bytes = 0;
     for (int i = 0; i < s->n_wts; i++) {
-        if (!s->wts[i].streamed) continue;
+        if (!s->wts[i].streamed && !s->wts[i].expert_rows) continue;
         int64_t db, sb, kp, rb;
         const cu_weight *w = &s->wts[i].w;
         cu_weight_bytes(w->type, w->k, w->n, &db, &sb, &kp, &rb);
-        s->weight_bytes += (size_t)(db + sb);
+        // a stacked expert tensor: the share of it a token's experts read
+        s->weight_bytes +=
+            s->wts[i].expert_rows ? (size_t)((double)(db + sb) * s->wts[i].share) : (size_t)(db + sb);
     }
     return CERA_OK;
 }
@@ -490,7 +573,9 @@ void cu_plan_free(cera_cuda_state *s) {
     free(s->vecs);
     free(s->steps);
     free(s->kvl);
+    free(s->moe_mw);
     s->kvl = NULL;
+    s->moe_mw = NULL;
     s->wts = NULL;
     s->vecs = NULL;
     s->steps = NULL;

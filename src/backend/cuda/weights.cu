@@ -54,6 +54,18 @@ extern "C" void cu_weight_bytes(cera_type t, int64_t k, int64_t n, int64_t *data
     *data_bytes = *row_bytes * n;
 }
 
+extern "C" cu_weight cu_weight_rows(const cu_weight *w, int64_t row0, int64_t n) {
+    cu_weight v = *w;
+    v.n = n;
+    v.data = static_cast<uint8_t *>(w->data) + row0 * w->row_bytes;
+    if (w->split && w->scales) {
+        // F16 scales [n, k/32] (Q4_0, Q8_0) or 18-byte records [n, k/256] (Q6_K)
+        const int64_t sb = w->type == CERA_TYPE_Q6_K ? w->k / 256 * 18 : w->k / 32 * 2;
+        v.scales = static_cast<uint8_t *>(w->scales) + row0 * sb;
+    }
+    return v;
+}
+
 /* One thread per Q6_K block: its first 192 bytes (ql | qh) to a, the last 18 (scales | d) to b. */
 __global__ void k_split_blocks(const uint8_t *src, uint8_t *a, uint8_t *b, int64_t blocks) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
