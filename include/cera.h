@@ -218,6 +218,10 @@ CERA_API cera_status cera_session_fork(cera_session *src, cera_session **out, ce
  * 0 for a NULL session. */
 CERA_API int cera_session_n_past(const cera_session *session);
 
+/* The session's timeline: its cera_session_n_past evaluated tokens (valid until the session
+ * next changes; NULL for a NULL session). */
+CERA_API const cera_token *cera_session_tokens(const cera_session *session);
+
 /* Drops every token at positions >= n_keep (0 clears the session), with a generated
  * token not yet evaluated and the last eval's logits. The sampler is reset: its penalty
  * history becomes the kept tokens' and its RNG restarts from the seed (so truncate(0) and
@@ -226,6 +230,25 @@ CERA_API int cera_session_n_past(const cera_session *session);
  * model with recurrent layers (LFM2's short convolutions, whose state follows the last
  * position) can only be cut back to 0 or n_past: anything between is CERA_ERR_UNSUPPORTED. */
 CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
+
+/* Saved sessions (llama.cpp's state files; `cera run --prompt-cache FILE`). cera_session_save
+ * writes the session's timeline to path: its tokens, the KV rows and recurrent state they
+ * left, the last logits row, the sampler's RNG and a token it drew but did not evaluate yet,
+ * in a versioned file with a checksum, tied to the model (a fingerprint of its tensors), the
+ * KV cache type and the adapters attached with their scales (a file at path that is not a
+ * session file is not written over: CERA_ERR_INVALID_ARG). A token cera_generate streamed
+ * last is evaluated first (one forward, as the next call would). cera_session_load replaces
+ * the session's timeline with a file's: CERA_ERR_IO when it cannot be read; CERA_ERR_FORMAT
+ * when it is not such a file or is damaged, CERA_ERR_INVALID_ARG when it was saved from
+ * another model, with other adapters or scales, or another KV cache type, and
+ * CERA_ERR_CONTEXT_FULL when the engine's n_ctx cannot hold it: in those cases nothing
+ * changes; CERA_ERR_CONTEXT_FULL when the KV pool has no room for its blocks leaves the
+ * session empty. The sampler's parameters stay the session's own (its penalty history
+ * becomes the file's tokens'), and a grammar restarts from its beginning. Saving, loading
+ * into a session and continuing gives the tokens the session would have given without
+ * stopping. */
+CERA_API cera_status cera_session_save(cera_session *session, const char *path, cera_error *err);
+CERA_API cera_status cera_session_load(cera_session *session, const char *path, cera_error *err);
 
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of
  * every new position are kept (for cera_session_logits(session, i)); otherwise only

@@ -88,6 +88,12 @@ struct cera_backend {
      * its own): zeroed when src < 0 (a new or cut-back sequence), else slot src's copied (a
      * fork). May be NULL with kv_on_host. */
     cera_status (*seq_state)(cera_backend *be, int dst, int src, cera_error *err);
+    /* A device backend's side of a saved session (engine/state.c): the bytes of one block of
+     * group g in its storage (0: none), and copies of a block or of a slot's recurrent state
+     * to host memory (to_device false) or from it. May be NULL with kv_on_host. */
+    size_t (*kv_block_bytes)(cera_backend *be, int g);
+    cera_status (*kv_io)(cera_backend *be, int g, int block, void *host, bool to_device, cera_error *err);
+    cera_status (*state_io)(cera_backend *be, int slot, void *host, bool to_device, cera_error *err);
     cera_status (*forward)(cera_backend *be, const cera_batch *batch, float *logits, cera_error *err);
     /* Optional: the row the last forward with logits == NULL kept for sequence slot seq_id,
      * into out [n_vocab] (host). */

@@ -138,6 +138,8 @@ fail:
 
 int cera_session_n_past(const cera_session *s) { return s ? s->seq.n_pos : 0; }
 
+const cera_token *cera_session_tokens(const cera_session *s) { return s ? s->tokens : NULL; }
+
 cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) {
     cera_error_clear(err);
     if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "truncate: session is NULL");

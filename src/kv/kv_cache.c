@@ -253,3 +253,35 @@ void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos) {
     if (seq->n_pos > n_pos) seq->n_pos = n_pos;
     if (n_pos == 0 && p->state) memset(cera_kv_seq_state(seq), 0, p->state_bytes);
 }
+
+cera_status cera_kv_seq_restore(cera_kv_seq *seq, int n_pos, const int *first, cera_error *err) {
+    const int need = (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
+    if (seq->n_pos || seq->n_blocks)
+        return cera_fail(err, CERA_ERR_INTERNAL, "KV restore into a sequence that holds positions");
+    if (n_pos < 0 || need > seq->max_blocks)
+        return cera_fail(err, CERA_ERR_CONTEXT_FULL, "context full: %d positions saved, %d available", n_pos,
+                         seq->max_blocks * CERA_KV_BLOCK);
+    cera_kv_pool *p = seq->pool;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        const cera_kv_group *G = &p->group[g];
+        if (!G->n_layer) continue;
+        if (first[g] < 0 || first[g] > need || (!G->window && first[g] != 0))
+            return cera_fail(err, CERA_ERR_FORMAT, "KV restore: group %d starts at block %d of %d", g,
+                             first[g], need);
+        if (need - first[g] > G->n_free)
+            return cera_fail(err, CERA_ERR_CONTEXT_FULL,
+                             "the engine's KV pool is exhausted (%d %sblocks free, %d needed): free sessions "
+                             "or open the engine with a larger kv_size",
+                             G->n_free, g == CERA_KV_SWA ? "sliding-window " : "", need - first[g]);
+    }
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        cera_kv_group *G = &p->group[g];
+        if (!G->n_layer) continue;
+        int32_t *t = table(seq, g);
+        for (int i = 0; i < need; i++) t[i] = i < first[g] ? -1 : take_block(G);
+        seq->first[g] = first[g];
+    }
+    seq->n_blocks = need;
+    seq->n_pos = n_pos;
+    return CERA_OK;
+}

@@ -157,6 +157,13 @@ bool cera_kv_seq_can_truncate(const cera_kv_seq *seq, int n_pos);
  * cera_kv_seq_can_truncate). */
 void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos);
 
+/* Gives an empty sequence n_pos positions (a saved session's, engine/state.c): fresh blocks
+ * for table entries first[g] .. of each group, -1 before them (a sliding group's dropped
+ * blocks; first[g] is 0 for a group without a window); the caller fills them.
+ * CERA_ERR_CONTEXT_FULL when the table or the pool has no room, CERA_ERR_FORMAT for a
+ * first[] that cannot be, with nothing changed. */
+cera_status cera_kv_seq_restore(cera_kv_seq *seq, int n_pos, const int *first, cera_error *err);
+
 /* The sequence's recurrent state in host storage, or NULL. */
 static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
     return seq->pool->state ? seq->pool->state + (size_t)seq->id * seq->pool->state_bytes : NULL;

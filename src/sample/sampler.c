@@ -322,3 +322,6 @@ const cera_candidate *cera_sampler_candidates(cera_sampler *s, const float *logi
     *n = s->cur.size;
     return s->cur.data;
 }
+
+void cera_sampler_rng_get(const cera_sampler *s, cera_mt19937 *out) { *out = s->rng; }
+void cera_sampler_rng_set(cera_sampler *s, const cera_mt19937 *in) { s->rng = *in; }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "cera.h"
+#include "sample/mt19937.h"
 #include "sample/stages.h"
 
 typedef struct cera_sampler cera_sampler;
@@ -47,6 +48,10 @@ cera_token cera_sampler_sample_masked(cera_sampler *s, const float *logits, cons
 
 /* Records a token that entered the sequence (prompt or generated) for the penalties. */
 void cera_sampler_accept(cera_sampler *s, cera_token token);
+
+/* The draw's RNG state, copied out or in (a saved session's, engine/state.c). */
+void cera_sampler_rng_get(const cera_sampler *s, cera_mt19937 *out);
+void cera_sampler_rng_set(cera_sampler *s, const cera_mt19937 *in);
 
 /* Clears the penalty history and reseeds the RNG from the parameters. */
 void cera_sampler_reset(cera_sampler *s);

@@ -4,6 +4,7 @@
  *   - `cera logits --tokens` writes the golden's layout and values; `-p` adds BOS like
  *     llama.cpp (the same file as from the golden's tokens);
  *   - -f gives the logits of -p (one trailing newline dropped);
+ *   - --prompt-cache FILE reuses and saves the evaluated prompt (prompt_cache below);
  *   - --help succeeds, usage errors (bad -t/-c/--kv/--device values, in both commands) exit 2, a missing
  * model exits 1 with "cera: ...".
  */
@@ -78,6 +79,80 @@ static void llama_cpp_options(const char *model) {
     CHECK(run_command(cmd) == 2, "an unknown option exits 2");
     snprintf(cmd, sizeof cmd, "%s run -m %s -p hi -n 1 --ignore-eos=1 2>/dev/null", CERA_CLI, model);
     CHECK(run_command(cmd) == 2, "a value given to a flag exits 2");
+}
+
+/* --prompt-cache FILE: the first run saves the evaluated prompt, a run with the same prompt
+ * reuses all of it, one with a longer prompt its start, and each prints what a run without
+ * the cache prints (sampled, with a seed); --prompt-cache-ro leaves the file as it was; a file
+ * that is not a session is said on stderr and the prompt evaluated whole. */
+static void prompt_cache(const char *model) {
+    char pc[512], o[4][512], err[512];
+    snprintf(pc, sizeof pc, "%s/test_cli_run.cache", CERA_BINARY_DIR);
+    snprintf(err, sizeof err, "%s/test_cli_run.cache_err", CERA_BINARY_DIR);
+    for (int i = 0; i < 4; i++) snprintf(o[i], sizeof o[i], "%s/test_cli_run.cache%d", CERA_BINARY_DIR, i);
+    remove(pc);
+    const char *prompts[2] = {"Once upon a time, there was a little girl",
+                              "Once upon a time, there was a little girl who"};
+    const char *opts = "-n 32 --temp 0.9 --seed 3 -t 1";
+    bool ok = true;
+    long n_prev = -1; /* the first prompt's tokens */
+    for (int p = 0; p < 2; p++) {
+        // without the cache, then with it (p 0: made; p 1: its start reused and the file rewritten)
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' %s > %s 2>/dev/null", CERA_CLI, model, prompts[p],
+                 opts, o[0]);
+        ok = ok && run_command(cmd) == 0;
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' %s --prompt-cache %s > %s 2>%s", CERA_CLI, model,
+                 prompts[p], opts, pc, o[1], err);
+        ok = ok && run_command(cmd) == 0;
+        size_t le = 0;
+        char *e = read_file(err, &le);
+        const char *r = e ? strstr(e, "tokens reused") : NULL;
+        long k = -1, nt = -1;
+        while (r && r > e && r[-1] != ':') r--;
+        if (r && sscanf(r, " %ld of the prompt's %ld tokens reused", &k, &nt) != 2) k = nt = -1;
+        if (p == 1)
+            CHECK(k == n_prev && nt > k, "--prompt-cache, a longer prompt: %ld of %ld reused (%s)", k, nt,
+                  e ? e : "");
+        else
+            CHECK(!r, "--prompt-cache made anew: %s", e ? e : "");
+        free(e);
+        snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' %s --prompt-cache %s --prompt-cache-ro > %s 2>%s",
+                 CERA_CLI, model, prompts[p], opts, pc, o[2], err);
+        ok = ok && run_command(cmd) == 0;
+        e = read_file(err, &le);
+        r = e ? strstr(e, "tokens reused") : NULL;
+        while (r && r > e && r[-1] != ':') r--;
+        k = nt = -1;
+        if (r && sscanf(r, " %ld of the prompt's %ld tokens reused", &k, &nt) != 2) k = nt = -1;
+        CHECK(k > 0 && k == nt, "--prompt-cache, the same prompt again: %ld of %ld reused (%s)", k, nt,
+              e ? e : "");
+        if (p == 0) n_prev = nt;
+        free(e);
+        size_t n0 = 0, n1 = 0, n2 = 0;
+        char *t0 = read_file(o[0], &n0), *t1 = read_file(o[1], &n1), *t2 = read_file(o[2], &n2);
+        CHECK(t0 && t1 && t2 && n0 > 10 && n0 == n1 && n0 == n2 && !memcmp(t0, t1, n0) && !memcmp(t0, t2, n0),
+              "prompt %d: the output with --prompt-cache differs from the one without", p);
+        free(t0), free(t1), free(t2);
+    }
+    CHECK(ok, "cera run with --prompt-cache failed: %s", cmd);
+    /* not a session file (a copy of the model, never the model itself): said, the prompt
+     * evaluated, the file not written over */
+    size_t lm = 0, lm2 = 0;
+    char *gguf = read_file(model, &lm);
+    FILE *f = gguf ? fopen(pc, "wb") : NULL;
+    CHECK(f && fwrite(gguf, 1, lm, f) == lm && fclose(f) == 0, "copy of the model: %s", pc);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Once' -n 4 --temp 0 -t 1 --prompt-cache %s > %s 2>%s",
+             CERA_CLI, model, pc, o[3], err);
+    const int rc = run_command(cmd);
+    size_t le = 0;
+    char *e = read_file(err, &le), *after = read_file(pc, &lm2);
+    CHECK(rc == 0 && e && strstr(e, "not used: ") && strstr(e, "not a cera session file") &&
+              strstr(e, "not written over"),
+          "--prompt-cache with a GGUF: rc %d, %s", rc, e ? e : "");
+    CHECK(gguf && after && lm == lm2 && !memcmp(gguf, after, lm),
+          "--prompt-cache wrote over a file that was not a session file");
+    free(e), free(gguf), free(after);
+    remove(pc);
 }
 
 int main(void) {
@@ -193,5 +268,6 @@ int main(void) {
     free(got_p);
     free(got_f);
     free(ref);
+    prompt_cache(model);
     return test_finish();
 }

@@ -9,7 +9,7 @@
  * Ctrl-C stops the generation (what came so far stays printed). With a grammar option
  * (--grammar, --grammar-file, -j/--json-schema, --json) every token is one the grammar
  * allows; generation also ends where it allows nothing more (said on stderr when the match
- * was not complete).
+ * was not complete). --prompt-cache FILE reuses and saves the evaluated prompt (cache_reuse).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +24,58 @@
 
 typedef struct run_state {
     bool ids;
-    double t_first; /* when the first token came (0: none yet) */
+    double t_first;    /* when the first token came (0: none yet) */
+    const char *cache; /* --prompt-cache FILE */
+    bool cache_ro;     /* --prompt-cache-ro */
 } run_state;
 
 static int run_extra(const char *cmd, int argc, char **argv, int *i, void *user) {
-    (void)cmd, (void)argc;
-    if (strcmp(argv[*i], "--ids")) return 0;
-    ((run_state *)user)->ids = true;
-    return 1;
+    run_state *rs = user;
+    if (!strcmp(argv[*i], "--ids")) {
+        rs->ids = true;
+        return 1;
+    }
+    if (!strcmp(argv[*i], "--prompt-cache")) return cli_take_value(cmd, argc, argv, i, &rs->cache);
+    if (!strcmp(argv[*i], "--prompt-cache-ro")) {
+        rs->cache_ro = true;
+        return 1;
+    }
+    return 0;
+}
+
+/* --prompt-cache FILE (llama.cpp's): a session saved there by an earlier run is loaded and
+ * the part of its timeline this prompt starts with is kept (the prompt's last token is
+ * evaluated again when nothing follows it, for its logits; a model with recurrent layers
+ * keeps all or nothing); the RNG then restarts from this run's seed, so the output is the
+ * one a run without the cache gives. Returns how many prompt tokens need no eval; a file that
+ * cannot be used is said on stderr and the prompt is evaluated whole. */
+static size_t cache_reuse(cera_session *s, const cera_sampler_params *sp, const char *path,
+                          const cera_token *toks, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* not made yet */
+    fclose(f);
+    cera_error err = {0};
+    if (cera_session_load(s, path, &err)) {
+        fprintf(stderr, "cera: --prompt-cache %s not used: %s\n", path, err.message);
+        cera_session_truncate(s, 0, &err);
+        return 0;
+    }
+    const cera_token *have = cera_session_tokens(s);
+    const size_t n_have = (size_t)cera_session_n_past(s);
+    size_t m = 0;
+    while (m < n_have && m < n && have[m] == toks[m]) m++;
+    size_t keep = m == n && n == n_have ? n : m < n ? m : n - 1;
+    if (keep != n_have && cera_session_truncate(s, (int)keep, &err)) {
+        cera_session_truncate(s, 0, &err);
+        keep = 0;
+    }
+    if (cera_session_set_sampler(s, sp, &err)) {
+        fprintf(stderr, "cera: --prompt-cache %s not used: %s\n", path, err.message);
+        cera_session_truncate(s, 0, &err);
+        return 0;
+    }
+    fprintf(stderr, "cera: --prompt-cache %s: %zu of the prompt's %zu tokens reused\n", path, keep, n);
+    return keep;
 }
 
 static bool on_token(cera_token token, const char *piece, size_t len, void *user) {
@@ -49,12 +93,15 @@ static bool on_token(cera_token token, const char *piece, size_t len, void *user
 int cmd_run(int argc, char **argv) {
     cli_args a;
     cli_args_init(&a);
-    run_state rs = {false, 0};
+    run_state rs = {false, 0, NULL, false};
     int rc = cli_parse(
         "run", RUN_GROUPS, argc, argv, &a, run_extra, &rs,
         "usage: cera run -m MODEL (-p TEXT | -f FILE) [options]\n\n"
         "Generates text after the prompt and streams it to stdout; times and speeds go to stderr.\n",
-        "  --ids                 print the generated token ids instead of text\n");
+        "  --ids                 print the generated token ids instead of text\n"
+        "  --prompt-cache FILE   reuse the prompt's start from the session saved in FILE, and save\n"
+        "                        the evaluated prompt there (llama.cpp's prompt cache)\n"
+        "  --prompt-cache-ro     use the prompt cache without writing it\n");
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = cli_args_finish("run", RUN_GROUPS, &a))) goto out_args;
     rc = 2;
@@ -100,7 +147,13 @@ int cmd_run(int argc, char **argv) {
     gp.ignore_eog = a.ignore_eos;
     gp.cancel = &cli_cancel_flag;
     const double t0 = cli_now();
-    cera_status st = cli_eval_prompt(s, toks, n, a.ep.n_batch, &err);
+    const size_t reused = rs.cache ? cache_reuse(s, &sp.sampler, rs.cache, toks, n) : 0;
+    cera_status st = reused < n ? cli_eval_prompt(s, toks + reused, n - reused, a.ep.n_batch, &err) : CERA_OK;
+    if (st == CERA_OK && rs.cache && !rs.cache_ro && reused < n) {
+        cera_error serr = {0};
+        if (cera_session_save(s, rs.cache, &serr))
+            fprintf(stderr, "cera: --prompt-cache %s not written: %s\n", rs.cache, serr.message);
+    }
     const double t1 = cli_now();
     int n_gen = 0;
     if (st == CERA_OK) st = cera_generate(s, NULL, 0, &gp, on_token, &rs, &n_gen, &err);

@@ -242,6 +242,37 @@ static cera_status cuda_seq_state(cera_backend *b, int dst, int src, cera_error 
     return CERA_OK;
 }
 
+static size_t cuda_kv_block_bytes(cera_backend *b, int g) {
+    const cuda_backend *be = (const cuda_backend *)b;
+    return g >= 0 && g < CERA_KV_GROUPS && be->kv[g] ? be->kv_block[g] : 0;
+}
+
+static cera_status cuda_kv_io(cera_backend *b, int g, int block, void *host, bool to_device,
+                              cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (g < 0 || g >= CERA_KV_GROUPS || !be->kv[g] || block < 0)
+        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: KV block %d of group %d", block, g);
+    uint8_t *d = (uint8_t *)be->kv[g] + (size_t)block * be->kv_block[g];
+    CU_TRY(cudaSetDevice(be->s->prm.device));
+    CU_TRY(cudaMemcpyAsync(to_device ? (void *)d : host, to_device ? host : (const void *)d, be->kv_block[g],
+                           to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, be->s->st));
+    CU_TRY(cudaStreamSynchronize(be->s->st));
+    return CERA_OK;
+}
+
+static cera_status cuda_state_io(cera_backend *b, int slot, void *host, bool to_device, cera_error *err) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (!be->state) return CERA_OK;
+    if (slot < 0 || slot >= be->n_seq_max)
+        return cera_fail(err, CERA_ERR_INTERNAL, "cuda: state slot %d", slot);
+    uint8_t *d = (uint8_t *)be->state + (size_t)slot * be->state_bytes;
+    CU_TRY(cudaSetDevice(be->s->prm.device));
+    CU_TRY(cudaMemcpyAsync(to_device ? (void *)d : host, to_device ? host : (const void *)d, be->state_bytes,
+                           to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, be->s->st));
+    CU_TRY(cudaStreamSynchronize(be->s->st));
+    return CERA_OK;
+}
+
 /* Sequence slot seq_id's kept row, or NULL. */
 static const float *slot_row(const cuda_backend *be, int seq_id) {
     if (!be->dev_logits || seq_id < 0 || seq_id >= be->n_seq_max) return NULL;
@@ -396,6 +427,9 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_free = cuda_kv_free;
     be->base.kv_copy = cuda_kv_copy;
     be->base.seq_state = cuda_seq_state;
+    be->base.kv_block_bytes = cuda_kv_block_bytes;
+    be->base.kv_io = cuda_kv_io;
+    be->base.state_io = cuda_state_io;
     be->base.adapter_free = cuda_adapter_free;
     be->base.forward = cuda_forward;
     be->base.logits_get = cuda_logits_get;
