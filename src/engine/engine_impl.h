@@ -97,6 +97,10 @@ struct cera_session {
     size_t gbuf_len, gbuf_cap;
 };
 
+/* The checksum a session file (state.c) ends with, over its first n bytes (the fuzz harness
+ * makes files the checksum lets through). */
+uint64_t cera_session_file_checksum(const void *p, size_t n);
+
 /* Copies a caller's params struct (src, NULL: keep dst) over dst, which holds the
  * defaults: as many bytes as src's struct_size says, which must be between 4 and size
  * (engine.c). */

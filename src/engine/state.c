@@ -67,6 +67,13 @@ static uint64_t hash_end(hasher *x) {
     return x->h;
 }
 
+uint64_t cera_session_file_checksum(const void *p, size_t n) {
+    hasher x;
+    hash_init(&x);
+    hash_bytes(&x, p, n);
+    return hash_end(&x);
+}
+
 /* The model's fingerprint: every tensor's name, type and shape, and up to 64 bytes from each
  * end of its data (a weight file's bytes are too many to hash at every save). */
 static uint64_t model_fingerprint(const cera_engine *e) {
@@ -179,8 +186,8 @@ static bool get_header(stream *s, header *h) {
     }
     if (!get(s, &v, 4)) return false;
     if (v != VERSION) {
-        s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: session file version %u (this cera reads %u)", s->path,
-                          v, VERSION);
+        s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: session file version %u (this cera reads %u)",
+                          s->path, v, VERSION);
         return false;
     }
     get(s, &h->model, 8);
@@ -258,7 +265,8 @@ static cera_status block_io(cera_session *s, int g, int block, void *buf, bool t
 /* The session's state bytes (device or host) and each held block, through one buffer. */
 static cera_status body_io(cera_session *s, stream *io, const header *h, bool load, cera_error *err) {
     size_t most = (size_t)h->state_bytes;
-    for (int g = 0; g < CERA_KV_GROUPS; g++) most = h->block_bytes[g] > most ? (size_t)h->block_bytes[g] : most;
+    for (int g = 0; g < CERA_KV_GROUPS; g++)
+        most = h->block_bytes[g] > most ? (size_t)h->block_bytes[g] : most;
     uint8_t *buf = malloc(most ? most : 1);
     if (!buf) return cera_fail(err, CERA_ERR_NO_MEMORY, "session file buffer of %zu bytes", most);
     cera_status st = CERA_OK;
@@ -300,8 +308,8 @@ cera_status cera_session_save(cera_session *s, const char *path, cera_error *err
         const size_t got = fread(magic, 1, 8, old);
         fclose(old);
         if (got > 0 && (got < 8 || memcmp(magic, MAGIC, 8)))
-            return cera_fail(err, CERA_ERR_INVALID_ARG, "%s exists and is not a cera session file: not written over",
-                             path);
+            return cera_fail(err, CERA_ERR_INVALID_ARG,
+                             "%s exists and is not a cera session file: not written over", path);
     }
     header h;
     session_header(s, &h);
@@ -319,7 +327,8 @@ cera_status cera_session_save(cera_session *s, const char *path, cera_error *err
     const uint64_t sum = hash_end(&io.h);
     if (!st && !io.st && fwrite(&sum, 8, 1, io.f) != 1)
         io.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
-    if (fclose(io.f) && !st && !io.st) io.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
+    if (fclose(io.f) && !st && !io.st)
+        io.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
     if (st || io.st) remove(path);
     return st ? st : io.st;
 }
@@ -361,20 +370,23 @@ static cera_status check_file(cera_session *s, const char *path, header *h, cera
     if (h->n_adapters != mine.n_adapters ||
         memcmp(h->adapter, mine.adapter, sizeof(uint64_t) * h->n_adapters) ||
         memcmp(h->scale, mine.scale, sizeof(float) * h->n_adapters))
-        return cera_fail(err, CERA_ERR_INVALID_ARG,
-                         "%s: saved with %u adapter(s) other than the %u attached to this session (or at other "
-                         "scales)",
-                         path, h->n_adapters, mine.n_adapters);
+        return cera_fail(
+            err, CERA_ERR_INVALID_ARG,
+            "%s: saved with %u adapter(s) other than the %u attached to this session (or at other "
+            "scales)",
+            path, h->n_adapters, mine.n_adapters);
     if (h->kv_type != mine.kv_type || memcmp(h->block_bytes, mine.block_bytes, sizeof h->block_bytes) ||
         h->state_bytes != mine.state_bytes || h->n_vocab != mine.n_vocab)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: saved with another KV cache type or layout", path);
     const int need = (h->n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
     bool sane = h->n_pos >= 0 && h->n_blocks == need && h->has_logits <= 1 && h->rng.index >= 0 &&
-                h->rng.index <= CERA_MT_N && h->pending_sampled >= -1 && h->pending_sampled < (int32_t)h->n_vocab;
+                h->rng.index <= CERA_MT_N && h->pending_sampled >= -1 &&
+                h->pending_sampled < (int32_t)h->n_vocab;
     for (int g = 0; g < CERA_KV_GROUPS; g++)
         sane = sane && h->first[g] >= 0 && h->first[g] <= h->n_blocks &&
                (h->block_bytes[g] || h->first[g] == 0) && (e->kv->group[g].window || h->first[g] == 0);
-    if (!sane) return cera_fail(err, CERA_ERR_FORMAT, "%s: the session file's header does not hold together", path);
+    if (!sane)
+        return cera_fail(err, CERA_ERR_FORMAT, "%s: the session file's header does not hold together", path);
     if (h->n_pos > e->params.n_ctx)
         return cera_fail(err, CERA_ERR_CONTEXT_FULL, "%s: %d positions saved, the context holds %d", path,
                          h->n_pos, e->params.n_ctx);

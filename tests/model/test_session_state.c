@@ -95,7 +95,8 @@ static void check_continue(const char *rel, const char *adapter, int n_prompt) {
     const int nv = cera_engine_n_vocab(e);
     cera_token prompt[64], first[N_FIRST], ref[N_AFTER], got[N_AFTER];
     for (int i = 0; i < n_prompt; i++) prompt[i] = (cera_token)(1 + (i * 37 + 11) % (nv - 1));
-    float *ref_rows = malloc(sizeof(float) * (size_t)N_AFTER * nv), *rows = malloc(sizeof(float) * (size_t)N_AFTER * nv);
+    float *ref_rows = malloc(sizeof(float) * (size_t)N_AFTER * nv),
+          *rows = malloc(sizeof(float) * (size_t)N_AFTER * nv);
     cera_session *s = new_session(e, a, 0.75f);
     cera_error err = {0};
     const char *path = tmp_path("cont");
@@ -111,13 +112,14 @@ static void check_continue(const char *rel, const char *adapter, int n_prompt) {
         CHECK(cera_session_n_past(t) == n_prompt + N_FIRST, "%s: loaded %d positions, saved %d", rel,
               cera_session_n_past(t), n_prompt + N_FIRST);
         const bool cont = t && sample_n(t, N_AFTER, got, rows, nv);
-        CHECK(cont && !memcmp(got, ref, sizeof ref), "%s: the tokens after a load (engine %d) differ", rel, k + 1);
+        CHECK(cont && !memcmp(got, ref, sizeof ref), "%s: the tokens after a load (engine %d) differ", rel,
+              k + 1);
         CHECK(cont && test_same_bits(rows, ref_rows, (size_t)N_AFTER * nv),
               "%s: the logits after a load (engine %d) differ", rel, k + 1);
         cera_session_free(t);
     }
-    printf("%-32s %d + %d positions saved, %d tokens after the load as without it (two engines)\n", rel, n_prompt,
-           N_FIRST, N_AFTER);
+    printf("%-32s %d + %d positions saved, %d tokens after the load as without it (two engines)\n", rel,
+           n_prompt, N_FIRST, N_AFTER);
     cera_session_free(s);
     remove(path);
     free(ref_rows), free(rows);
@@ -164,11 +166,12 @@ static void check_refused(void) {
     const char *path = tmp_path("good"), *bad = tmp_path("bad");
     /* the saved session: 40 positions with adapter a at 0.5 */
     cera_session *s = new_session(e, a, 0.5f);
-    CHECK(s && !cera_session_eval(s, prompt, 40, false, &err) && !cera_session_save(s, path, &err), "save: %s",
-          err.message);
+    CHECK(s && !cera_session_eval(s, prompt, 40, false, &err) && !cera_session_save(s, path, &err),
+          "save: %s", err.message);
     /* the session the bad files are loaded into: another timeline, same adapter */
     cera_session *t = new_session(e, a, 0.5f);
-    const bool made = t && !cera_session_eval(t, prompt + 3, 20, false, &err) && sample_n(t, 4, extra, NULL, nv);
+    const bool made =
+        t && !cera_session_eval(t, prompt + 3, 20, false, &err) && sample_n(t, 4, extra, NULL, nv);
     CHECK(made, "second session: %s", err.message);
     float *before = malloc(sizeof(float) * (size_t)nv);
     const float *l = made ? cera_session_logits(t, -1) : NULL;
@@ -201,7 +204,8 @@ static void check_refused(void) {
     }
     free(copy);
     /* another file altogether */
-    fails += refused(t, shared_path("models/stories260K.gguf"), CERA_ERR_FORMAT, before, nv, "a GGUF file"), cases++;
+    fails += refused(t, shared_path("models/stories260K.gguf"), CERA_ERR_FORMAT, before, nv, "a GGUF file"),
+        cases++;
     /* other adapters or scales, another model */
     CHECK(!cera_session_set_adapter(t, a, 0.25f, &err), "rescale: %s", err.message);
     fails += refused(t, path, CERA_ERR_INVALID_ARG, before, nv, "adapter at another scale"), cases++;
