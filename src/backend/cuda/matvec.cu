@@ -356,6 +356,21 @@ template <> struct mv_dot<CERA_TYPE_Q6_K> {
     }
 };
 
+/* The end of a one-tile block: each warp's sums reduced into shared memory, then warp 0 runs
+ * the epilogue of tile blockIdx.x for output row j. */
+template <int EPI, int NR>
+static __device__ __forceinline__ void mv_finish(const mv_params &p, const float *acc, int warp, int lane,
+                                                 int j) {
+    __shared__ float res[2][MV_TILE];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
+    }
+    __syncthreads();
+    if (warp == 0) mv_epilogue<EPI>(p, res[0], res[1], (int)blockIdx.x, lane, j);
+}
+
 /* V selects the latency-hiding shape: 0 = 4-deep prefetch, one 16-warp block per SM (up to
  * 128 registers); 1 = 2-deep prefetch in 64 registers, two blocks per SM (a block's
  * reduction and epilogue then overlap the other's loads). 2 and 3 are k_matvec_ring. */
@@ -381,15 +396,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, V == 1 ? 2 : 1) k_matvec(const 
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
     mv_dot<T>::template run<NR, NA, V == 1 ? 2 : 4>(wa, wb, rows, p, lane, acc);
-
-    __shared__ float res[2][MV_TILE];
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
-    }
-    __syncthreads();
-    if (warp == 0) mv_epilogue<EPI>(p, res[0], res[1], (int)blockIdx.x, lane, 0);
+    mv_finish<EPI, NR>(p, acc, warp, lane, 0);
 }
 
 /* ---- Several activation rows, K-quants (Q4_K, Q6_K) ------------------------------------
@@ -811,15 +818,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
     mv_dot<T>::template run<NR, NA, 2>(wa, wb, rows, x, lane, acc);
-
-    __shared__ float res[2][MV_TILE];
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) res[r / MV_ROWS][warp * MV_ROWS + (r % MV_ROWS)] = v;
-    }
-    __syncthreads();
-    if (warp == 0) mv_epilogue<EPI>(p, res[0], res[1], (int)blockIdx.x, lane, slot);
+    mv_finish<EPI, NR>(p, acc, warp, lane, slot);
 }
 
 template <int T>
