@@ -191,8 +191,8 @@ static bool get_header(stream *s, header *h) {
         return false;
     }
     get(s, &h->model, 8);
-    get(s, &h->n_adapters, 4);
-    if (!s->st && h->n_adapters > CERA_LORA_MAX_SET) {
+    if (!get(s, &h->n_adapters, 4)) return false; /* the count bounds the loop below */
+    if (h->n_adapters > CERA_LORA_MAX_SET) {
         s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: %u adapters", s->path, h->n_adapters);
         return false;
     }
