@@ -5,7 +5,8 @@
  * The file, little-endian, every field fixed-size:
  *   "CERASESS", u32 version, u64 model fingerprint, u32 adapters, per adapter u64
  *   fingerprint and f32 scale, u32 KV cache type, per KV group u64 block bytes (0: the
- *   group is unused), i32 first held block and i32 blocks in the table, i32 positions,
+ *   group is unused) and i32 first held block, i32 positions (the blocks in the table follow
+ *   from them),
  *   u64 recurrent-state bytes, i32 the token the sampler drew last (-1: none), u32 n_vocab,
  *   u32 whether a logits row follows, the RNG (u32 [624] + i32 index); then the tokens
  *   (i32 per position), the last logits row (f32 [n_vocab]), the recurrent state, each
@@ -14,8 +15,8 @@
  * The model fingerprint hashes the file's tensors (names, types, shapes and the first and
  * last bytes of each one's data), an adapter's its factors, so a file saved on another model
  * or with other adapters is refused by name rather than giving wrong logits. Loading reads
- * the file twice: once to check its checksum and header against this engine and session
- * (nothing changes when that fails), once to fill the session.
+ * the file twice: once to check its header and checksum and the header against this engine
+ * and session (nothing changes when that fails), once to fill the session.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,13 +115,16 @@ typedef struct header {
     float scale[CERA_LORA_MAX_SET];
     uint32_t kv_type;
     uint64_t block_bytes[CERA_KV_GROUPS];
-    int32_t first[CERA_KV_GROUPS], n_blocks;
+    int32_t first[CERA_KV_GROUPS];
     int32_t n_pos;
     uint64_t state_bytes;
     int32_t pending_sampled;
     uint32_t n_vocab, has_logits;
     cera_mt19937 rng;
 } header;
+
+/* The blocks a timeline of n_pos positions holds in each group's table. */
+static int n_blocks_of(int32_t n_pos) { return (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK; }
 
 /* Bytes of one block of group g where the session's blocks live (0: an unused group). */
 static size_t block_bytes(const cera_engine *e, int g) {
@@ -130,84 +134,70 @@ static size_t block_bytes(const cera_engine *e, int g) {
     return e->backend->kv_block_bytes ? e->backend->kv_block_bytes(e->backend, g) : 0;
 }
 
-/* A stream that writes or reads and hashes what passes. */
+/* A stream that writes (or reads) the file and hashes what passes; `done` counts its bytes. */
 typedef struct stream {
     FILE *f;
+    bool write;
     hasher h;
+    uint64_t done;
     const char *path;
     cera_error *err;
     cera_status st;
 } stream;
 
-static bool put(stream *s, const void *p, size_t n) {
-    if (s->st) return false;
-    hash_bytes(&s->h, p, n);
-    if (n && fwrite(p, 1, n, s->f) != n)
-        s->st = cera_fail(s->err, CERA_ERR_IO, "%s: cannot write the session file", s->path);
-    return !s->st;
+static void stream_open(stream *s, const char *path, bool write, cera_error *err) {
+    memset(s, 0, sizeof *s);
+    s->f = fopen(path, write ? "wb" : "rb");
+    s->write = write;
+    hash_init(&s->h);
+    s->path = path;
+    s->err = err;
+    if (!s->f)
+        s->st =
+            cera_fail(err, CERA_ERR_IO, "%s: cannot %s the session file", path, write ? "create" : "open");
 }
 
-static bool get(stream *s, void *p, size_t n) {
+/* n bytes at p to the file, or from it into p (false once anything failed). */
+static bool io(stream *s, void *p, size_t n) {
     if (s->st) return false;
-    if (n && fread(p, 1, n, s->f) != n) {
+    if (s->write && n && fwrite(p, 1, n, s->f) != n)
+        s->st = cera_fail(s->err, CERA_ERR_IO, "%s: cannot write the session file", s->path);
+    else if (!s->write && n && fread(p, 1, n, s->f) != n)
         s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: the session file is cut short", s->path);
-        return false;
-    }
+    if (s->st) return false;
     hash_bytes(&s->h, p, n);
+    s->done += n;
     return true;
 }
 
-static void put_header(stream *s, const header *h) {
-    put(s, MAGIC, 8);
-    const uint32_t v = VERSION;
-    put(s, &v, 4);
-    put(s, &h->model, 8);
-    put(s, &h->n_adapters, 4);
-    for (uint32_t i = 0; i < h->n_adapters; i++) put(s, &h->adapter[i], 8), put(s, &h->scale[i], 4);
-    put(s, &h->kv_type, 4);
-    for (int g = 0; g < CERA_KV_GROUPS; g++) put(s, &h->block_bytes[g], 8), put(s, &h->first[g], 4);
-    put(s, &h->n_blocks, 4);
-    put(s, &h->n_pos, 4);
-    put(s, &h->state_bytes, 8);
-    put(s, &h->pending_sampled, 4);
-    put(s, &h->n_vocab, 4);
-    put(s, &h->has_logits, 4);
-    put(s, h->rng.mt, sizeof h->rng.mt);
-    put(s, &h->rng.index, 4);
+static bool bad(stream *s, const char *what) {
+    s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: %s", s->path, what);
+    return false;
 }
 
-static bool get_header(stream *s, header *h) {
+/* The header, written or read (a read checks the magic, the version and the adapter count
+ * before anything depends on them). */
+static bool header_io(stream *s, header *h) {
     char magic[8];
-    uint32_t v = 0;
-    if (!get(s, magic, 8)) return false;
-    if (memcmp(magic, MAGIC, 8)) {
-        s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: not a cera session file", s->path);
-        return false;
-    }
-    if (!get(s, &v, 4)) return false;
-    if (v != VERSION) {
-        s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: session file version %u (this cera reads %u)",
-                          s->path, v, VERSION);
-        return false;
-    }
-    get(s, &h->model, 8);
-    if (!get(s, &h->n_adapters, 4)) return false; /* the count bounds the loop below */
-    if (h->n_adapters > CERA_LORA_MAX_SET) {
-        s->st = cera_fail(s->err, CERA_ERR_FORMAT, "%s: %u adapters", s->path, h->n_adapters);
-        return false;
-    }
-    for (uint32_t i = 0; i < h->n_adapters; i++) get(s, &h->adapter[i], 8), get(s, &h->scale[i], 4);
-    get(s, &h->kv_type, 4);
-    for (int g = 0; g < CERA_KV_GROUPS; g++) get(s, &h->block_bytes[g], 8), get(s, &h->first[g], 4);
-    get(s, &h->n_blocks, 4);
-    get(s, &h->n_pos, 4);
-    get(s, &h->state_bytes, 8);
-    get(s, &h->pending_sampled, 4);
-    get(s, &h->n_vocab, 4);
-    get(s, &h->has_logits, 4);
-    get(s, h->rng.mt, sizeof h->rng.mt);
-    get(s, &h->rng.index, 4);
-    return !s->st;
+    uint32_t v = VERSION;
+    memcpy(magic, MAGIC, 8);
+    if (!io(s, magic, 8)) return false;
+    if (memcmp(magic, MAGIC, 8)) return bad(s, "not a cera session file");
+    if (!io(s, &v, 4)) return false;
+    if (v != VERSION) return bad(s, "a session file of another version");
+    io(s, &h->model, 8);
+    if (!io(s, &h->n_adapters, 4)) return false;
+    if (h->n_adapters > CERA_LORA_MAX_SET) return bad(s, "too many adapters");
+    for (uint32_t i = 0; i < h->n_adapters; i++) io(s, &h->adapter[i], 8), io(s, &h->scale[i], 4);
+    io(s, &h->kv_type, 4);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) io(s, &h->block_bytes[g], 8), io(s, &h->first[g], 4);
+    io(s, &h->n_pos, 4);
+    io(s, &h->state_bytes, 8);
+    io(s, &h->pending_sampled, 4);
+    io(s, &h->n_vocab, 4);
+    io(s, &h->has_logits, 4);
+    io(s, h->rng.mt, sizeof h->rng.mt);
+    return io(s, &h->rng.index, 4);
 }
 
 /* The header this session would write. */
@@ -224,7 +214,6 @@ static void session_header(const cera_session *s, header *h) {
         h->block_bytes[g] = block_bytes(e, g);
         h->first[g] = s->seq.first[g];
     }
-    h->n_blocks = s->seq.n_blocks;
     h->n_pos = s->seq.n_pos;
     h->state_bytes = e->kv->state_bytes;
     h->pending_sampled = s->pending_sampled;
@@ -233,28 +222,30 @@ static void session_header(const cera_session *s, header *h) {
     cera_sampler_rng_get(s->sampler, &h->rng);
 }
 
-/* One block (or the state when block < 0) of the session between the file and its storage. */
-static cera_status block_io(cera_session *s, int g, int block, void *buf, bool to_store, cera_error *err) {
+/* Copies n bytes between the file's buffer and host storage, the way to_store says. */
+static void host_copy(uint8_t *store, void *buf, size_t n, bool to_store) {
+    if (to_store)
+        memcpy(store, buf, n);
+    else
+        memcpy(buf, store, n);
+}
+
+/* The session's recurrent state between buf and its storage (host, or the device's). */
+static cera_status state_copy(cera_session *s, void *buf, bool to_store, cera_error *err) {
     cera_engine *e = s->engine;
-    cera_kv_pool *p = e->kv;
-    if (block < 0) {
-        if (e->backend->kv_on_host || !e->backend->state_io) {
-            uint8_t *st = cera_kv_seq_state(&s->seq);
-            if (to_store)
-                memcpy(st, buf, p->state_bytes);
-            else
-                memcpy(buf, st, p->state_bytes);
-            return CERA_OK;
-        }
-        return e->backend->state_io(e->backend, s->seq.id, buf, to_store, err);
+    if (e->backend->kv_on_host || !e->backend->state_io) {
+        host_copy(cera_kv_seq_state(&s->seq), buf, e->kv->state_bytes, to_store);
+        return CERA_OK;
     }
-    const cera_kv_group *G = &p->group[g];
+    return e->backend->state_io(e->backend, s->seq.id, buf, to_store, err);
+}
+
+/* Block `block` of group g between buf and its storage. */
+static cera_status block_copy(cera_session *s, int g, int block, void *buf, bool to_store, cera_error *err) {
+    cera_engine *e = s->engine;
+    const cera_kv_group *G = &e->kv->group[g];
     if (e->backend->kv_on_host) {
-        uint8_t *d = G->data + (size_t)block * G->block_bytes;
-        if (to_store)
-            memcpy(d, buf, G->block_bytes);
-        else
-            memcpy(buf, d, G->block_bytes);
+        host_copy(G->data + (size_t)block * G->block_bytes, buf, G->block_bytes, to_store);
         return CERA_OK;
     }
     if (!e->backend->kv_io)
@@ -262,8 +253,10 @@ static cera_status block_io(cera_session *s, int g, int block, void *buf, bool t
     return e->backend->kv_io(e->backend, g, block, buf, to_store, err);
 }
 
-/* The session's state bytes (device or host) and each held block, through one buffer. */
-static cera_status body_io(cera_session *s, stream *io, const header *h, bool load, cera_error *err) {
+/* The session's recurrent state and each held block, through one buffer: read from storage
+ * and written to the file, or read from the file into storage. */
+static cera_status body_io(cera_session *s, stream *f, const header *h, cera_error *err) {
+    const bool load = !f->write;
     size_t most = (size_t)h->state_bytes;
     for (int g = 0; g < CERA_KV_GROUPS; g++)
         most = h->block_bytes[g] > most ? (size_t)h->block_bytes[g] : most;
@@ -271,25 +264,21 @@ static cera_status body_io(cera_session *s, stream *io, const header *h, bool lo
     if (!buf) return cera_fail(err, CERA_ERR_NO_MEMORY, "session file buffer of %zu bytes", most);
     cera_status st = CERA_OK;
     if (h->state_bytes) {
-        if (load) {
-            if (get(io, buf, (size_t)h->state_bytes)) st = block_io(s, 0, -1, buf, true, err);
-        } else if (!(st = block_io(s, 0, -1, buf, false, err))) {
-            put(io, buf, (size_t)h->state_bytes);
-        }
+        if (!load) st = state_copy(s, buf, false, err);
+        if (!st && io(f, buf, (size_t)h->state_bytes) && load) st = state_copy(s, buf, true, err);
     }
-    for (int g = 0; g < CERA_KV_GROUPS && !st && !io->st; g++) {
+    const int n_blocks = n_blocks_of(h->n_pos);
+    for (int g = 0; g < CERA_KV_GROUPS && !st && !f->st; g++) {
         if (!h->block_bytes[g]) continue;
         const int32_t *t = s->seq.blocks + (size_t)g * (size_t)s->seq.max_blocks;
-        for (int i = h->first[g]; i < h->n_blocks && !st && !io->st; i++) {
-            if (load) {
-                if (get(io, buf, (size_t)h->block_bytes[g])) st = block_io(s, g, t[i], buf, true, err);
-            } else if (!(st = block_io(s, g, t[i], buf, false, err))) {
-                put(io, buf, (size_t)h->block_bytes[g]);
-            }
+        for (int i = h->first[g]; i < n_blocks && !st && !f->st; i++) {
+            if (!load) st = block_copy(s, g, t[i], buf, false, err);
+            if (!st && io(f, buf, (size_t)h->block_bytes[g]) && load)
+                st = block_copy(s, g, t[i], buf, true, err);
         }
     }
     free(buf);
-    return st ? st : io->st;
+    return st ? st : f->st;
 }
 
 cera_status cera_session_save(cera_session *s, const char *path, cera_error *err) {
@@ -313,53 +302,50 @@ cera_status cera_session_save(cera_session *s, const char *path, cera_error *err
     }
     header h;
     session_header(s, &h);
-    stream io = {fopen(path, "wb"), {0}, path, err, CERA_OK};
-    if (!io.f) return cera_fail(err, CERA_ERR_IO, "%s: cannot create the session file", path);
-    hash_init(&io.h);
-    put_header(&io, &h);
-    put(&io, s->tokens, sizeof(cera_token) * (size_t)h.n_pos);
-    if (row) put(&io, row, sizeof(float) * (size_t)nv);
-    if (!io.st) {
+    stream f;
+    stream_open(&f, path, true, err);
+    if (f.st) return f.st;
+    header_io(&f, &h);
+    io(&f, s->tokens, sizeof(cera_token) * (size_t)h.n_pos);
+    if (row) io(&f, (void *)row, sizeof(float) * (size_t)nv);
+    if (!f.st) {
         pthread_mutex_lock(&s->engine->forward_lock);
-        st = body_io(s, &io, &h, false, err);
+        st = body_io(s, &f, &h, err);
         pthread_mutex_unlock(&s->engine->forward_lock);
     }
-    const uint64_t sum = hash_end(&io.h);
-    if (!st && !io.st && fwrite(&sum, 8, 1, io.f) != 1)
-        io.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
-    if (fclose(io.f) && !st && !io.st)
-        io.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
-    if (st || io.st) remove(path);
-    return st ? st : io.st;
+    uint64_t sum = hash_end(&f.h);
+    if (!st && !f.st && fwrite(&sum, 8, 1, f.f) != 1)
+        f.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
+    if (fclose(f.f) && !st && !f.st)
+        f.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
+    if (st || f.st) remove(path);
+    return st ? st : f.st;
 }
 
-/* The first pass: the checksum over the whole file, then the header against this session. */
+/* The first pass: the header, then the checksum over the whole file, then the header against
+ * this session. */
 static cera_status check_file(cera_session *s, const char *path, header *h, cera_error *err) {
-    stream io = {fopen(path, "rb"), {0}, path, err, CERA_OK};
-    if (!io.f) return cera_fail(err, CERA_ERR_IO, "%s: cannot open the session file", path);
-    hash_init(&io.h);
-    uint8_t buf[1 << 16];
-    long left = fseek(io.f, 0, SEEK_END) ? -1 : ftell(io.f) - 8;
-    if (left < 0 || fseek(io.f, 0, SEEK_SET)) {
-        fclose(io.f);
+    stream f;
+    stream_open(&f, path, false, err);
+    if (f.st) return f.st;
+    const long size = fseek(f.f, 0, SEEK_END) ? -1 : ftell(f.f);
+    if (size < 8 || fseek(f.f, 0, SEEK_SET)) {
+        fclose(f.f);
         return cera_fail(err, CERA_ERR_FORMAT, "%s: not a cera session file", path);
     }
-    while (left > 0 && !io.st) {
-        const size_t n = left < (long)sizeof buf ? (size_t)left : sizeof buf;
-        if (get(&io, buf, n)) left -= (long)n;
-    }
-    uint64_t sum = 0, want = hash_end(&io.h);
-    if (!io.st && fread(&sum, 8, 1, io.f) != 1)
-        io.st = cera_fail(err, CERA_ERR_FORMAT, "%s: the session file is cut short", path);
-    fclose(io.f);
-    if (io.st) return io.st;
-    // the header: magic and version first, so another file is called what it is
-    io.f = fopen(path, "rb");
-    if (!io.f) return cera_fail(err, CERA_ERR_IO, "%s: cannot open the session file", path);
-    hash_init(&io.h);
-    const bool ok = get_header(&io, h);
-    fclose(io.f);
-    if (!ok) return io.st;
+    // magic and version first, so that another file is called what it is
+    uint8_t buf[1 << 16];
+    if (header_io(&f, h))
+        while ((long)f.done < size - 8) {
+            const long left = size - 8 - (long)f.done;
+            if (!io(&f, buf, left < (long)sizeof buf ? (size_t)left : sizeof buf)) break;
+        }
+    uint64_t sum = 0;
+    const uint64_t want = hash_end(&f.h);
+    if (!f.st && fread(&sum, 8, 1, f.f) != 1)
+        f.st = cera_fail(err, CERA_ERR_FORMAT, "%s: the session file is cut short", path);
+    fclose(f.f);
+    if (f.st) return f.st;
     if (sum != want)
         return cera_fail(err, CERA_ERR_FORMAT, "%s: the session file is damaged (checksum mismatch)", path);
     header mine;
@@ -378,13 +364,12 @@ static cera_status check_file(cera_session *s, const char *path, header *h, cera
     if (h->kv_type != mine.kv_type || memcmp(h->block_bytes, mine.block_bytes, sizeof h->block_bytes) ||
         h->state_bytes != mine.state_bytes || h->n_vocab != mine.n_vocab)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "%s: saved with another KV cache type or layout", path);
-    const int need = (h->n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
-    bool sane = h->n_pos >= 0 && h->n_blocks == need && h->has_logits <= 1 && h->rng.index >= 0 &&
-                h->rng.index <= CERA_MT_N && h->pending_sampled >= -1 &&
-                h->pending_sampled < (int32_t)h->n_vocab;
+    const int need = n_blocks_of(h->n_pos);
+    bool sane = h->n_pos >= 0 && h->has_logits <= 1 && h->rng.index >= 0 && h->rng.index <= CERA_MT_N &&
+                h->pending_sampled >= -1 && h->pending_sampled < (int32_t)h->n_vocab;
     for (int g = 0; g < CERA_KV_GROUPS; g++)
-        sane = sane && h->first[g] >= 0 && h->first[g] <= h->n_blocks &&
-               (h->block_bytes[g] || h->first[g] == 0) && (e->kv->group[g].window || h->first[g] == 0);
+        sane = sane && h->first[g] >= 0 && h->first[g] <= need && (h->block_bytes[g] || h->first[g] == 0) &&
+               (e->kv->group[g].window || h->first[g] == 0);
     if (!sane)
         return cera_fail(err, CERA_ERR_FORMAT, "%s: the session file's header does not hold together", path);
     if (h->n_pos > e->params.n_ctx)
@@ -400,33 +385,33 @@ cera_status cera_session_load(cera_session *s, const char *path, cera_error *err
     cera_status st = check_file(s, path, &h, err);
     if (st) return st;
     const int nv = s->engine->model.hp.n_vocab;
-    stream io = {fopen(path, "rb"), {0}, path, err, CERA_OK};
-    if (!io.f) return cera_fail(err, CERA_ERR_IO, "%s: cannot open the session file", path);
-    hash_init(&io.h);
-    header again;
+    stream f;
+    stream_open(&f, path, false, err);
+    if (f.st) return f.st;
+    header again; /* the header read past: checked above */
     cera_token *tokens = malloc(sizeof(cera_token) * (size_t)(h.n_pos > 0 ? h.n_pos : 1));
     float *row = malloc(sizeof(float) * (size_t)nv);
     if (!tokens || !row) {
         free(tokens), free(row);
-        fclose(io.f);
+        fclose(f.f);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "session tokens");
     }
-    get_header(&io, &again);
-    get(&io, tokens, sizeof(cera_token) * (size_t)h.n_pos);
-    for (int i = 0; i < h.n_pos && !io.st; i++)
+    header_io(&f, &again);
+    io(&f, tokens, sizeof(cera_token) * (size_t)h.n_pos);
+    for (int i = 0; i < h.n_pos && !f.st; i++)
         if (tokens[i] < 0 || tokens[i] >= nv)
-            io.st = cera_fail(err, CERA_ERR_FORMAT, "%s: token %d at position %d", path, tokens[i], i);
-    if (!io.st && h.has_logits) get(&io, row, sizeof(float) * (size_t)nv);
-    if (io.st) {
+            f.st = cera_fail(err, CERA_ERR_FORMAT, "%s: token %d at position %d", path, tokens[i], i);
+    if (!f.st && h.has_logits) io(&f, row, sizeof(float) * (size_t)nv);
+    if (f.st) {
         free(tokens), free(row);
-        fclose(io.f);
-        return io.st;
+        fclose(f.f);
+        return f.st;
     }
     // from here the session is replaced: cleared first, then given the file's timeline
     if ((st = cera_session_truncate(s, 0, err))) goto out;
     pthread_mutex_lock(&s->engine->forward_lock);
     st = cera_kv_seq_restore(&s->seq, h.n_pos, h.first, err);
-    if (!st) st = body_io(s, &io, &h, true, err);
+    if (!st) st = body_io(s, &f, &h, err);
     if (st) cera_kv_seq_truncate(&s->seq, 0);
     pthread_mutex_unlock(&s->engine->forward_lock);
     if (st) goto out;
@@ -445,6 +430,6 @@ cera_status cera_session_load(cera_session *s, const char *path, cera_error *err
     s->logits_fetched = true;
 out:
     free(tokens), free(row);
-    fclose(io.f);
+    fclose(f.f);
     return st;
 }

@@ -129,8 +129,6 @@ out_engines:
     cera_engine_close(e2);
 }
 
-static void *slurp(const char *path, size_t *n) { return read_file(path, n); }
-
 static bool spill(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return false;
@@ -176,7 +174,7 @@ static void check_refused(void) {
     float *before = malloc(sizeof(float) * (size_t)nv);
     const float *l = made ? cera_session_logits(t, -1) : NULL;
     size_t n = 0;
-    uint8_t *good = slurp(path, &n);
+    uint8_t *good = read_file(path, &n);
     if (!l || !good || !before) goto done;
     memcpy(before, l, sizeof(float) * (size_t)nv);
     int fails = 0, cases = 0;

@@ -188,27 +188,27 @@ struct cera_cuda_state {
     int64_t conv_state_slot;            /* floats per slot: every conv step's (lc - 1) rows */
     float *own_state;                   /* the standalone API's one slot */
     /* routed experts (forward.c: step_moe), sized for n_batch tokens of the widest MoE step */
-    int moe_k, moe_ne;             /* most experts used per token; most experts */
-    int64_t moe_ff_pad, moe_embd;  /* the widest expert FFN (padded); its output width */
-    float *moe_logits;             /* [n_batch, moe_ne] */
-    float *moe_wt;                 /* [n_batch * moe_k]: each slot's weight */
-    int32_t *moe_counter;          /* cu_moe_router's blocks done (zero between launches) */
-    int32_t *moe_sel;              /* [n_batch * moe_k]: each slot's expert */
-    int32_t *moe_where;            /* [3 n_batch moe_k]: a prompt chunk's grouped row of each
-                                    * slot, then each grouped row's token and expert */
-    int32_t *h_moe;                /* pinned: their staging, then the groups' counts */
-    float *moe_g, *moe_u, *moe_eo; /* gate, up; the expert outputs [n_batch * moe_k rows] */
-    cu_store moe_x;                /* a prompt chunk's rows gathered by expert (quantized) */
-    cu_store moe_h;                /* the SwiGLU rows, quantized [n_batch * moe_k] */
-    cera_weight *moe_mw;           /* [3 n_layer]: the stacked tensors the plan uploaded */
-    void *moe_half;                /* [n_batch * moe_k, the widest k_pad] F16/BF16 GEMM rows */
-    void **moe_ptr;                /* device [3 moe_ne]: a grouped GEMM's A, B, C pointers */
-    const void **h_moe_ptr;        /* pinned: their staging */
-    int *h_moe_dims;               /* host [6 moe_ne]: its m, n, k, lda/ldb, ldc, group sizes */
-    cublasOperation_t *h_moe_ops;  /* host [2 moe_ne] */
-    float *h_moe_ab;               /* host [2 moe_ne]: alphas, betas */
-    bool moe_no_grouped;           /* cuBLAS refused the grouped call: one GEMM per expert */
-    float *mma_work;               /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
+    int moe_k, moe_ne;                /* most experts used per token; most experts */
+    int64_t moe_ff_pad, moe_embd_pad; /* the widest expert FFN and output row (padded to 32) */
+    float *moe_logits;                /* [n_batch, moe_ne] */
+    float *moe_wt;                    /* [n_batch * moe_k]: each slot's weight */
+    int32_t *moe_counter;             /* cu_moe_router's blocks done (zero between launches) */
+    int32_t *moe_sel;                 /* [n_batch * moe_k]: each slot's expert */
+    int32_t *moe_where;               /* [3 n_batch moe_k]: a prompt chunk's grouped row of each
+                                       * slot, then each grouped row's token and expert */
+    int32_t *h_moe;                   /* pinned: their staging, then the groups' counts */
+    float *moe_g, *moe_u, *moe_eo;    /* gate, up; the expert outputs [n_batch * moe_k rows] */
+    cu_store moe_x;                   /* a prompt chunk's rows gathered by expert (quantized) */
+    cu_store moe_h;                   /* the SwiGLU rows, quantized [n_batch * moe_k] */
+    cera_weight *moe_mw;              /* [3 n_layer]: the stacked tensors the plan uploaded */
+    void *moe_half;                   /* [n_batch * moe_k, the widest k_pad] F16/BF16 GEMM rows */
+    void **moe_ptr;                   /* device [3 moe_ne]: a grouped GEMM's A, B, C pointers */
+    const void **h_moe_ptr;           /* pinned: their staging */
+    int *h_moe_dims;                  /* host [6 moe_ne]: its m, n, k, lda/ldb, ldc, group sizes */
+    cublasOperation_t *h_moe_ops;     /* host [2 moe_ne] */
+    float *h_moe_ab;                  /* host [2 moe_ne]: alphas, betas */
+    bool moe_no_grouped;              /* cuBLAS refused the grouped call: one GEMM per expert */
+    float *mma_work; /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
     int64_t mma_work_bytes;
     int64_t embd_pad;
 

@@ -385,8 +385,7 @@ static cera_status prefill_experts(run *r, const cu_step *st, const cu_act *in, 
     cera_cuda_state *s = r->s;
     const cera_experts *ex = st->moe;
     const int n = r->n, ne = ex->n_expert, k = ex->n_used, nk = n * k;
-    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = (s->moe_embd + 31) / 32 * 32,
-                  fp = s->moe_ff_pad;
+    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = s->moe_embd_pad, fp = s->moe_ff_pad;
     // pinned: sel | where | tok | exp (each grouped row's token and expert), then the groups'
     // starts and fill counts
     int32_t *sel = s->h_moe, *where = sel + (size_t)nk, *tok = where + (size_t)nk, *exp = tok + (size_t)nk;
@@ -437,7 +436,7 @@ static cera_status step_moe(run *r, const cu_step *st, cera_error *err) {
     const cera_experts *ex = st->moe;
     const int n = r->n, ne = ex->n_expert, k = ex->n_used, nk = n * k;
     const cu_act in = act_at(r, st->src);
-    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = (s->moe_embd + 31) / 32 * 32;
+    const int64_t n_embd = st->dst.k, n_ff = ex->gate[0].n, ep = s->moe_embd_pad;
     float *out = rows_at(r, st->dst);
     const bool sigmoid = ex->gating == CERA_GATING_SIGMOID;
     const bool router_lora = s->lora_mask >> (CU_LORA_MOE_BIT + CERA_LORA_MOE_ROUTER) & 1u;

@@ -278,8 +278,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
     }
     if (s->moe_k) {
         // routed experts: every token's choice, and rows for each of its slots
-        const size_t slots = (size_t)B * (size_t)s->moe_k, f = sizeof(float),
-                     ep = (size_t)(s->moe_embd + 31) / 32 * 32;
+        const size_t slots = (size_t)B * (size_t)s->moe_k, f = sizeof(float), ep = (size_t)s->moe_embd_pad;
         const size_t ff = (size_t)s->moe_ff_pad;
         struct {
             void **p;

@@ -198,6 +198,13 @@ static bool norm_reads(const cera_op *op, cera_buf b) {
            ((op->kind == CERA_OP_NORM && op->head_dim == 0) || op->kind == CERA_OP_OUTPUT);
 }
 
+/* Whether op nx adds buffer b (k values a row, written into home) into another buffer of
+ * F32 rows of that width outside home: an add the producing step can do in its epilogue. */
+static bool adds_out(const compiler *c, const cera_op *nx, cera_buf b, int home, int64_t k) {
+    return nx && nx->kind == CERA_OP_ADD && nx->src == b && nx->dst != b && is_f32(c->loc[nx->dst]) &&
+           c->loc[nx->dst].st != home && c->loc[nx->dst].k == k;
+}
+
 /* LINEAR, with the epilogue rules: ops[i + 1] may be taken into it (then *used = 2). */
 static cera_status compile_linear(compiler *c, const cera_op *op, const cera_op *nx, const cera_op *nx2,
                                   int *used) {
@@ -237,9 +244,7 @@ static cera_status compile_linear(compiler *c, const cera_op *op, const cera_op 
     st.lora_at = CU_LORA_AT_ONCE;
     claim(c, home);
     const cu_weight *w0 = st.seg[0].w, *w1 = op->n_seg > 1 ? st.seg[1].w : NULL;
-    if (op->n_seg == 1 && nx && nx->kind == CERA_OP_ADD && nx->src == op->seg[0].dst &&
-        nx->dst != op->seg[0].dst && is_f32(c->loc[nx->dst]) && c->loc[nx->dst].st != home &&
-        c->loc[nx->dst].k == w0->n) {
+    if (op->n_seg == 1 && adds_out(c, nx, op->seg[0].dst, home, w0->n)) {
         // the residual add in the matvec's epilogue; the projection's own rows exist in
         // prefill only, so no later op may read them
         st.epi = CU_MV_ADD;
@@ -345,13 +350,12 @@ static cera_status compile_moe(compiler *c, const cera_op *op, const cera_op *nx
     if (ex->n_used > s->moe_k) s->moe_k = ex->n_used;
     if (ex->n_expert > s->moe_ne) s->moe_ne = ex->n_expert;
     if (pad32(n_ff) > s->moe_ff_pad) s->moe_ff_pad = pad32(n_ff);
-    if (n_embd > s->moe_embd) s->moe_embd = n_embd;
+    if (pad32(n_embd) > s->moe_embd_pad) s->moe_embd_pad = pad32(n_embd);
     const int home = CU_ST_F32(op->dst);
     claim(c, home);
     st.epi = CU_MV_STORE;
     st.scale = 1.0f;
-    if (nx && nx->kind == CERA_OP_ADD && nx->src == op->dst && nx->dst != op->dst &&
-        is_f32(c->loc[nx->dst]) && c->loc[nx->dst].st != home && c->loc[nx->dst].k == n_embd) {
+    if (adds_out(c, nx, op->dst, home, n_embd)) {
         st.epi = CU_MV_ADD;
         st.dst = c->loc[nx->dst];
         st.scale = nx->scale;
