@@ -23,6 +23,9 @@
 #include <time.h>
 
 #include "backend/cpu/kernels.h"
+#ifdef CERA_KB_PACKED
+#include "backend/cpu/repack.h"
+#endif
 #include "kernel_inputs.h"
 
 static double now(void) {
@@ -133,6 +136,49 @@ static double matvec_gbs(const cera_cpu_type_ops *ops, const uint8_t *w, size_t 
     return (double)rows * (double)row_bytes / best / 1e9;
 }
 
+#ifdef CERA_KB_PACKED
+/* ---- matrix x vector through the tier's packed tile (16-row groups, repack.h), as the forward pass
+ * runs a decode step on weights repacked at load ---- */
+
+typedef struct pk_job {
+    const cera_cpu_type_ops *ops;
+    const uint8_t *pw; /* packed groups */
+    size_t group_bytes;
+    int64_t n, g0, g1;
+    const void *act, *aux;
+    float *out;
+} pk_job;
+
+static void *packed_groups(void *arg) {
+    pk_job *j = arg;
+    for (int64_t g = j->g0; g < j->g1; g++)
+        j->ops->packed_tile(j->n, j->out + g * CERA_PACK_ROWS, 0, j->pw + (size_t)g * j->group_bytes, j->act,
+                            0, j->aux, 0, 1);
+    return NULL;
+}
+
+/* GB/s of packed weight bytes; every group of 16 rows gets one packed_tile call. */
+static double packed_gbs(const cera_cpu_type_ops *ops, const uint8_t *pw, size_t group_bytes, int64_t groups,
+                         int64_t n, const void *act, const void *aux, float *out, int threads, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        pk_job jobs[2];
+        pthread_t th[2];
+        const double t0 = now();
+        for (int t = 0; t < threads; t++) {
+            jobs[t] = (pk_job){ops, pw,  group_bytes, n, groups * t / threads, groups * (t + 1) / threads,
+                               act, aux, out};
+            if (t) pthread_create(&th[t], NULL, packed_groups, &jobs[t]);
+        }
+        packed_groups(&jobs[0]);
+        for (int t = 1; t < threads; t++) pthread_join(th[t], NULL);
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)groups * (double)group_bytes / best / 1e9;
+}
+#endif
+
 /* [rows x n] weights times cols activation rows -> GOP/s; tile = 0 uses vec_dot only. */
 static double matmul_gops(const cera_cpu_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t rows,
                           int64_t n, const uint8_t *act, size_t act_bytes, int cols, float *out, bool tile,
@@ -214,8 +260,8 @@ int main(int argc, char **argv) {
             mib, read_bandwidth(buf, bytes, 1, reps), read_bandwidth(buf, bytes, 2, reps));
         printf("# matrix x vector, rows of %lld, weight GB/s; selected tier %s\n", (long long)n,
                cera_cpu_tier_name());
-        printf("%-8s %-8s %10s %10s %10s %10s\n", "type", "tier", "dot 1 thr", "dot 2 thr", "tile 1 thr",
-               "tile 2 thr");
+        printf("%-8s %-8s %10s %10s %10s %10s %10s %10s\n", "type", "tier", "dot 1 thr", "dot 2 thr",
+               "tile 1 thr", "tile 2 thr", "pack 1 thr", "pack 2 thr");
     }
     for (int t = 0; t < CERA_TYPE_COUNT && matvec; t++) {
         const cera_type_traits *tt = cera_type_get((uint32_t)t);
@@ -244,7 +290,36 @@ int main(int argc, char **argv) {
                 const double t1 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 1, reps, true);
                 const double t2 = matvec_gbs(ops, buf, row_bytes, use_rows, n, act, out, 2, reps, true);
                 printf(" %10.2f %10.2f", t1, t2);
+            } else {
+                printf(" %10s %10s", "-", "-");
             }
+#ifdef CERA_KB_PACKED
+            if (ops->packed_tile && cera_pack_type_ok((cera_type)t)) {
+                const size_t gb = cera_pack_group_bytes((cera_type)t, n);
+                const int64_t groups = (int64_t)(bytes / gb);
+                uint8_t *pw = aligned_alloc(64, (size_t)groups * gb);
+                void *aux = aligned_alloc(64, (cera_packed_aux_size((cera_type)t, n) + 63) / 64 * 64);
+                if (!pw || !aux) {
+                    fprintf(stderr, "kernel_bench: out of memory\n");
+                    return 1;
+                }
+                /* the 4 MiB of distinct rows, repacked once and repeated like the rows */
+                const int64_t seed_groups = seed_rows / CERA_PACK_ROWS;
+                for (int64_t g = 0; g < seed_groups && g < groups; g++)
+                    cera_repack_x16((cera_type)t, buf + (size_t)g * CERA_PACK_ROWS * row_bytes, row_bytes, n,
+                                    pw + (size_t)g * gb);
+                for (int64_t g = seed_groups; g < groups; g += seed_groups) {
+                    const int64_t m = groups - g < seed_groups ? groups - g : seed_groups;
+                    memcpy(pw + (size_t)g * gb, pw, (size_t)m * gb);
+                }
+                cera_packed_prep((cera_type)t, act, aux, n);
+                const double p1 = packed_gbs(ops, pw, gb, groups, n, act, aux, out, 1, reps);
+                const double p2 = packed_gbs(ops, pw, gb, groups, n, act, aux, out, 2, reps);
+                printf(" %10.2f %10.2f", p1, p2);
+                free(pw);
+                free(aux);
+            }
+#endif
             printf("\n");
             fflush(stdout);
         }

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROW_CHUNK   32 /* weight rows per work item */
-#define TOKEN_CHUNK 32 /* activation rows per work item */
+#define ROW_CHUNK     32 /* weight rows per work item (a multiple of 16: packed groups) */
+#define TOKEN_CHUNK   32 /* activation rows per work item */
+#define DECODE_CHUNKS 4  /* work items per thread for a single token */
 
 size_t cera_matmul_scratch_size(cera_type t, int64_t k, int n_tokens) {
     const cera_cpu_type_ops *ops = cera_cpu_ops(t);
@@ -31,6 +32,7 @@ typedef struct mm_job {
     const uint8_t *act; /* activation rows in act_type */
     uint8_t *act_out;   /* where the quantize step writes them */
     size_t act_stride, w_stride;
+    int64_t row_chunk; /* weight rows per work item (a multiple of 16) */
     int64_t n_row_chunks, n_tok_chunks;
     bool rowdot_one;              /* a single token takes vec_dot */
     const cera_matmul_hook *hook; /* or NULL */
@@ -182,7 +184,7 @@ static void compute(void *arg, int64_t c, int ith) {
     }
     const int64_t rows = j->w->n;
     const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
-    const int64_t r0 = rc * ROW_CHUNK, r1 = r0 + ROW_CHUNK < rows ? r0 + ROW_CHUNK : rows;
+    const int64_t r0 = rc * j->row_chunk, r1 = r0 + j->row_chunk < rows ? r0 + j->row_chunk : rows;
     const int t0 = (int)tc * TOKEN_CHUNK;
     const int t1 = t0 + TOKEN_CHUNK < j->n_tokens ? t0 + TOKEN_CHUNK : j->n_tokens;
     compute_chunk(j, r0, r1, t0, t1);
@@ -230,7 +232,17 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_packed_wei
         cera_pool_for(pool, n_tokens, quantize_row, &j);
     }
     j.rowdot_one = use_rowdot_for_one(w->type, ops);
-    j.n_row_chunks = (w->n + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* A single token (a decode step) reads each weight row once: a thread takes long runs of
+     * consecutive rows (about DECODE_CHUNKS per thread), so its reads are one sequential stream
+     * for the prefetcher and it claims few chunks (measured on SmolLM2 decode, 2 threads:
+     * bench/RESULTS.md). Batches keep ROW_CHUNK. */
+    j.row_chunk = ROW_CHUNK;
+    if (n_tokens == 1) {
+        const int64_t parts = (int64_t)DECODE_CHUNKS * cera_pool_size(pool);
+        const int64_t rc = ((w->n + parts - 1) / parts + 15) / 16 * 16;
+        if (rc > j.row_chunk) j.row_chunk = rc;
+    }
+    j.n_row_chunks = (w->n + j.row_chunk - 1) / j.row_chunk;
     j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
     cera_pool_for(pool, j.n_pre + j.n_row_chunks * j.n_tok_chunks + j.n_post, compute, &j);
 }
