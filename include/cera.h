@@ -231,6 +231,17 @@ CERA_API const cera_token *cera_session_tokens(const cera_session *session);
  * position) can only be cut back to 0 or n_past: anything between is CERA_ERR_UNSUPPORTED. */
 CERA_API cera_status cera_session_truncate(cera_session *session, int n_keep, cera_error *err);
 
+/* Context shift, as llama.cpp's (llama_memory_seq_rm + llama_memory_seq_add): drops the
+ * positions n_keep .. n_keep + n_discard - 1 and moves the later ones down by n_discard, their
+ * keys rotated by the position delta, so that the session holds n_past - n_discard positions
+ * and can go on. The sampler (its penalty history and RNG) and the grammar are left as they
+ * are; a generated token not yet evaluated stays pending. Needs n_keep >= 0, n_discard >= 1
+ * and n_keep + n_discard <= the positions evaluated (else CERA_ERR_INVALID_ARG).
+ * CERA_ERR_UNSUPPORTED, with nothing changed, for models with recurrent layers (LFM2) or
+ * sliding-window layers (Gemma 3), and for KV caches other than F16 and F32;
+ * CERA_ERR_CONTEXT_FULL when the KV pool has no room for the moved blocks. */
+CERA_API cera_status cera_session_shift(cera_session *session, int n_keep, int n_discard, cera_error *err);
+
 /* Saved sessions (llama.cpp's state files; `cera run --prompt-cache FILE`). cera_session_save
  * writes the session's timeline to path: its tokens, the KV rows and recurrent state they
  * left, the last logits row, the sampler's RNG and a token it drew but did not evaluate yet,
@@ -462,6 +473,13 @@ typedef struct cera_generate_params {
      * (__atomic_load_n(cancel, __ATOMIC_RELAXED)); set it with an atomic store too
      * (__atomic_store_n(flag, 1, __ATOMIC_RELAXED)) so that neither side is a data race. */
     const volatile int *cancel;
+    /* Context shift (llama.cpp's --context-shift): when the next token would fill the
+     * context (n_past + 1 >= n_ctx), keep the first n_keep positions, drop half of the rest
+     * (cera_session_shift: (n_past - n_keep) / 2 of them) and go on instead of ending. When
+     * nothing can be dropped (n_keep too close to n_past), or the model cannot shift
+     * (CERA_ERR_UNSUPPORTED), generation ends there as without it. */
+    bool context_shift;
+    int n_keep;
 } cera_generate_params;
 
 CERA_API cera_generate_params cera_generate_default_params(void);

@@ -99,6 +99,12 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
             st = cera_fail(err, CERA_ERR_CANCELLED, "generation cancelled");
             break;
         }
+        /* a full context shifts before the previous token goes in, where llama.cpp's does */
+        if (p.context_shift && s->pending_eval >= 0 && s->seq.n_pos + 1 >= e->params.n_ctx) {
+            const int keep = p.n_keep < 0 ? 0 : p.n_keep;
+            const int n_discard = keep < s->seq.n_pos ? (s->seq.n_pos - keep) / 2 : 0;
+            if (n_discard < 1 || cera_session_shift(s, keep, n_discard, NULL) != CERA_OK) break;
+        }
         /* the previous token, streamed last time round */
         if ((st = cera_session_flush_pending(s, err))) break;
         cera_token t;
@@ -132,7 +138,8 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         }
         if (!go_on || stopped) break;
         if (p.n_predict >= 0 && n_gen >= p.n_predict) break;
-        if (cera_session_n_past(s) >= e->params.n_ctx) break; /* context full: a normal end */
+        if (cera_session_n_past(s) >= e->params.n_ctx && !p.context_shift)
+            break; /* context full: a normal end */
     }
     if (!stopped) {
         /* held-back text that no stop string completed, then the bytes of an unfinished

@@ -254,6 +254,34 @@ void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos) {
     if (n_pos == 0 && p->state) memset(cera_kv_seq_state(seq), 0, p->state_bytes);
 }
 
+cera_status cera_kv_seq_shift(cera_kv_seq *seq, int n_keep, int n_discard, int32_t *old, int *n_old,
+                              cera_error *err) {
+    cera_kv_pool *p = seq->pool;
+    cera_kv_group *G = &p->group[CERA_KV_FULL];
+    *n_old = 0;
+    if (p->group[CERA_KV_SWA].n_layer || n_keep < 0 || n_discard < 1 || n_keep + n_discard > seq->n_pos)
+        return cera_fail(err, CERA_ERR_INTERNAL, "KV shift of %d after %d in %d positions", n_discard, n_keep,
+                         seq->n_pos);
+    const int b0 = n_keep / CERA_KV_BLOCK, n_pos = seq->n_pos - n_discard;
+    const int nb = (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
+    if (nb - b0 > G->n_free)
+        return cera_fail(err, CERA_ERR_CONTEXT_FULL, "context shift: %d free KV blocks, %d needed", G->n_free,
+                         nb - b0);
+    int32_t *t = table(seq, CERA_KV_FULL);
+    for (int i = b0; i < seq->n_blocks; i++) {
+        old[(*n_old)++] = t[i];
+        t[i] = i < nb ? take_block(G) : -1;
+    }
+    seq->n_blocks = nb;
+    seq->n_pos = n_pos;
+    return CERA_OK;
+}
+
+void cera_kv_release(cera_kv_pool *pool, int g, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0) put_block(&pool->group[g], ids[i]);
+}
+
 cera_status cera_kv_seq_restore(cera_kv_seq *seq, int n_pos, const int *first, cera_error *err) {
     const int need = (n_pos + CERA_KV_BLOCK - 1) / CERA_KV_BLOCK;
     if (seq->n_pos || seq->n_blocks)

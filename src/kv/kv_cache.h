@@ -164,6 +164,18 @@ void cera_kv_seq_truncate(cera_kv_seq *seq, int n_pos);
  * first[] that cannot be, with nothing changed. */
 cera_status cera_kv_seq_restore(cera_kv_seq *seq, int n_pos, const int *first, cera_error *err);
 
+/* Context shift (engine/shift.c): positions n_keep .. n_keep + n_discard - 1 are dropped and the
+ * later ones move down by n_discard, so the sequence ends at n_pos - n_discard. The table entries
+ * from n_keep's block on get fresh blocks (a block shared with a fork or a cached prefix is
+ * never written); their old ids go to old[0 .. *n_old) (room for seq->max_blocks) for the caller
+ * to copy the rows from, then to give back with cera_kv_release. Only for a pool without a
+ * sliding group and without recurrent state (the caller checks). CERA_ERR_CONTEXT_FULL when the
+ * pool lacks the fresh blocks, with nothing changed. */
+cera_status cera_kv_seq_shift(cera_kv_seq *seq, int n_keep, int n_discard, int32_t *old, int *n_old,
+                              cera_error *err);
+/* Drops one reference to each of group g's blocks ids[0 .. n) (freed at none left). */
+void cera_kv_release(cera_kv_pool *pool, int g, const int32_t *ids, int n);
+
 /* The sequence's recurrent state in host storage, or NULL. */
 static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
     return seq->pool->state ? seq->pool->state + (size_t)seq->id * seq->pool->state_bytes : NULL;

@@ -5,6 +5,11 @@
  *     llama.cpp (the same file as from the golden's tokens);
  *   - -f gives the logits of -p (one trailing newline dropped);
  *   - --prompt-cache FILE reuses and saves the evaluated prompt (prompt_cache below);
+ *   - --context-shift --keep 4 -c 256 -n 700 prints llama-completion's text of the same options
+ *     (tests/model/data, test_context_shift.c says how it was made); without --context-shift
+ *     the run stops at the context, saying so, with exit code 1 (-n was not reached); cera chat
+ *     shifts by default (a 400-token answer in a context of 256) and stops with
+ *     --no-context-shift;
  *   - --help succeeds, usage errors (bad -t/-c/--kv/--device values, in both commands) exit 2, a missing
  * model exits 1 with "cera: ...".
  */
@@ -155,6 +160,44 @@ static void prompt_cache(const char *model) {
     remove(pc);
 }
 
+static void context_shift(const char *model) {
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/test_cli_run.shift", CERA_BINARY_DIR);
+    snprintf(err, sizeof err, "%s/test_cli_run.shift_err", CERA_BINARY_DIR);
+    const char *opts = "-p 'Once upon a time' -n 700 -c 256 --temp 0 --ignore-eos -t 2";
+    snprintf(cmd, sizeof cmd, "%s run -m %s %s --context-shift --keep 4 > %s 2>%s", CERA_CLI, model, opts,
+             out, err);
+    CHECK(run_command(cmd) == 0, "%s", cmd);
+    size_t n = 0, nr = 0;
+    char *got = read_file(out, &n),
+         *ref = read_file(shared_path("data/stories260k.shift-keep4.llama-completion.txt"), &nr);
+    while (got && n > 0 && got[n - 1] == '\n') n--;
+    CHECK(got && ref && n == nr && !memcmp(got, ref, nr), "--context-shift: %zu bytes, llama.cpp's %zu", n,
+          nr);
+    free(got);
+    snprintf(cmd, sizeof cmd, "%s run -m %s %s > %s 2>%s", CERA_CLI, model, opts, out, err);
+    CHECK(run_command(cmd) == 1, "without --context-shift: exit 1 (-n not reached)");
+    char *e = read_file(err, &n);
+    CHECK(e && strstr(e, "context limit"), "without --context-shift: %s", e ? e : "");
+    free(e);
+    free(ref);
+    /* cera chat shifts unless told not to: 400 tokens of an answer in a context of 256 */
+    for (int shift = 1; shift >= 0; shift--) {
+        snprintf(cmd, sizeof cmd,
+                 "printf 'Tell me a story\\n' | %s chat -m %s -c 256 -n 400 --ignore-eos --temp 0 -t 2 %s > "
+                 "%s 2>%s",
+                 CERA_CLI, model, shift ? "" : "--no-context-shift", out, err);
+        CHECK(run_command(cmd) == 0, "%s", cmd);
+        e = read_file(err, &n);
+        if (shift)
+            CHECK(e && strstr(e, "; 400 tokens,") && !strstr(e, "context is full"), "chat, shifting: %s",
+                  e ? e : "");
+        else
+            CHECK(e && strstr(e, "context is full"), "chat --no-context-shift: %s", e ? e : "");
+        free(e);
+    }
+}
+
 int main(void) {
     const char *model = shared_path("models/stories260K.gguf");
     char out_ids[512], out_logits[512], out_logits_p[512], out_err[512];
@@ -269,5 +312,6 @@ int main(void) {
     free(got_f);
     free(ref);
     prompt_cache(model);
+    context_shift(model);
     return test_finish();
 }

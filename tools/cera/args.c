@@ -40,6 +40,9 @@ typedef enum opt_id {
     O_REVERSE,
     O_STOP,
     O_IGNORE_EOS,
+    O_KEEP,
+    O_CTX_SHIFT,
+    O_NO_CTX_SHIFT,
     O_SYSTEM,
     O_TEMPLATE,
     O_KWARGS,
@@ -112,6 +115,17 @@ static const opt opts[] = {
     {CLI_G_GEN, O_REVERSE, {"-r", "--reverse-prompt"}, "TEXT", "stop at TEXT (repeatable)"},
     {CLI_G_GEN, O_STOP, {"--stop"}, "TEXT", "the same as -r (repeatable)"},
     {CLI_G_GEN, O_IGNORE_EOS, {"--ignore-eos"}, NULL, "go on past end-of-generation tokens"},
+    {CLI_G_GEN,
+     O_KEEP,
+     {"--keep"},
+     "N",
+     "prompt tokens a context shift keeps (default 0, -1 = all; the BOS token is always kept)"},
+    {CLI_G_GEN,
+     O_CTX_SHIFT,
+     {"--context-shift"},
+     NULL,
+     "when the context is full, drop half of what follows --keep and go on (default: run off, chat on)"},
+    {CLI_G_GEN, O_NO_CTX_SHIFT, {"--no-context-shift"}, NULL, "stop at a full context"},
     {CLI_G_CHAT, O_SYSTEM, {"-sys", "--system-prompt"}, "TEXT", "the system message"},
     {CLI_G_CHAT,
      O_TEMPLATE,
@@ -147,6 +161,7 @@ void cli_args_init(cli_args *a) {
     a->sp = cera_sampler_default_params();
     a->seed = -1;
     a->n_predict = -1;
+    a->ctx_shift = -1;
 }
 
 void cli_args_free(cli_args *a) {
@@ -232,6 +247,9 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
         a->stop[a->n_stop++] = v;
         return true;
     case O_IGNORE_EOS: a->ignore_eos = true; return true;
+    case O_KEEP: return parse_int(v, -1, 1 << 24, &a->keep);
+    case O_CTX_SHIFT: a->ctx_shift = 1; return true;
+    case O_NO_CTX_SHIFT: a->ctx_shift = 0; return true;
     case O_SYSTEM: a->system = v; return true;
     case O_TEMPLATE: a->chat_template = v; return true;
     case O_KWARGS: a->chat_kwargs = v; return true;

@@ -46,6 +46,8 @@ typedef struct cli_args {
     const char *stop[CLI_STOP_MAX];
     int n_stop;
     bool ignore_eos;
+    int keep;      /* --keep: prompt tokens a context shift keeps (-1: all) */
+    int ctx_shift; /* -1: the command's default, 0 off, 1 on */
     /* CLI_G_LORA */
     cli_lora_list lora;
     /* CLI_G_CHAT */

@@ -133,6 +133,8 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
     gp.n_stop = a->n_stop;
     gp.ignore_eog = a->ignore_eos;
     gp.cancel = &cli_cancel_flag;
+    gp.context_shift = a->ctx_shift != 0; /* on unless --no-context-shift */
+    gp.n_keep = cli_keep_positions(c->e, a->keep, c->hist, c->n_hist);
     c->n_reply = 0;
     c->t_first = 0;
     c->oom = false;
@@ -140,6 +142,9 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
     const double t1 = cli_now();
     st = cera_generate(c->s, NULL, 0, &gp, on_token, c, &n_gen, err);
     const double t2 = cli_now();
+    /* a context shift dropped tokens from the session: its timeline is no longer the history's
+     * beyond the kept start, so the next turn evaluates its conversation afresh */
+    if ((size_t)cera_session_n_past(c->s) < c->n_hist) c->n_hist = 0;
     if (c->oom) st = cera_fail(err, CERA_ERR_NO_MEMORY, "out of memory");
     printf("\n");
     fflush(stdout);

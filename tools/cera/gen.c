@@ -114,6 +114,11 @@ cera_status cli_eval_prompt(cera_session *s, const cera_token *toks, size_t n, i
     return st;
 }
 
+int cli_keep_positions(const cera_engine *e, int keep, const cera_token *prompt, size_t n) {
+    if (keep < 0 || (size_t)keep > n) return (int)n;
+    return keep + (n > 0 && prompt[0] == cera_engine_bos(e) ? 1 : 0);
+}
+
 int cli_report_end(cera_status st, const cera_error *err, const cera_session *s, int n_ctx, int n_predict,
                    int n_gen) {
     if (st == CERA_ERR_CANCELLED) {

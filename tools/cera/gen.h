@@ -39,6 +39,10 @@ cera_status cli_open_template(const char *t, const cera_engine *e, const char *o
  * CERA_ERR_CANCELLED when cli_cancel_flag is set. */
 cera_status cli_eval_prompt(cera_session *s, const cera_token *toks, size_t n, int n_batch, cera_error *err);
 
+/* The positions a context shift keeps for --keep (llama.cpp's rule): the whole prompt for -1
+ * or more than it has, else keep tokens plus the BOS token when the prompt starts with it. */
+int cli_keep_positions(const cera_engine *e, int keep, const cera_token *prompt, size_t n);
+
 /* How a generation ended, from its status and counts: prints a line to stderr when the
  * end was not one the text or -n chose (a full context: with the -c fix; a Ctrl-C).
  * Returns the command's exit code: 0, or 1 for an error or when -n was not reached. */

@@ -146,6 +146,8 @@ int cmd_run(int argc, char **argv) {
     gp.n_stop = a.n_stop;
     gp.ignore_eog = a.ignore_eos;
     gp.cancel = &cli_cancel_flag;
+    gp.context_shift = a.ctx_shift == 1; /* off unless asked, as llama-completion */
+    gp.n_keep = cli_keep_positions(e, a.keep, toks, n);
     const double t0 = cli_now();
     const size_t reused = rs.cache ? cache_reuse(s, &sp.sampler, rs.cache, toks, n) : 0;
     cera_status st = reused < n ? cli_eval_prompt(s, toks + reused, n - reused, a.ep.n_batch, &err) : CERA_OK;
