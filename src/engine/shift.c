@@ -71,15 +71,17 @@ cera_status cera_session_shift(cera_session *s, int n_keep, int n_discard, cera_
     cera_kv_pool *kv = e->kv;
     const int n_pos = s->seq.n_pos;
     if (n_keep < 0 || n_discard < 1 || n_keep > n_pos - n_discard)
-        return cera_fail(err, CERA_ERR_INVALID_ARG,
-                         "shift: keep %d and drop %d of %d positions (needs keep >= 0, drop >= 1, keep + drop <= "
-                         "n_past)",
-                         n_keep, n_discard, n_pos);
+        return cera_fail(
+            err, CERA_ERR_INVALID_ARG,
+            "shift: keep %d and drop %d of %d positions (needs keep >= 0, drop >= 1, keep + drop <= "
+            "n_past)",
+            n_keep, n_discard, n_pos);
     if (kv->state_bytes)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "shift: %s keeps a recurrent state that has absorbed the dropped tokens: its context "
-                         "cannot shift",
-                         cera_arch_name(m->hp.arch));
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "shift: %s keeps a recurrent state that has absorbed the dropped tokens: its context "
+            "cannot shift",
+            cera_arch_name(m->hp.arch));
     if (kv->group[CERA_KV_SWA].n_layer)
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
                          "shift: %s's sliding-window layers keep only their window: its context cannot shift",
@@ -150,7 +152,8 @@ cera_status cera_session_shift(cera_session *s, int n_keep, int n_discard, cera_
                 }
             }
         }
-        if (st == CERA_OK && !host) st = e->backend->kv_io(e->backend, CERA_KV_FULL, table[b], stage, true, err);
+        if (st == CERA_OK && !host)
+            st = e->backend->kv_io(e->backend, CERA_KV_FULL, table[b], stage, true, err);
     }
     cera_kv_release(kv, CERA_KV_FULL, old, n_old);
     pthread_mutex_unlock(&e->forward_lock);

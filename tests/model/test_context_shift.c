@@ -106,8 +106,8 @@ static void check_llama(int keep, const char *golden) {
     cera_token prompt[64];
     size_t n = 0;
     cera_error err = {0};
-    CHECK(cera_tokenize(e, "Once upon a time", 16, true, false, prompt, 64, &n, &err) == CERA_OK, "tokenize: %s",
-          err.message);
+    CHECK(cera_tokenize(e, "Once upon a time", 16, true, false, prompt, 64, &n, &err) == CERA_OK,
+          "tokenize: %s", err.message);
     cera_generate_params gp = cera_generate_default_params();
     gp.n_predict = 700;
     gp.ignore_eog = true;
@@ -115,7 +115,8 @@ static void check_llama(int keep, const char *golden) {
     gp.n_keep = keep + (prompt[0] == cera_engine_bos(e) ? 1 : 0); /* llama.cpp keeps BOS too */
     text_buf out = {0};
     int n_gen = 0;
-    CHECK(cera_generate(s, prompt, n, &gp, collect, &out, &n_gen, &err) == CERA_OK, "generate: %s", err.message);
+    CHECK(cera_generate(s, prompt, n, &gp, collect, &out, &n_gen, &err) == CERA_OK, "generate: %s",
+          err.message);
     CHECK(n_gen == 700, "--keep %d: %d tokens generated, 700 asked (the context is 256)", keep, n_gen);
     CHECK(cera_session_n_past(s) < 256, "--keep %d: n_past %d", keep, cera_session_n_past(s));
     char *ref = read_text(shared_path(golden));
@@ -125,8 +126,8 @@ static void check_llama(int keep, const char *golden) {
         rstrip_newlines(out.p);
         size_t i = 0;
         while (ref[i] && ref[i] == out.p[i]) i++;
-        CHECK(!ref[i] && !out.p[i], "--keep %d: the text leaves llama.cpp's at byte %zu of %zu (cera %zu)", keep, i,
-              strlen(ref), strlen(out.p));
+        CHECK(!ref[i] && !out.p[i], "--keep %d: the text leaves llama.cpp's at byte %zu of %zu (cera %zu)",
+              keep, i, strlen(ref), strlen(out.p));
     }
     free(ref);
     free(out.p);
@@ -238,7 +239,8 @@ static void check_unsupported(const char *rel) {
     for (int i = 0; i < 20; i++) toks[i] = (cera_token)(10 + i);
     cera_error err = {0};
     CHECK(cera_session_eval(s, toks, 20, false, &err) == CERA_OK, "%s eval: %s", rel, err.message);
-    CHECK(cera_session_shift(s, 2, 8, &err) == CERA_ERR_UNSUPPORTED, "%s: %d (%s)", rel, err.status, err.message);
+    CHECK(cera_session_shift(s, 2, 8, &err) == CERA_ERR_UNSUPPORTED, "%s: %d (%s)", rel, err.status,
+          err.message);
     CHECK(cera_session_n_past(s) == 20, "%s: n_past %d after a refused shift", rel, cera_session_n_past(s));
     cera_generate_params gp = cera_generate_default_params();
     gp.n_predict = 100;
