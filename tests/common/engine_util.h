@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+#include <string.h>
+
 #include "cera.h"
 
 /* An engine for a file under ../shared (2 threads, a context of 256), or NULL after a
@@ -62,5 +65,20 @@ typedef struct test_golden {
  * the right size. */
 bool test_golden_load(const char *name, int n_vocab, test_golden *g);
 void test_golden_free(test_golden *g);
+
+/* For tests built twice (tests/cuda adds the argument "cuda" and defines CERA_TEST_CUDA):
+ * CERA_DEVICE_CUDA with that argument when a GPU is there, -1 (print "skipped", exit
+ * TEST_SKIP_CODE) with it when none is, CERA_DEVICE_CPU without it. */
+#ifdef CERA_TEST_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+static inline int test_device_arg(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "cuda") != 0) return CERA_DEVICE_CPU;
+#ifdef CERA_TEST_CUDA
+    if (cera_cuda_available()) return CERA_DEVICE_CUDA;
+#endif
+    printf("no CUDA device: skipped\n");
+    return -1;
+}
 
 #endif

@@ -27,10 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef CERA_TEST_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "cera.h"
+#include "engine_util.h"
 #include "core/fp16.h"
 #include "engine/engine_impl.h"
 #include "kv/kv_cache.h"
@@ -77,22 +75,6 @@ static bool collect(cera_token t, const char *piece, size_t len, void *user) {
     return true;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p) p[n] = 0;
-    fclose(f);
-    return p;
-}
-
 static void rstrip_newlines(char *s) {
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '\n') s[--n] = 0;
@@ -119,7 +101,8 @@ static void check_llama(int keep, const char *golden) {
           err.message);
     CHECK(n_gen == 700, "--keep %d: %d tokens generated, 700 asked (the context is 256)", keep, n_gen);
     CHECK(cera_session_n_past(s) < 256, "--keep %d: n_past %d", keep, cera_session_n_past(s));
-    char *ref = read_text(shared_path(golden));
+    size_t n_ref = 0;
+    char *ref = read_file(shared_path(golden), &n_ref); /* NUL-terminated */
     CHECK(ref != NULL, "%s missing", golden);
     if (ref && out.p) {
         rstrip_newlines(ref);
@@ -256,18 +239,9 @@ static void check_unsupported(const char *rel) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "cuda")) {
-#ifdef CERA_TEST_CUDA
-        const bool gpu = cera_cuda_available();
-#else
-        const bool gpu = false;
-#endif
-        if (!gpu) {
-            printf("no CUDA device: skipped\n");
-            return TEST_SKIP_CODE;
-        }
-        device = CERA_DEVICE_CUDA;
-    }
+    const int dev = test_device_arg(argc, argv);
+    if (dev < 0) return TEST_SKIP_CODE;
+    device = (cera_device)dev;
     check_llama(4, "data/stories260k.shift-keep4.llama-completion.txt");
     check_llama(0, "data/stories260k.shift-keep0.llama-completion.txt");
     check_fresh();

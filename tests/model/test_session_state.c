@@ -23,9 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef CERA_TEST_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "cera.h"
 #include "engine_util.h"
 #include "testutil.h"
@@ -251,18 +248,9 @@ out:
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "cuda")) {
-#ifdef CERA_TEST_CUDA
-        const bool gpu = cera_cuda_available();
-#else
-        const bool gpu = false;
-#endif
-        if (!gpu) {
-            printf("no CUDA device: skipped\n");
-            return TEST_SKIP_CODE;
-        }
-        device = CERA_DEVICE_CUDA;
-    }
+    const int dev = test_device_arg(argc, argv);
+    if (dev < 0) return TEST_SKIP_CODE;
+    device = (cera_device)dev;
     check_continue("models/stories260K.gguf", NULL, 30);
     check_continue("models/stories260K.gguf", "golden/lora-stories-a.gguf", 30);
     check_continue("golden/synth-lfm2-q8_0.gguf", NULL, 30);
