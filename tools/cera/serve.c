@@ -72,11 +72,27 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     serve_opts *o = user;
     serve_server *sv = o->sv;
     const char *a = argv[*i];
-    static const char *const with_value[] = {
-        "--host",           "--port",    "--parallel",     "-np",          "--kv-size",     "--chat-template",
-        "--lora",           "--api-key", "--timeout",      "--max-queue",  "--max-body",    "--prefill-chunk",
-        "--alias",          "-a",        "--conn-timeout", "--max-tokens", "--cache-slots", "--pooling",
-        "--embd-normalize", NULL};
+    static const char *const with_value[] = {"--host",
+                                             "--port",
+                                             "--parallel",
+                                             "-np",
+                                             "--kv-size",
+                                             "--chat-template",
+                                             "--lora",
+                                             "--api-key",
+                                             "--timeout",
+                                             "--max-queue",
+                                             "--max-body",
+                                             "--prefill-chunk",
+                                             "--alias",
+                                             "-a",
+                                             "--conn-timeout",
+                                             "--max-tokens",
+                                             "--cache-slots",
+                                             "--pooling",
+                                             "--embd-normalize",
+                                             "--itl-target",
+                                             NULL};
     if (!strcmp(a, "--cache-any")) {
         sv->cache_any = true;
         return 1;
@@ -130,6 +146,10 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     } else if (!strcmp(a, "--prefill-chunk")) {
         ok = cli_parse_long(v, 1, 1 << 20, &l);
         sv->prefill_chunk = (int)l;
+    } else if (!strcmp(a, "--itl-target")) {
+        float f;
+        ok = cli_parse_float(v, &f) && f >= 0 && f <= 60000;
+        sv->itl_target_ms = f;
     } else if (!strcmp(a, "--cache-slots")) {
         ok = cli_parse_long(v, 0, 4096, &l);
         sv->cache_slots = (int)l;
@@ -178,6 +198,12 @@ static const char serve_help[] =
     "  --timeout S           a request's time limit in seconds (default 600)\n"
     "  --conn-timeout S      an idle or half-sent connection is closed after S seconds (default 30)\n"
     "  --prefill-chunk N     prompt tokens per sequence per step (default 256)\n"
+    "  --itl-target MS       keep each step, the gap between a stream's tokens, under MS\n"
+    "                        milliseconds: a queued request starts only while the steps, as timed\n"
+    "                        so far, stay within it with one more sequence, and prompts are read\n"
+    "                        in chunks of what room the decodes leave (at most --prefill-chunk,\n"
+    "                        and at most 63). Trades time to first token and throughput for steady\n"
+    "                        streams (default 0: off, as many sequences as --parallel)\n"
     "  --cache-slots N       finished sessions kept so that new requests reuse their prefixes\n"
     "                        (default: --parallel; 0: no prefix cache). A prefix is reused as far\n"
     "                        as it gives exactly the answer a fresh evaluation gives: all of it\n"
@@ -255,7 +281,14 @@ int cmd_serve(int argc, char **argv) {
     if (a.ep.n_batch == 0) a.ep.n_batch = 512;
     if (a.ep.n_batch < sv->parallel) a.ep.n_batch = sv->parallel; /* a decode token of each fits a step */
     if (sv->prefill_chunk > a.ep.n_batch) sv->prefill_chunk = a.ep.n_batch;
+    /* chunks that vary step by step must all round as one (serve_cache.h): the narrow way */
+    if (sv->itl_target_ms > 0 && sv->prefill_chunk >= SERVE_ATTN_WIDE_MIN)
+        sv->prefill_chunk = SERVE_ATTN_WIDE_MIN - 1;
     sv->budget = a.ep.n_batch;
+    if (!serve_pace_init(&sv->pace, sv->budget)) {
+        cera_fail(&err, CERA_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
     double load_s = 0;
     if (cli_open_engine(a.model, &a.ep, &sv->e, &load_s, &err)) goto fail;
     fprintf(stderr, "cera serve: loaded %s (%s) in %.2f s\n", a.model, cera_engine_arch(sv->e), load_s);
@@ -323,6 +356,7 @@ fail_sync:
 fail:
     rc = cli_fail(&err);
 out:
+    serve_pace_free(&sv->pace);
     for (int i = 0; i < sv->n_ad; i++) cera_adapter_free(sv->ad[i].adapter);
     cera_chat_template_free(sv->tmpl);
     cera_engine_close(sv->e);

@@ -19,6 +19,7 @@
 #include "cera.h"
 #include "serve_api.h"
 #include "serve_cache.h"
+#include "serve_pace.h"
 
 #define SERVE_ADAPTERS_MAX 16
 /* sessions of /v1/embeddings (serve_embed.c), beyond the scheduler's */
@@ -130,9 +131,10 @@ typedef struct serve_server {
     int timeout_s;      /* per request */
     int conn_timeout_s; /* idle or half-sent connections */
     int prefill_chunk;
-    int budget;      /* tokens per step */
-    int cache_slots; /* finished sessions kept for their prefixes (0: no prefix cache) */
-    bool cache_any;  /* reuse the longest prefix even where its rounding differs */
+    int budget;           /* tokens per step */
+    double itl_target_ms; /* --itl-target: keep steps, the streams' gaps, under it (0: off) */
+    int cache_slots;      /* finished sessions kept for their prefixes (0: no prefix cache) */
+    bool cache_any;       /* reuse the longest prefix even where its rounding differs */
     const char *api_key;
     cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
     int embd_norm;
@@ -156,6 +158,7 @@ typedef struct serve_server {
     uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
     int n_cache_entries;
     serve_cache cache; /* the scheduler's alone */
+    serve_pace pace;   /* how long steps take (the scheduler's alone) */
     pthread_t sched;
 } serve_server;
 

@@ -357,9 +357,17 @@ static void reap_and_admit(serve_server *sv) {
         else if (now > j->deadline)
             job_fail(sv, j, 504, "the request took longer than the server's time limit (--timeout)");
     }
+    int admitted = 0;
     while (sv->q_head) {
         serve_job *j = sv->q_head;
-        if (!j->cancelled && now <= j->deadline && sv->n_seqs + j->n > sv->parallel) break;
+        const bool live = !j->cancelled && now <= j->deadline;
+        if (live && sv->n_seqs + j->n > sv->parallel) break;
+        /* to a latency target: one at a time (the step-time model learns each size as the
+         * batch grows), and only while a step with it is predicted within the target */
+        if (live && sv->itl_target_ms > 0 &&
+            (admitted > 0 ||
+             (sv->n_seqs > 0 && serve_pace_predict(&sv->pace, sv->n_seqs + j->n) > sv->itl_target_ms)))
+            break;
         sv->q_head = j->next;
         if (!sv->q_head) sv->q_tail = NULL;
         sv->n_queued--;
@@ -373,7 +381,7 @@ static void reap_and_admit(serve_server *sv) {
                 job_fail(sv, j, 504, "the request waited longer than the server's time limit (--timeout)");
             continue;
         }
-        admit_one(sv, j);
+        if (admit_one(sv, j)) admitted++;
     }
 }
 
@@ -389,12 +397,17 @@ typedef struct step {
     cera_token *out;
     serve_logprob *lp; /* the sampled tokens' log-probabilities (tok -1: not asked for) */
     int n, n_samp;
+    int n_tok; /* tokens in the step */
 } step;
 
-/* The step's items: every decode token, then prompt chunks that fit the budget (mu held). */
+/* The step's items: every decode token, then prompt chunks that fit the budget (mu held).
+ * To a latency target, a prompt's chunk in a step with decodes is what room the step-time
+ * model leaves within the target, keeping a token for each prompt after it (every prompt moves
+ * on each step); a step of prompts alone holds up no stream and takes whole chunks. */
 static void build_step(serve_server *sv, step *s) {
     s->n = 0;
-    int budget = sv->budget;
+    s->n_tok = 0;
+    int budget = sv->budget, n_reading = 0;
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             serve_seq *q = &j->seqs[i];
@@ -404,17 +417,31 @@ static void build_step(serve_server *sv, step *s) {
             s->seqs[s->n++] = q;
             budget--;
         }
+    const int n_decoding = s->n;
+    for (serve_job *j = sv->running; j; j = j->next)
+        for (int i = 0; i < j->n; i++) {
+            const serve_seq *q = &j->seqs[i];
+            n_reading += q->s && !q->finish && q->n_done < q->n_prompt;
+        }
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             serve_seq *q = &j->seqs[i];
             if (!q->s || q->finish || q->n_done >= q->n_prompt) continue;
-            const size_t left = q->n_prompt - q->n_done, len = left < q->chunk ? left : q->chunk;
+            n_reading--;
+            const size_t left = q->n_prompt - q->n_done;
+            size_t len = left < q->chunk ? left : q->chunk;
+            if (sv->itl_target_ms > 0 && n_decoding > 0) { /* without decodes no stream waits on the step */
+                const int used = sv->budget - budget + n_reading;
+                const int room = serve_pace_room(&sv->pace, used, (int)len, sv->itl_target_ms);
+                len = room > 0 ? (size_t)room : 1;
+            }
             if ((int)len > budget) continue;
             s->items[s->n] = (cera_batch_item){q->s, q->prompt + q->n_done, len, false};
             s->prefill[s->n] = true;
             s->seqs[s->n++] = q;
             budget -= (int)len;
         }
+    s->n_tok = sv->budget - budget;
 }
 
 /* Evaluates the step's items; on a failure each one again alone, to find which fail
@@ -512,6 +539,9 @@ void *serve_sched_main(void *arg) {
             if (l) serve_logprobs_of(l, cera_engine_n_vocab(sv->e), s.out[i], k, &s.lp[i]);
         }
         const double t1 = serve_now();
+        bool all_ok = true;
+        for (int i = 0; i < s.n; i++) all_ok = all_ok && !s.st[i];
+        if (all_ok) serve_pace_observe(&sv->pace, s.n_tok, (t1 - t0) * 1e3);
         pthread_mutex_lock(&sv->mu);
         sv->busy_s += t1 - t0;
         for (int i = 0; i < s.n; i++) {
@@ -543,6 +573,9 @@ void *serve_sched_main(void *arg) {
             if (s.st[i] || !s.prefill[i] || q->index != q->first || q->n_done >= q->n_prompt || !q->s ||
                 q->job->state == JOB_DONE)
                 continue;
+            /* one a chunk: where the read passed a multiple of the chunk size (every chunk, when
+             * all are equal; not every step when they follow the latency target's room) */
+            if (!q->chunk || q->n_done / q->chunk == (q->n_done - s.items[i].n_tokens) / q->chunk) continue;
             serve_cache_snapshot(&sv->cache, q->s, q->hist, q->n_done, &q->job->ad, q->mode);
             sv->n_cache_entries = sv->cache.n;
         }
