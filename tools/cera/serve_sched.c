@@ -406,7 +406,6 @@ typedef struct step {
  * on each step); a step of prompts alone holds up no stream and takes whole chunks. */
 static void build_step(serve_server *sv, step *s) {
     s->n = 0;
-    s->n_tok = 0;
     int budget = sv->budget, n_reading = 0;
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
