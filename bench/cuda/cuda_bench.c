@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
     bool matvec = false, matvec_rows = false, mma = false, header = false, no_pdl = false, kv_q8 = false;
+    bool gemm = false;
     const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -147,13 +148,15 @@ int main(int argc, char **argv) {
             header = true;
         else if (!strcmp(a, "--no-pdl"))
             no_pdl = true;
+        else if (!strcmp(a, "--gemm"))
+            gemm = true;
         else if (!strcmp(a, "--kv") && more && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "q8_0")))
             kv_q8 = !strcmp(argv[++i], "q8_0");
         else {
             fprintf(stderr,
                     "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
                     "[--kv f16|q8_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header] "
-                    "[--no-pdl]\n");
+                    "[--no-pdl] [--gemm]\n");
             return 2;
         }
     }
@@ -247,14 +250,15 @@ int main(int argc, char **argv) {
     prm.n_ctx = d + n + 64 > n_batch ? d + n + 64 : n_batch;
     prm.n_batch = n_batch;
     prm.no_pdl = no_pdl;
+    prm.force_gemm = gemm;
     prm.kv_type = kv_q8 ? CERA_KV_Q8_0 : CERA_KV_F16;
     const char *label = model;
     if (synth) {
         if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
         prm.synthetic_weights = true;
         static char lb[64];
-        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s", synth, no_pdl ? " no PDL" : "",
-                 kv_q8 ? " KV q8_0" : "");
+        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s%s", synth, no_pdl ? " no PDL" : "",
+                 kv_q8 ? " KV q8_0" : "", gemm ? " cuBLAS" : "");
         label = lb;
     } else {
         if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) die(model, &err);

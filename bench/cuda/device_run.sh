@@ -8,9 +8,11 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs (default: tests
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve (default: tests
 #   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
-#   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); mma checks and
+#   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); ppshort times short
+#   prompts (8-128 tokens) on the tensor cores and through cuBLAS (PP_TYPES); serve runs bench/serve/load.py against cera
+#   serve for each --itl-target of SERVE_ITL (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
@@ -70,6 +72,12 @@ if has tests; then
         log "test_cuda_lora_moe"
         timeout 120 "$C/bin/test_cuda_lora_moe" cuda 2>&1 | tee "$OUT/test_cuda_lora_moe.log" | tail -8
     fi
+    for t in test_cuda_mma test_cuda_embed test_cuda_session_state test_cuda_context_shift; do # when packed
+        [ -x "$C/bin/$t" ] || continue
+        log "$t"
+        case $t in test_cuda_mma | test_cuda_embed) a= ;; *) a=cuda ;; esac # the model tests name the backend
+        timeout 240 "$C/bin/$t" $a 2>&1 | tee "$OUT/$t.log" | tail -8
+    done
 fi
 if has sanitize; then
     log "compute-sanitizer memcheck"
@@ -259,6 +267,57 @@ if has mvrows; then
     for t in ${TG_TYPES:-q4_0 f16}; do
         timeout 60 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 0 -r 2 --bw-gib 1 2>&1 | grep tg128 | tee -a "$OUT/tg.log"
     done
+fi
+if has ppshort; then
+    # short prompt chunks (a question after a cached system prompt, a chunk beside decode rows):
+    # the tensor-core matmul against every weight dequantized for cuBLAS (--gemm)
+    log "short prefill: cu_mma_q8 vs cuBLAS (PP_TYPES)"
+    for t in ${PP_TYPES:-q4_0 q8_0}; do
+        for p in 8 16 32 64 128; do
+            for g in "" --gemm; do
+                timeout 60 "$C/bin/cuda_bench" --synth "$t" -p $p -n 8 -d 0 -r 5 --bw-gib 1 $g 2>&1 |
+                    tee -a "$OUT/ppshort.log" | grep "pp$p"
+            done
+        done
+    done
+fi
+if has serve; then
+    # cera serve on a llama2-7b-shape cera synth file (SERVE_TYPE, default q4_0) and the load
+    # generator (bench/serve/load.py) on the device's CPU: for each of SERVE_ITL (ms; 0: no
+    # target) the ShareGPT-like levels SERVE_STREAMS and the shared-prefix test; with
+    # LLAMA_CPP_BIN (a llama.cpp CUDA build's bin folder on the device) llama-server after it
+    t=${SERVE_TYPE:-q4_0} f=/tmp/l7-${SERVE_TYPE:-q4_0}.gguf
+    [ -s "$f" ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b "$t" -o "$f" 2>&1 | tail -1
+    wait_up() { # port: until /health answers (at most 120 s)
+        for _ in $(seq 240); do
+            python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=1)" \
+                2>/dev/null && return 0
+            sleep 0.5
+        done
+        return 1
+    }
+    load() { # url
+        timeout 400 python3 "$ROOT/bench/serve/load.py" "$1" "l7-$t" --streams "${SERVE_STREAMS:-1,8,32,64}" \
+            --requests-per-stream 2 --max-tokens 128 --shared-prefix 1000 2>&1 | tee -a "$OUT/serve.log"
+    }
+    for itl in ${SERVE_ITL:-0}; do
+        log "cera serve --itl-target $itl"
+        "$C/bin/cera" serve -m "$f" --device cuda --parallel 64 -c 4096 --kv-size 32G --port 8090 \
+            --itl-target "$itl" --verbose >"$OUT/cera-serve-$itl.log" 2>&1 &
+        pid=$!
+        wait_up 8090 && load http://127.0.0.1:8090 || tail -5 "$OUT/cera-serve-$itl.log"
+        kill $pid
+        wait $pid 2>/dev/null
+    done
+    if [ -n "${LLAMA_CPP_BIN:-}" ]; then
+        log "llama-server"
+        LD_LIBRARY_PATH=$LLAMA_CPP_BIN:$LD_LIBRARY_PATH "$LLAMA_CPP_BIN/llama-server" -m "$f" -ngl 99 -fa on -np 64 \
+            -c 65536 -kvu --cont-batching --port 8091 >"$OUT/llama-server.log" 2>&1 &
+        pid=$!
+        wait_up 8091 && load http://127.0.0.1:8091 || tail -5 "$OUT/llama-server.log"
+        kill $pid
+        wait $pid 2>/dev/null
+    fi
 fi
 log "done"
 if has mma; then

@@ -55,8 +55,9 @@ cp -r $S/golden/lora-* $S/golden/stories260K.lora-* "$C/shared/golden/"
 # fixture's files there with the packed cera (CERA_TEST_SYNTH_DIR, CERA_TEST_DATA_DIR)
 mkdir -p "$C/shared/data"
 cp -r tests/model/data/lfm2moe "$C/shared/data/"
+cp tests/model/data/stories260k.shift-* "$C/shared/data/" # test_cuda_context_shift's references
 chmod -R u+w "$C/shared"
 if [ -d "$FINAL" ]; then chmod -R u+w "$FINAL"; fi
 rm -rf "$FINAL" && mkdir -p "$FINAL"
-tar -C "$C" -cf - . | xz -T2 -4 >"$FINAL/pack.tar.xz"
+tar -C "$C" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB >"$FINAL/pack.tar.xz" # a dictionary that spans the binaries: their kernels are the same bytes
 du -sh "$FINAL"

@@ -13,16 +13,22 @@
  *     synth-llama Q4_0, synth-lfm2 Q8_0 (a conv state per sequence slot) and synth-gemma3 Q8_0
  *     (sliding-window layers: a KV group of their own, GEGLU, post-branch norms), and lfm2moe Q8_0
  *     (routed experts: each slot's own expert matvec, the same kernel at any batch size);
- *   - mixed: two prompts and three decode steps in one batch (the GEMM path, where the
- *     attention of several sequences is not the single prompt's kernel, and the decode
- *     steps' activations are F16 instead of int8-quantized) within 5e-3 of the row's max
- *     |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 and 1e-1 for LFM2 Q8_0
- *     (test_cuda_golden's prefill-vs-decode spreads; measured 1.2e-2 and 3.3e-2), top tokens
- *     equal at all but 3 % of the rows (LFM2: 77/78);
- *   - fork at a position inside a block, both continued differently: within the same bound
- *     of fresh sessions fed the whole sequences, the source unchanged by the fork's writes
- *     (gemma3: a block copied in each KV group; at 60 positions its sliding layers have
- *     dropped the blocks before their window of 16);
+ *   - mixed: two prompts and three decode steps in one batch (the prefill path, where the
+ *     attention of several sequences is not the single prompt's kernel) within 5e-3 of the
+ *     row's max |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 and 1e-1 for
+ *     LFM2 Q8_0, top tokens equal at all but 3 % of the rows (few()); twice: prompts of 10 and 45
+ *     (58 rows: Q4_0/Q8_0 on the tensor cores with int8 activations, as the prompts alone and
+ *     the decode steps) and of 70 and 90 (cuBLAS with F16 activations, as the prompts alone;
+ *     the decode rows then differ by test_cuda_golden's prefill-vs-decode spread: measured
+ *     1.2e-2 for Q4_0, 3.3e-2 for LFM2). The two numerics are not mixed within one
+ *     comparison: where they were (a 78-row batch against 45-token prompts alone), random
+ *     weights' near ties flipped LFM2's top tokens and lfm2moe's routing (2.2e-1);
+ *   - fork at 45 (inside a block), both continued differently (30 rows): within the same
+ *     bound of fresh sessions fed the whole 60 tokens, top tokens as above (measured on an
+ *     H200: 29/30 for LFM2 and gemma3, 30/30 for the others; gemma3's mixed batch 56/58),
+ *     the source unchanged
+ *     by the fork's writes (gemma3: a block copied in each KV group; at 60 positions its
+ *     sliding layers have dropped the blocks before their window of 16);
  *   - every block back in the pool at the end.
  * Exits 77 without a GPU.
  */
@@ -80,9 +86,15 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
-#define N_SEQ  16 /* at most */
-#define STEPS  12
-#define PROMPT 20
+/* The rows whose top token may differ between two runs of one batch: 3 % of n, rounded up
+ * (random weights give near ties, and an int8 activation level flips where inputs differ in
+ * their last bits). */
+static int few(int n) { return (n * 3 + 99) / 100; }
+
+#define N_SEQ     16  /* at most */
+#define MIXED_MAX 100 /* tokens of a mixed test's prompt, continuation included */
+#define STEPS     12
+#define PROMPT    20
 
 static void test_decode(const char *rel, int n_seq, double bound) {
     cera_engine *e = open_cuda(rel, 2 * n_seq);
@@ -126,24 +138,26 @@ static void test_decode(const char *rel, int n_seq, double bound) {
     cera_engine_close(e);
 }
 
-static void test_mixed_and_fork(const char *rel, double bound) {
+/* Prompts of l0 and l1 tokens and three decode steps in one batch against the same evals
+ * alone; with fork, session 1 is then forked at l1 and both continued by 15 tokens. */
+static void test_mixed_and_fork(const char *rel, double bound, int l0, int l1, bool fork) {
     cera_engine *e = open_cuda(rel, 16);
     if (!e) return;
     const int nv = cera_engine_n_vocab(e);
     cera_error err = {0};
-    cera_token t[5][60];
-    for (int i = 0; i < 5; i++) make_tokens(t[i], 60, 500 + i, nv);
+    cera_token t[5][MIXED_MAX];
+    for (int i = 0; i < 5; i++) make_tokens(t[i], MIXED_MAX, 500 + i, nv);
     cera_session *s[5], *r[5];
     for (int i = 0; i < 5; i++)
         CHECK(!cera_session_create(e, NULL, &s[i], &err) && !cera_session_create(e, NULL, &r[i], &err),
               "create");
-    /* 0, 1: prompts of 30 and 45; 2..4: 10 tokens of history, then one step each */
+    /* 0, 1: prompts of l0 and l1; 2..4: 10 tokens of history, then one step each */
     for (int i = 2; i < 5; i++)
         CHECK(!cera_session_eval(s[i], t[i], 10, false, &err) &&
                   !cera_session_eval(r[i], t[i], 10, false, &err),
               "history");
-    const cera_batch_item it[5] = {{s[0], t[0], 30, true},
-                                   {s[1], t[1], 45, true},
+    const cera_batch_item it[5] = {{s[0], t[0], (size_t)l0, true},
+                                   {s[1], t[1], (size_t)l1, true},
                                    {s[2], t[2] + 10, 1, false},
                                    {s[3], t[3] + 10, 1, false},
                                    {s[4], t[4] + 10, 1, false}};
@@ -165,28 +179,36 @@ static void test_mixed_and_fork(const char *rel, double bound) {
             rows++;
         }
     }
-    printf("%s: mixed batch vs alone %.2e, top tokens %d/%d\n", rel, worst, top, rows);
-    CHECK(worst <= bound && top >= rows - rows * 3 / 100,
+    printf("%s: mixed batch of %d rows vs alone %.2e, top tokens %d/%d\n", rel, l0 + l1 + 3, worst, top,
+           rows);
+    CHECK(worst <= bound && top >= rows - few(rows),
           "%s: mixed batch differs from the evals alone by %.3g (top %d/%d)", rel, worst, top, rows);
+    if (!fork) {
+        for (int i = 0; i < 5; i++) cera_session_free(s[i]), cera_session_free(r[i]);
+        CHECK(pool_idle(e->kv), "blocks left taken");
+        cera_engine_close(e);
+        return;
+    }
 
-    /* fork session 1 (45 tokens: block 1 half full), continue both differently */
+    /* fork session 1 (l1 tokens: a block part full), continue both differently */
     cera_session *f = NULL;
     CHECK(!cera_session_fork(s[1], &f, &err), "fork: %s", err.message);
-    cera_token a[60], c[60];
+    cera_token a[MIXED_MAX], c[MIXED_MAX];
     memcpy(a, t[1], sizeof a);
-    memcpy(c, t[1], 45 * sizeof *c);
-    make_tokens(c + 45, 15, 77, nv);
-    const cera_batch_item go[2] = {{s[1], a + 45, 15, true}, {f, c + 45, 15, true}};
+    memcpy(c, t[1], (size_t)l1 * sizeof *c);
+    make_tokens(c + l1, 15, 77, nv);
+    const cera_batch_item go[2] = {{s[1], a + l1, 15, true}, {f, c + l1, 15, true}};
     CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
     cera_session *fa = NULL, *fc = NULL;
     CHECK(!cera_session_create(e, NULL, &fa, &err) && !cera_session_create(e, NULL, &fc, &err), "fresh");
-    CHECK(!cera_session_eval(fa, a, 60, true, &err) && !cera_session_eval(fc, c, 60, true, &err),
+    CHECK(!cera_session_eval(fa, a, (size_t)l1 + 15, true, &err) &&
+              !cera_session_eval(fc, c, (size_t)l1 + 15, true, &err),
           "fresh evals");
     worst = 0;
     top = 0;
     for (int k = 0; k < 15 && f; k++) {
         const float *x[2] = {cera_session_logits(s[1], k), cera_session_logits(f, k)};
-        const float *y[2] = {cera_session_logits(fa, 45 + k), cera_session_logits(fc, 45 + k)};
+        const float *y[2] = {cera_session_logits(fa, l1 + k), cera_session_logits(fc, l1 + k)};
         for (int j = 0; j < 2; j++) {
             if (!x[j] || !y[j]) {
                 worst = INFINITY;
@@ -196,8 +218,8 @@ static void test_mixed_and_fork(const char *rel, double bound) {
             top += argmax(x[j], nv) == argmax(y[j], nv);
         }
     }
-    printf("%s: fork at 45 and its source vs fresh sessions %.2e, top tokens %d/30\n", rel, worst, top);
-    CHECK(worst <= bound && top == 30, "%s: fork vs fresh %.3g (top %d/30)", rel, worst, top);
+    printf("%s: fork at %d and its source vs fresh sessions %.2e, top tokens %d/30\n", rel, l1, worst, top);
+    CHECK(worst <= bound && top >= 30 - few(30), "%s: fork vs fresh %.3g (top %d/30)", rel, worst, top);
     for (int i = 0; i < 5; i++) cera_session_free(s[i]), cera_session_free(r[i]);
     cera_session_free(f);
     cera_session_free(fa);
@@ -220,14 +242,20 @@ int main(void) {
     test_decode("golden/synth-lfm2-q8_0.gguf", 16, 1e-1);
     test_decode("golden/synth-gemma3-q8_0.gguf", 6, 0);
     test_decode("golden/synth-gemma3-q8_0.gguf", 16, 5e-2);
-    test_mixed_and_fork("models/stories260K.gguf", 5e-3);
-    test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2);
-    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1);
+    /* a batch of at most 64 rows (forward.c's PREFILL_MMA_MAX): Q4_0/Q8_0 on the tensor cores
+     * with int8 activations, as the prompts (10, 45), the fork's continuation and the fresh
+     * sessions' 60 tokens alone; a longer one (70 + 90 + 3) through cuBLAS, as its prompts alone */
+    test_mixed_and_fork("models/stories260K.gguf", 5e-3, 10, 45, true);
+    test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2, 10, 45, true);
+    test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2, 70, 90, false);
+    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1, 10, 45, true);
+    test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1, 70, 90, false);
     /* lfm2moe (the synth_models fixture's file): each slot's expert matvecs in a decode step,
      * grouped by expert in a prompt chunk */
     test_decode("synth/lfm2moe-q8_0.gguf", 6, 0);
     test_decode("synth/lfm2moe-q8_0.gguf", 16, 1e-1);
-    test_mixed_and_fork("synth/lfm2moe-q8_0.gguf", 1e-1);
-    test_mixed_and_fork("golden/synth-gemma3-q8_0.gguf", 5e-2);
+    test_mixed_and_fork("synth/lfm2moe-q8_0.gguf", 1e-1, 10, 45, true);
+    test_mixed_and_fork("synth/lfm2moe-q8_0.gguf", 1e-1, 70, 90, false);
+    test_mixed_and_fork("golden/synth-gemma3-q8_0.gguf", 5e-2, 10, 45, true);
     return test_finish();
 }

@@ -404,6 +404,8 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     p.external_kv = true;
     const char *rows_env = getenv("CERA_CUDA_DECODE_ROWS");
     p.force_gemm = rows_env && strcmp(rows_env, "0") == 0;
+    const char *mma_env = getenv("CERA_CUDA_PREFILL_MMA");
+    p.no_prefill_mma = mma_env && strcmp(mma_env, "0") == 0;
     cuda_backend *be = calloc(1, sizeof *be);
     if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "cuda backend");
     cera_status st = cera_cuda_init(model, &p, &be->s, err);

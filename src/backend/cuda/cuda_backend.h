@@ -47,7 +47,9 @@ typedef struct cera_cuda_params {
     bool no_pdl;          /* capture the decode graph without programmatic dependent launch */
     bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
     bool force_gemm;      /* every batch of 2+ tokens through the cuBLAS path, decode steps of several
-                           * sequences included (comparisons; CERA_CUDA_DECODE_ROWS=0 at open) */
+                           * sequences and short prompt chunks included (comparisons;
+                           * CERA_CUDA_DECODE_ROWS=0 at open) */
+    bool no_prefill_mma;  /* short prompt chunks through cuBLAS too (CERA_CUDA_PREFILL_MMA=0 at open) */
     /* Benchmarks only: ignore the weights' data and fill the device copies with random
      * valid blocks on the GPU (weights of any size without a file or host memory). */
     bool synthetic_weights;

@@ -172,6 +172,7 @@ struct cera_cuda_state {
     float **vecs; /* norms, biases, conv taps (device) */
     int n_vecs, cap_vecs;
     int rows_max;  /* the most rows of a several-sequence decode step (forward.c: use_decode_rows) */
+    bool mma_any;  /* a matmul's weight is one cu_mma_q8 takes (short prompt chunks use it) */
     int64_t k_max; /* the widest k_pad a matmul reads */
     /* rope_swa: the sliding layers' (their own base, no frequency scaling), when one slides */
     cu_rope rope, rope_swa;

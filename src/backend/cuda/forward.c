@@ -14,7 +14,9 @@
  *     row the one-row kernel's bits, Q4_0/Q8_0 go to the tensor cores from MMA_MIN_ROWS rows,
  *     a graph per B, so that a sequence decoded among others gets the logits it gets alone.
  *   - a prompt chunk (prefill): the steps with cuBLAS GEMMs (gemm.c) and separate
- *     element-wise kernels; only the rows whose logits are asked for reach the output layer.
+ *     element-wise kernels, or for a short chunk (PREFILL_MMA_MAX) Q4_0/Q8_0 projections on
+ *     the tensor cores as in a decode step; only the rows whose logits are asked for reach
+ *     the output layer.
  * Routed experts (step_moe) choose on the device in every mode; a decode step then runs each
  * (token, expert) slot's matvecs on the chosen expert's rows, a prompt chunk brings the choice
  * back to group its tokens by expert for one grouped GEMM per expert tensor.
@@ -30,6 +32,15 @@
  * (bench/RESULTS.md), mma at 8 rows about matches the several-row matvec and from 16 rows on
  * beats it 2-4x. */
 #define MMA_MIN_ROWS 8
+
+/* Prompt chunks (prefill) of at most this many tokens run their Q4_0/Q8_0 projections on
+ * the tensor cores too (one cu_mma_q8 launch reads each weight once for all of them), with
+ * their inputs int8-quantized as in a decode step, instead of dequantizing every weight to
+ * F16 for cuBLAS: that pass is a fixed cost per chunk (the weights' F16 bytes written and
+ * read), which dominates the short chunks a server's steps carry (a question after a cached
+ * system prompt, a chunk beside decode rows). Measured on the H200 (bench/RESULTS.md, the
+ * batched table): 64 rows through cu_mma_q8 about match cuBLAS, fewer are faster. */
+#define PREFILL_MMA_MAX 64
 
 typedef enum run_mode { RUN_ONE, RUN_ROWS, RUN_PREFILL } run_mode;
 
@@ -55,6 +66,8 @@ typedef struct run {
     bool lora_to_rope;
     /* prefill */
     bool one_seq;
+    bool mma; /* at most PREFILL_MMA_MAX tokens: Q4_0/Q8_0 matmuls on the tensor cores, so the
+               * attention's and the GLU's outputs are quantized for them */
     const int32_t *out_rows;
     int n_out, splits, qt;
     prof pf;
@@ -165,15 +178,16 @@ static cera_status one_store(cera_cuda_state *s, const cu_mv_seg *segs, int n_se
     return CERA_OK;
 }
 
-/* A prompt chunk's adapters on one projection group: y += s·B(A·x) on the GEMM's output,
+/* A prompt chunk's adapters on one projection group: y += s·B(A·x) on the matmul's output,
  * before any bias, as llama.cpp's build_lora_mm. When every adapter of the batch covers all
- * its rows at one scale (a session's prompt), two cuBLAS GEMMs per projection and adapter;
- * else (sequences with different adapters) the plan's kernels. */
+ * its rows at one scale (a session's prompt) and cuBLAS ran the group, two cuBLAS GEMMs per
+ * projection and adapter; else (sequences with different adapters, or the tensor cores'
+ * matmul: last NULL) the plan's kernels. */
 static cera_status prefill_lora(cera_cuda_state *s, int l, const cu_lora_segs *g, const cu_act *x, int n,
                                 const cu_weight *last, cera_error *err) {
     if (!g->n) return CERA_OK;
     // cu_gemm left x in F16 (half_act) unless the group's last weight is F32 or BF16
-    const bool x_half = last->type != CERA_TYPE_F32 && last->type != CERA_TYPE_BF16;
+    const bool x_half = last && last->type != CERA_TYPE_F32 && last->type != CERA_TYPE_BF16;
     if (x_half && s->lora_uniform) return cu_lora_prefill_gemm(s, l, g, x, n, err);
     CERA_TRY(cu_lora_apply_a(s, l, g, x, false, err));
     CU_TRY(cu_lora_b(s->st, &s->lora, l, g, n, 1.0f));
@@ -193,9 +207,9 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
     const cu_act out = glu ? act_at(r, st->dst) : in;
     float *dst = add ? rows_at(r, st->dst) : NULL;
     cu_mv_seg segs[3];
-    cera_proj proj[3];
-    float *y[3];
-    int64_t d[3];
+    cera_proj proj[3] = {0};
+    float *y[3] = {NULL, NULL, NULL};
+    int64_t d[3] = {0};
     for (int j = 0; j < ns; j++) {
         y[j] = rows_at(r, st->seg[j].y);
         segs[j] = (cu_mv_seg){st->seg[j].w, y[j], st->seg[j].bias};
@@ -207,9 +221,23 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
     for (int j = 1; j < ns; j++) one_type = one_type && segs[j].w->type == segs[0].w->type;
 
     if (r->mode == RUN_PREFILL) {
-        for (int j = 0; j < ns; j++) PROF(r, 0, CERA_TRY(cu_gemm(s, segs[j].w, &in, n, y[j], y_stride, err)));
+        bool mma = r->mma;
+        for (int j = 0; j < ns; j++) mma = mma && cu_mma_supported(segs[j].w->type);
         const cu_lora_segs g = cu_lora_group(s, proj, y, d, ns, y_stride);
-        PROF(r, 2, CERA_TRY(prefill_lora(s, st->layer, &g, &in, n, segs[ns - 1].w, err)));
+        if (mma && add && !g.n && !segs[0].bias) { /* the residual add in the matmul's epilogue */
+            PROF(
+                r, 0,
+                CERA_TRY(rows_linear(s, segs[0].w, NULL, &in, n, dst, st->dst.stride, true, st->scale, err)));
+            return CERA_OK;
+        }
+        for (int j = 0; j < ns; j++) {
+            if (mma)
+                PROF(r, 0,
+                     CERA_TRY(rows_linear(s, segs[j].w, NULL, &in, n, y[j], y_stride, false, 1.0f, err)));
+            else
+                PROF(r, 0, CERA_TRY(cu_gemm(s, segs[j].w, &in, n, y[j], y_stride, err)));
+        }
+        PROF(r, 2, CERA_TRY(prefill_lora(s, st->layer, &g, &in, n, mma ? NULL : segs[ns - 1].w, err)));
         if (add) {
             PROF(r, 2,
                  CU_TRY(cu_add_scaled(s->st, dst, st->dst.stride, y[0], y_stride, segs[0].bias, n, d[0],
@@ -217,6 +245,7 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
         } else if (glu) {
             PROF(r, 2,
                  CU_TRY(cu_glu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, false, &out)));
+            if (r->mma) CU_TRY(cu_quantize_act(s->st, &out, n));
         } else {
             for (int j = 0; j < ns; j++)
                 if (segs[j].bias) CU_TRY(cu_bias_scale(s->st, y[j], y_stride, segs[j].bias, n, d[j], 1.0f));
@@ -324,10 +353,12 @@ static cera_status step_attend(run *r, const cu_step *st, cera_error *err) {
     cu_act out = act_at(r, st->dst);
     const float *q = rows_at(r, st->src);
     if (r->mode == RUN_PREFILL) {
-        out.q = NULL; // the GEMM path reads f32 rows only (and so may the tensor-core attention)
+        cu_act f = out;
+        f.q = NULL; // the GEMM path reads f32 rows only (and so may the tensor-core attention)
         PROF(r, 1,
              CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale,
-                                 r->splits, r->qt, &s->att, &out)));
+                                 r->splits, r->qt, &s->att, &f)));
+        if (r->mma) CU_TRY(cu_quantize_act(s->st, &out, r->n));
         return CERA_OK;
     }
     CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale, s->dec_splits,
@@ -537,7 +568,7 @@ static cera_status run_plan(run *r, cera_error *err) {
             PROF(r, 2,
                  CU_TRY(cu_glu(s->st, rows_at(r, st->src), rows_at(r, st->src2), st->src.stride, NULL, NULL,
                                r->n, st->gelu, &h)));
-            if (r->mode != RUN_PREFILL) CU_TRY(cu_quantize_act(s->st, &h, r->n));
+            if (r->mode != RUN_PREFILL || r->mma) CU_TRY(cu_quantize_act(s->st, &h, r->n));
             break;
         }
         case CU_STEP_CONV: CERA_TRY(step_conv(r, st, err)); break;
@@ -704,6 +735,7 @@ static cera_status prefill(cera_cuda_state *s, int n, bool one_seq, const int32_
     r.one_seq = one_seq;
     r.out_rows = out_rows;
     r.n_out = n_out;
+    r.mma = n <= PREFILL_MMA_MAX && s->mma_any && !s->prm.force_gemm && !s->prm.no_prefill_mma;
     r.pf.on = s->profile;
     if (r.pf.on) {
         cudaEventCreate(&r.pf.a);

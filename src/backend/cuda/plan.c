@@ -556,6 +556,9 @@ cera_status cu_plan_compile(cera_cuda_state *s, const cera_model *m, void *stagi
     if (s->store[CU_ST_F32(CERA_BUF_X)].width == 0)
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: plan: no residual stream");
     s->rows_max = rows_max(s);
+    for (int i = 0; i < s->n_steps; i++)
+        for (int j = 0; s->steps[i].kind == CU_STEP_LINEAR && j < s->steps[i].n_seg; j++)
+            if (cu_mma_supported(s->steps[i].seg[j].w->type)) s->mma_any = true;
     // the bytes a decode step streams: every matmul weight once (not the embedding table)
     s->weight_bytes = 0;
     for (int i = 0; i < s->n_wts; i++) {
