@@ -134,6 +134,9 @@ CERA_API int cera_engine_n_ctx(const cera_engine *engine);
 CERA_API int cera_engine_n_ctx_train(const cera_engine *engine);
 /* The architecture's name ("llama", "qwen2", ...); NULL for a NULL engine. */
 CERA_API const char *cera_engine_arch(const cera_engine *engine);
+/* The device the engine runs on: CERA_DEVICE_CPU or CERA_DEVICE_CUDA (AUTO resolved);
+ * CERA_DEVICE_AUTO for a NULL engine. */
+CERA_API cera_device cera_engine_device(const cera_engine *engine);
 CERA_API cera_token cera_engine_bos(const cera_engine *engine); /* -1 when none (or engine NULL) */
 CERA_API cera_token cera_engine_eos(const cera_engine *engine); /* -1 when none (or engine NULL) */
 /* The engine's KV pool: blocks in use (*used) and in all (*total), each of 32 positions

@@ -238,6 +238,10 @@ int cera_engine_n_vocab(const cera_engine *e) { return e ? e->model.hp.n_vocab :
 int cera_engine_n_ctx(const cera_engine *e) { return e ? e->params.n_ctx : 0; }
 int cera_engine_n_ctx_train(const cera_engine *e) { return e ? e->model.hp.n_ctx_train : 0; }
 const char *cera_engine_arch(const cera_engine *e) { return e ? cera_arch_name(e->model.hp.arch) : NULL; }
+cera_device cera_engine_device(const cera_engine *e) {
+    if (!e) return CERA_DEVICE_AUTO;
+    return strcmp(e->backend->name, "cuda") == 0 ? CERA_DEVICE_CUDA : CERA_DEVICE_CPU;
+}
 cera_token cera_engine_bos(const cera_engine *e) { return e ? cera_tokenizer_bos(e->tok) : -1; }
 cera_token cera_engine_eos(const cera_engine *e) { return e ? cera_tokenizer_eos(e->tok) : -1; }
 bool cera_engine_is_eog(const cera_engine *e, cera_token token) {

@@ -51,6 +51,8 @@ static void run_case(const char *model, const char *name, double tol, cera_kv_ty
     cera_status st = cera_engine_open(shared_path(model), &ep, &e, &err);
     CHECK(st == CERA_OK, "%s: engine: %s", name, err.message);
     if (st != CERA_OK) goto done;
+    CHECK(cera_engine_device(e) == CERA_DEVICE_CUDA, "%s: engine device %d", name,
+          (int)cera_engine_device(e));
     const int nv = cera_engine_n_vocab(e);
     CHECK(logit_bytes == n_tok * (size_t)nv * sizeof(float), "%s: golden size", name);
     cera_session_params sp = cera_session_default_params();

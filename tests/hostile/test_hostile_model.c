@@ -159,6 +159,7 @@ static void null_objects(void) {
               cera_engine_n_ctx_train(NULL) == 0,
           "NULL engine sizes");
     CHECK(cera_engine_arch(NULL) == NULL, "NULL engine arch");
+    CHECK(cera_engine_device(NULL) == CERA_DEVICE_AUTO, "NULL engine device");
     CHECK(cera_engine_bos(NULL) == -1 && cera_engine_eos(NULL) == -1 && !cera_engine_is_eog(NULL, 2),
           "NULL engine tokens");
     char buf[8];
@@ -188,8 +189,10 @@ static void null_objects(void) {
     /* a real engine: the piece call with no buffer asks for the length */
     cera_engine_params ep = cera_engine_default_params();
     ep.n_threads = 1;
+    ep.device = CERA_DEVICE_CPU;
     cera_engine *e = NULL;
     CHECK(cera_engine_open(model, &ep, &e, &err) == CERA_OK, "open: %s", err.message);
+    CHECK(cera_engine_device(e) == CERA_DEVICE_CPU, "engine device %d", (int)cera_engine_device(e));
     CHECK(cera_token_to_piece(e, 400, NULL, 0, false) > 0, "length query");
     CHECK(cera_token_to_piece(e, 400, NULL, 4, false) == -1, "NULL buffer with a capacity");
     CHECK(cera_engine_n_ctx_train(e) == 2048, "trained context %d", cera_engine_n_ctx_train(e));

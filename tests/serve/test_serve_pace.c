@@ -17,7 +17,12 @@ static void test_predict(void) {
     CHECK(serve_pace_init(&p, 64), "init");
     CHECK(serve_pace_predict(&p, 5) == 0 && serve_pace_room(&p, 0, 10, 1.0) == 10,
           "nothing seen: no step is predicted to take time");
+    serve_pace_observe(&p, 0, 100); /* ignored: sizes outside 1..cap, times that are no time */
+    serve_pace_observe(&p, 65, 100);
+    serve_pace_observe(&p, 2, NAN);
+    CHECK(serve_pace_empty(&p), "nothing seen: empty");
     serve_pace_observe(&p, 1, 6.0);
+    CHECK(!serve_pace_empty(&p), "a step seen: not empty");
     CHECK(near(serve_pace_predict(&p, 1), 6.0), "a size seen: its time");
     /* one size: past it, a quarter of its cost per token */
     CHECK(near(serve_pace_predict(&p, 3), 9.0), "past the only size: %g", serve_pace_predict(&p, 3));
@@ -27,7 +32,6 @@ static void test_predict(void) {
     CHECK(near(serve_pace_predict(&p, 6), 16.0), "past them, their slope: %g", serve_pace_predict(&p, 6));
     serve_pace_observe(&p, 4, 22.0);
     CHECK(near(serve_pace_predict(&p, 4), 14.0), "a running average: %g", serve_pace_predict(&p, 4));
-    /* ignored: sizes outside 1..cap, times that are no time */
     serve_pace_observe(&p, 0, 100);
     serve_pace_observe(&p, 65, 100);
     serve_pace_observe(&p, 2, NAN);

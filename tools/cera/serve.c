@@ -97,6 +97,10 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
         sv->cache_any = true;
         return 1;
     }
+    if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+        sv->verbose = true;
+        return 1;
+    }
     bool known = false;
     for (int k = 0; with_value[k]; k++) known = known || !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -209,6 +213,7 @@ static const char serve_help[] =
     "                        as it gives exactly the answer a fresh evaluation gives: all of it\n"
     "                        with --prefill-chunk 63 or less, less with larger chunks\n"
     "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n"
+    "  --verbose, -v         print a line per finished request: its tokens and timings\n"
     "  --pooling P           /v1/embeddings: none, mean, cls or last (default: the model's own;\n"
     "                        mean when it has none; none refuses the endpoint, as llama-server)\n"
     "  --embd-normalize N    /v1/embeddings: -1 none, 0 max absolute, 1 taxicab, 2 euclidean\n"
@@ -281,16 +286,18 @@ int cmd_serve(int argc, char **argv) {
     if (a.ep.n_batch == 0) a.ep.n_batch = 512;
     if (a.ep.n_batch < sv->parallel) a.ep.n_batch = sv->parallel; /* a decode token of each fits a step */
     if (sv->prefill_chunk > a.ep.n_batch) sv->prefill_chunk = a.ep.n_batch;
-    /* chunks that vary step by step must all round as one (serve_cache.h): the narrow way */
-    if (sv->itl_target_ms > 0 && sv->prefill_chunk >= SERVE_ATTN_WIDE_MIN)
-        sv->prefill_chunk = SERVE_ATTN_WIDE_MIN - 1;
     sv->budget = a.ep.n_batch;
-    if (!serve_pace_init(&sv->pace, sv->budget)) {
+    if (!serve_pace_init(&sv->pace[0], sv->budget) || !serve_pace_init(&sv->pace[1], sv->budget)) {
         cera_fail(&err, CERA_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
     double load_s = 0;
     if (cli_open_engine(a.model, &a.ep, &sv->e, &load_s, &err)) goto fail;
+    /* on the CPU, chunks that vary step by step must all round as one (serve_cache.h): the
+     * narrow way (on a GPU a prompt's numerics follow its steps' rows whatever the cut) */
+    if (sv->itl_target_ms > 0 && sv->prefill_chunk >= SERVE_ATTN_WIDE_MIN &&
+        cera_engine_device(sv->e) != CERA_DEVICE_CUDA)
+        sv->prefill_chunk = SERVE_ATTN_WIDE_MIN - 1;
     fprintf(stderr, "cera serve: loaded %s (%s) in %.2f s\n", a.model, cera_engine_arch(sv->e), load_s);
     cli_warn_context(sv->e, a.ep.n_ctx);
     if (cli_open_template(o.chat_template, sv->e, "--chat-template FILE", &sv->tmpl, &err)) goto fail;
@@ -321,6 +328,10 @@ int cmd_serve(int argc, char **argv) {
                                                                     : CERA_POOLING_MEAN;
     pthread_mutex_init(&sv->embed_mu, NULL);
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    /* the exactness rule of a cached prefix is the CPU backend's rounding (serve_cache.h); on
+     * a GPU a prompt's numerics follow the rows of its steps whatever is cached, so there the
+     * longest prefix is reused */
+    if (cera_engine_device(sv->e) == CERA_DEVICE_CUDA) sv->cache_any = true;
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
     sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);
     pthread_mutex_init(&sv->mu, NULL);
@@ -356,7 +367,8 @@ fail_sync:
 fail:
     rc = cli_fail(&err);
 out:
-    serve_pace_free(&sv->pace);
+    serve_pace_free(&sv->pace[0]);
+    serve_pace_free(&sv->pace[1]);
     for (int i = 0; i < sv->n_ad; i++) cera_adapter_free(sv->ad[i].adapter);
     cera_chat_template_free(sv->tmpl);
     cera_engine_close(sv->e);

@@ -106,7 +106,9 @@ typedef struct serve_job {
     char model[128];
     long created;
     double deadline; /* the request's time limit (serve_now clock) */
-    double t_submit, t_first;
+    /* when its request had been read, it was queued, admitted, and its first and last tokens
+     * came (serve_now clock; --verbose prints them) */
+    double t_recv, t_submit, t_admit, t_first, t_last;
     pthread_cond_t cv; /* signalled when the job's text or state changes */
     int n;
     serve_seq seqs[];
@@ -135,6 +137,7 @@ typedef struct serve_server {
     double itl_target_ms; /* --itl-target: keep steps, the streams' gaps, under it (0: off) */
     int cache_slots;      /* finished sessions kept for their prefixes (0: no prefix cache) */
     bool cache_any;       /* reuse the longest prefix even where its rounding differs */
+    bool verbose;         /* a line per finished request: its tokens and timings */
     const char *api_key;
     cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
     int embd_norm;
@@ -158,7 +161,9 @@ typedef struct serve_server {
     uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
     int n_cache_entries;
     serve_cache cache; /* the scheduler's alone */
-    serve_pace pace;   /* how long steps take (the scheduler's alone) */
+    /* how long steps take: of decode tokens alone [0], with prompt chunks [1] (the
+     * scheduler's alone) */
+    serve_pace pace[2];
     pthread_t sched;
 } serve_server;
 

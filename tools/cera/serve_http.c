@@ -301,6 +301,7 @@ static serve_job *make_job(serve_server *sv, const serve_req *r, int *status, ch
 
 static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *c, serve_kind kind,
                                        const conn_req *rq) {
+    const double t_recv = serve_now();
     serve_req r;
     char msg[600], param[64];
     int st = serve_req_parse(kind, rq->body ? rq->body : "", rq->len, &sv->sp_default, &sv->lim, &r, msg,
@@ -315,6 +316,7 @@ static enum MHD_Result handle_generate(serve_server *sv, struct MHD_Connection *
     serve_job *j = make_job(sv, &r, &st, msg, sizeof msg);
     serve_req_free(&r);
     if (!j) return send_error(sv, c, (unsigned)st, NULL, "%s", msg);
+    j->t_recv = t_recv;
     pthread_mutex_lock(&sv->mu);
     sv->n_prompt_tokens += j->n_prompt;
     pthread_mutex_unlock(&sv->mu);

@@ -32,6 +32,12 @@ void serve_pace_observe(serve_pace *p, int n, double ms) {
     if (p->count[n] < 1 << 30) p->count[n]++;
 }
 
+bool serve_pace_empty(const serve_pace *p) {
+    for (int n = 1; p->count && n <= p->cap; n++)
+        if (p->count[n]) return false;
+    return true;
+}
+
 double serve_pace_predict(const serve_pace *p, int n) {
     if (n <= 0 || !p->ms) return 0;
     int lo = n < p->cap ? n : p->cap, hi = n;

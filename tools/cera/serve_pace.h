@@ -10,6 +10,10 @@
  * mean cost per token, so that noise cannot make more work look free). Nothing is known
  * before the first step: the scheduler then takes one sequence at a time and learns.
  *
+ * The scheduler keeps two models: steps of decode tokens alone and steps with prompt chunks,
+ * which on a GPU cost more than their size says (a decode step is one CUDA graph of one-token
+ * rows; a chunk takes the prefill path), so that each kind's cost is learned apart.
+ *
  * Only the scheduler thread uses a model.
  */
 #ifndef CERA_CLI_SERVE_PACE_H
@@ -30,6 +34,8 @@ void serve_pace_free(serve_pace *p);
 void serve_pace_observe(serve_pace *p, int n, double ms);
 /* The predicted duration of a step of n tokens (0 when nothing has been seen yet). */
 double serve_pace_predict(const serve_pace *p, int n);
+/* Whether no step has been seen yet. */
+bool serve_pace_empty(const serve_pace *p);
 /* The most tokens (0 to max_more) that a step of base tokens can take on and still be
  * predicted within target_ms. */
 int serve_pace_room(const serve_pace *p, int base, int max_more, double target_ms);

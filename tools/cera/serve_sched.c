@@ -144,8 +144,29 @@ static bool lp_push(serve_seq *q, const serve_logprob *lp) {
     return true;
 }
 
+/* --verbose: the finished job's tokens and where its time went (llama-server prints the like
+ * for every request). */
+static void log_job(const serve_job *j) {
+    int n_gen = 0;
+    for (int i = 0; i < j->n; i++) n_gen += j->seqs[i].n_gen;
+    const double ms = 1e3;
+    fprintf(stderr,
+            "cera serve: %s: prompt %zu tokens (%zu cached), %d generated; read to queued %.1f ms, queued "
+            "%.1f ms",
+            j->id, j->n_prompt, j->n_cached, n_gen, (j->t_submit - j->t_recv) * ms,
+            (j->t_admit - j->t_submit) * ms);
+    if (j->t_first > 0) {
+        const double gen_s = j->t_last - j->t_first;
+        fprintf(stderr, ", first token %.1f ms after admission, the rest in %.1f ms (%.1f tok/s)",
+                (j->t_first - j->t_admit) * ms, gen_s * ms,
+                n_gen > 1 && gen_s > 0 ? (n_gen - 1) / gen_s : 0.0);
+    }
+    fprintf(stderr, "%s\n", j->err_status ? " (failed)" : j->cancelled ? " (cancelled)" : "");
+}
+
 /* The job is over: out of the running list, its sessions freed, its connection woken. */
 static void job_done(serve_server *sv, serve_job *j) {
+    if (sv->verbose && j->t_admit > 0) log_job(j);
     for (serve_job **p = &sv->running; *p; p = &(*p)->next)
         if (*p == j) {
             *p = j->next;
@@ -218,7 +239,8 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
         job_fail(sv, j, 500, "sampling failed (non-finite logits)");
         return;
     }
-    if (j->t_first == 0) j->t_first = serve_now();
+    j->t_last = serve_now();
+    if (j->t_first == 0) j->t_first = j->t_last;
     /* with a grammar, an end-of-generation token is its complete match: always the end */
     if ((!j->ignore_eos || gs == CERA_GRAMMAR_COMPLETE) && cera_engine_is_eog(sv->e, t)) {
         seq_finish(sv, q, "stop");
@@ -284,6 +306,7 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
 
 static bool admit_one(serve_server *sv, serve_job *j) {
     cera_error err = {0};
+    j->t_admit = serve_now();
     const size_t nc = (size_t)sv->prefill_chunk;
     for (int i = 0; i < j->n; i++) {
         serve_seq *q = &j->seqs[i];
@@ -347,6 +370,13 @@ static bool admit_one(serve_server *sv, serve_job *j) {
     return true;
 }
 
+/* The step-time model of steps with prompt chunks or of decode tokens alone; the other kind's
+ * while this one has seen no step. */
+static const serve_pace *pace_of(const serve_server *sv, bool prompt) {
+    const serve_pace *p = &sv->pace[prompt];
+    return serve_pace_empty(p) ? &sv->pace[!prompt] : p;
+}
+
 /* Drops cancelled and timed-out jobs, admits queued ones while sessions are free. */
 static void reap_and_admit(serve_server *sv) {
     const double now = serve_now();
@@ -365,8 +395,8 @@ static void reap_and_admit(serve_server *sv) {
         /* to a latency target: one at a time (the step-time model learns each size as the
          * batch grows), and only while a step with it is predicted within the target */
         if (live && sv->itl_target_ms > 0 &&
-            (admitted > 0 ||
-             (sv->n_seqs > 0 && serve_pace_predict(&sv->pace, sv->n_seqs + j->n) > sv->itl_target_ms)))
+            (admitted > 0 || (sv->n_seqs > 0 &&
+                              serve_pace_predict(pace_of(sv, false), sv->n_seqs + j->n) > sv->itl_target_ms)))
             break;
         sv->q_head = j->next;
         if (!sv->q_head) sv->q_tail = NULL;
@@ -397,7 +427,8 @@ typedef struct step {
     cera_token *out;
     serve_logprob *lp; /* the sampled tokens' log-probabilities (tok -1: not asked for) */
     int n, n_samp;
-    int n_tok; /* tokens in the step */
+    int n_tok;    /* tokens in the step */
+    int n_decode; /* of them decode tokens (the rest prompt chunks') */
 } step;
 
 /* The step's items: every decode token, then prompt chunks that fit the budget (mu held).
@@ -431,7 +462,7 @@ static void build_step(serve_server *sv, step *s) {
             size_t len = left < q->chunk ? left : q->chunk;
             if (sv->itl_target_ms > 0 && n_decoding > 0) { /* without decodes no stream waits on the step */
                 const int used = sv->budget - budget + n_reading;
-                const int room = serve_pace_room(&sv->pace, used, (int)len, sv->itl_target_ms);
+                const int room = serve_pace_room(pace_of(sv, true), used, (int)len, sv->itl_target_ms);
                 len = room > 0 ? (size_t)room : 1;
             }
             if ((int)len > budget) continue;
@@ -441,6 +472,7 @@ static void build_step(serve_server *sv, step *s) {
             budget -= (int)len;
         }
     s->n_tok = sv->budget - budget;
+    s->n_decode = n_decoding;
 }
 
 /* Evaluates the step's items; on a failure each one again alone, to find which fail
@@ -540,7 +572,7 @@ void *serve_sched_main(void *arg) {
         const double t1 = serve_now();
         bool all_ok = true;
         for (int i = 0; i < s.n; i++) all_ok = all_ok && !s.st[i];
-        if (all_ok) serve_pace_observe(&sv->pace, s.n_tok, (t1 - t0) * 1e3);
+        if (all_ok) serve_pace_observe(&sv->pace[s.n_tok > s.n_decode], s.n_tok, (t1 - t0) * 1e3);
         pthread_mutex_lock(&sv->mu);
         sv->busy_s += t1 - t0;
         for (int i = 0; i < s.n; i++) {
