@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 SKIP = 77
@@ -54,6 +55,14 @@ class Server:
         self.url = line.split("listening on ")[1].split()[0]
         self.host, port = self.url[len("http://"):].rsplit(":", 1)
         self.port = int(port)
+        # stderr read as it comes (a --verbose server's lines must not fill the pipe)
+        self.err_lines = []
+        self.drain = threading.Thread(target=lambda: self.err_lines.extend(iter(self.p.stderr.readline, "")),
+                                      daemon=True)
+        self.drain.start()
+
+    def log(self):
+        return "".join(self.err_lines)
 
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
@@ -62,7 +71,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.p.kill()
             rc = "killed"
-        err = self.p.stderr.read()
+        self.drain.join(timeout=10)
+        err = self.log()
         check(rc == 0, "the server exits 0 on SIGTERM (got %s): %s" % (rc, err[-2000:]))
 
     def request(self, method, path, body=None, headers=None, timeout=60):
@@ -186,7 +196,7 @@ def group_openai(cera, shared, models, corpus):
         print("skip: no SmolLM2 model (scripts/setup.sh fetches it)")
         return SKIP
         # prompt chunks of at most 48 tokens: every cached prefix is reusable exactly (serve_cache.h)
-    sv = Server(cera, ["-m", model, "-c", "1024", "--parallel", "4", "--prefill-chunk", "48"])
+    sv = Server(cera, ["-m", model, "-c", "1024", "--parallel", "4", "--prefill-chunk", "48", "--verbose"])
     try:
         cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0)
         models_list = cl.models.list()
@@ -224,6 +234,12 @@ def group_openai(cera, shared, models, corpus):
         check(again.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 1,
               "cached tokens: %s of %d" % (again.usage.prompt_tokens_details, r.usage.prompt_tokens))
         check(again.choices[0].message.content == whole, "the same answer from the cached prefix")
+        # --verbose: a line per finished request, with its tokens and timings
+        want = "cera serve: %s: prompt %d tokens (%d cached), %d generated; read to queued " % (
+            again.id, again.usage.prompt_tokens, again.usage.prompt_tokens - 1, again.usage.completion_tokens)
+        time.sleep(0.2)  # the line is written as the job ends, the answer may come first
+        check(want in sv.log() and "first token" in sv.log().split(want)[-1].split("\n")[0],
+              "the --verbose line of the cached request: %r in %r" % (want, sv.log()[-600:]))
         turn2 = msgs + [{"role": "assistant", "content": whole}, {"role": "user", "content": "And of Spain?"}]
         r8 = cl.chat.completions.create(model=name, messages=turn2, temperature=0, max_tokens=8)
         check(r8.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1,
