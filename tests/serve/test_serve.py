@@ -793,7 +793,40 @@ def group_batch(cera, shared, models, corpus):
     finally:
         sv.stop()
         tmp.cleanup()
+    check_context_shift(cera, model)
     return 0
+
+
+def check_context_shift(cera, model):
+    """--context-shift: 100 tokens in a context of 64 (the first --keep prompt tokens kept, half
+    of the rest dropped at each full context) give cera run --context-shift's text; twice (a
+    shifted session stays out of the prefix cache); without it the answer ends at the context."""
+    prompt = "Once upon a time"
+    ref = subprocess.run([cera, "run", "-m", model, "-c", "64", "--context-shift", "--keep", "2", "-p", prompt,
+                          "-n", "100", "--temp", "0", "--ignore-eos", "-t", "1"], capture_output=True, text=True)
+    check(ref.returncode == 0, "cera run --context-shift: %s" % ref.stderr[-300:])
+    body = {"prompt": prompt, "max_tokens": 100, "temperature": 0, "ignore_eos": True}
+    sv = Server(cera, ["-m", model, "-c", "64", "--context-shift", "--keep", "2", "--max-tokens", "100"])
+    try:
+        for k in range(2):
+            st, data = sv.request("POST", "/v1/completions", body)
+            r = json.loads(data) if st == 200 else {}
+            check(st == 200 and r["usage"]["completion_tokens"] == 100 and r["choices"][0]["finish_reason"] == "length",
+                  "100 tokens past a context of 64 (%d): %s %s" % (k, st, data[:300]))
+            check(st == 200 and r["choices"][0]["text"] == ref.stdout.rstrip("\n"),
+                  "the shifted text is cera run's (%d): %r vs %r" % (k, r.get("choices", [{}])[0].get("text"),
+                                                                     ref.stdout))
+        check(sv.metric("cera_sequences_running") == 0, "every sequence freed after the shifts")
+    finally:
+        sv.stop()
+    sv = Server(cera, ["-m", model, "-c", "64", "--max-tokens", "100"])
+    try:
+        st, data = sv.request("POST", "/v1/completions", body)
+        r = json.loads(data) if st == 200 else {}
+        check(st == 200 and r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] == 64 and
+              r["choices"][0]["finish_reason"] == "length", "without --context-shift the context ends it: %s" % data[:300])
+    finally:
+        sv.stop()
 
 
 # ---- recurrent -----------------------------------------------------------------------------
@@ -832,6 +865,17 @@ def group_recurrent(cera, shared, models, corpus):
     check(cached[0][2] == 0 and all(x[2] >= 32 and x[2] % 16 == 0 and x[2] < x[1] for x in cached[1:]),
           "later prompts start from a snapshot at a chunk boundary: %s" % [(x[1], x[2]) for x in cached])
     check(all(x[2] == 0 for x in fresh), "no reuse without the cache")
+    # --context-shift on a model that cannot shift (a conv state of the last position): the
+    # answer ends at the full context, as without it
+    sv = Server(cera, ["-m", model, "-c", "48", "--context-shift", "--max-tokens", "100"])
+    try:
+        st, data = sv.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 100,
+                                                          "temperature": 0, "ignore_eos": True})
+        r = json.loads(data) if st == 200 else {}
+        check(st == 200 and r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] == 48 and
+              r["choices"][0]["finish_reason"] == "length", "LFM2 --context-shift: ends at the context: %s" % data[:300])
+    finally:
+        sv.stop()
     # Gemma 3 (window 512 on most layers): a session cannot be cut back to a point whose window
     # it no longer holds; the first such cut turns the snapshots on, and the same prompts again
     # start from the snapshot of their shared 600-token beginning with the texts of a fresh run

@@ -72,33 +72,27 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     serve_opts *o = user;
     serve_server *sv = o->sv;
     const char *a = argv[*i];
-    static const char *const with_value[] = {"--host",
-                                             "--port",
-                                             "--parallel",
-                                             "-np",
-                                             "--kv-size",
-                                             "--chat-template",
-                                             "--lora",
-                                             "--api-key",
-                                             "--timeout",
-                                             "--max-queue",
-                                             "--max-body",
-                                             "--prefill-chunk",
-                                             "--alias",
-                                             "-a",
-                                             "--conn-timeout",
-                                             "--max-tokens",
-                                             "--cache-slots",
-                                             "--pooling",
-                                             "--embd-normalize",
-                                             "--itl-target",
-                                             NULL};
+    static const char *const with_value[] = {"--host",           "--port",
+                                             "--parallel",       "-np",
+                                             "--kv-size",        "--chat-template",
+                                             "--lora",           "--api-key",
+                                             "--timeout",        "--max-queue",
+                                             "--max-body",       "--prefill-chunk",
+                                             "--alias",          "-a",
+                                             "--conn-timeout",   "--max-tokens",
+                                             "--cache-slots",    "--pooling",
+                                             "--embd-normalize", "--itl-target",
+                                             "--keep",           NULL};
     if (!strcmp(a, "--cache-any")) {
         sv->cache_any = true;
         return 1;
     }
     if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
         sv->verbose = true;
+        return 1;
+    }
+    if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
+        sv->ctx_shift = a[2] == 'c';
         return 1;
     }
     bool known = false;
@@ -168,6 +162,9 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     } else if (!strcmp(a, "--max-tokens")) {
         ok = cli_parse_long(v, 1, 1 << 24, &l);
         o->max_tokens = (int)l;
+    } else if (!strcmp(a, "--keep")) {
+        ok = cli_parse_long(v, -1, 1 << 24, &l);
+        sv->keep = (int)l;
     } else {
         o->alias = v;
     }
@@ -215,6 +212,11 @@ static const char serve_help[] =
     "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n"
     "                        (always on a GPU)\n"
     "  --verbose, -v         print a line per finished request: its tokens and timings\n"
+    "  --context-shift       when a sequence fills the context, keep its first --keep prompt\n"
+    "                        tokens, drop half of what follows and go on (as llama-server's;\n"
+    "                        default off: the answer ends there, finish_reason length)\n"
+    "  --keep N              prompt tokens a context shift keeps (default 0, -1 = all; the BOS\n"
+    "                        token is always kept)\n"
     "  --pooling P           /v1/embeddings: none, mean, cls or last (default: the model's own;\n"
     "                        mean when it has none; none refuses the endpoint, as llama-server)\n"
     "  --embd-normalize N    /v1/embeddings: -1 none, 0 max absolute, 1 taxicab, 2 euclidean\n"

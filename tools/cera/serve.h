@@ -63,6 +63,8 @@ typedef struct serve_seq {
     int mode;          /* how its prompt was rounded (serve_cache.h) */
     bool slot;         /* it holds one of the --parallel sequences */
     bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
+    size_t n_dropped;  /* positions context shifts dropped (--context-shift); such a session
+                        * stays out of the prefix cache */
     cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
     serve_logprob *lp; /* one per generated token whose text is kept (when the job asks) */
@@ -138,6 +140,8 @@ typedef struct serve_server {
     int cache_slots;      /* finished sessions kept for their prefixes (0: no prefix cache) */
     bool cache_any;       /* reuse the longest prefix even where its rounding differs */
     bool verbose;         /* a line per finished request: its tokens and timings */
+    bool ctx_shift;       /* --context-shift: a full context drops half of what follows keep */
+    int keep;             /* --keep: prompt tokens a shift keeps (-1: all) */
     const char *api_key;
     cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
     int embd_norm;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gen.h"
 #include "serve.h"
 
 double serve_now(void) {
@@ -87,7 +88,10 @@ int serve_submit(serve_server *sv, serve_job *j) {
 /* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->slot) return;
-    if (q->s) serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->n_prompt);
+    if (q->s && q->n_dropped) /* shifted: its KV is not what its timeline's tokens give */
+        cera_session_free(q->s);
+    else if (q->s)
+        serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->n_prompt);
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     q->slot = false;
@@ -226,6 +230,25 @@ static bool text_append(serve_seq *q, const char *p, size_t n) {
     return true;
 }
 
+/* --context-shift: the sequence's context is full (its token just sampled would take the last
+ * position), so it keeps its first --keep prompt positions (BOS too), drops half of the rest,
+ * as llama-server does, and goes on. Its timeline loses the dropped tokens; its KV is no longer
+ * what the timeline's tokens give, so it stays out of the prefix cache. False when nothing
+ * can be dropped or the model cannot shift (recurrent or sliding-window layers). */
+static bool shift(serve_server *sv, serve_seq *q) {
+    if (!sv->ctx_shift) return false;
+    const int n_ctx = cera_engine_n_ctx(sv->e), n_past = cera_session_n_past(q->s);
+    int keep = cli_keep_positions(sv->e, sv->keep, q->prompt, q->n_prompt);
+    if (keep > n_ctx - 4) keep = n_ctx - 4 > 0 ? n_ctx - 4 : 0;
+    const int n_discard = keep < n_past ? (n_past - keep) / 2 : 0;
+    if (n_discard < 1 || cera_session_shift(q->s, keep, n_discard, NULL) != CERA_OK) return false;
+    memmove(q->hist + keep, q->hist + keep + n_discard,
+            (q->n_hist - (size_t)keep - n_discard) * sizeof *q->hist);
+    q->n_hist -= (size_t)n_discard;
+    q->n_dropped += (size_t)n_discard;
+    return true;
+}
+
 /* A sampled token (with its log-probabilities when lp): its text appended, the stop strings
  * and limits checked (mu held). */
 static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logprob *lp) {
@@ -294,7 +317,7 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
         seq_finish(sv, q, "length");
         return;
     }
-    if (q->n_prompt + (size_t)q->n_gen >= (size_t)cera_engine_n_ctx(sv->e)) {
+    if (q->n_prompt + (size_t)q->n_gen - q->n_dropped >= (size_t)cera_engine_n_ctx(sv->e) && !shift(sv, q)) {
         seq_finish(sv, q, "length");
         return;
     }
