@@ -16,19 +16,17 @@
  *   - mixed: two prompts and three decode steps in one batch (the prefill path, where the
  *     attention of several sequences is not the single prompt's kernel) within 5e-3 of the
  *     row's max |logit| of the same evals alone for F32 weights, 3e-2 for Q4_0 and 1e-1 for
- *     LFM2 Q8_0, top tokens equal at all but 3 % of the rows (few()); twice: prompts of 10 and 45
+ *     LFM2 Q8_0, top tokens equal at all but 3 % of the rows (few()); for prompts of 10 and 45
  *     (58 rows: Q4_0/Q8_0 on the tensor cores with int8 activations, as the prompts alone and
- *     the decode steps) and of 70 and 90 (cuBLAS with F16 activations, as the prompts alone;
- *     the decode rows then differ by test_cuda_golden's prefill-vs-decode spread: measured
- *     1.2e-2 for Q4_0, 3.3e-2 for LFM2). The two numerics are not mixed within one
- *     comparison: where they were (a 78-row batch against 45-token prompts alone), random
- *     weights' near ties flipped LFM2's top tokens and lfm2moe's routing (2.2e-1);
+ *     the decode steps), of 70 and 90 (cuBLAS with F16 activations, as the prompts alone; the
+ *     decode rows then differ by test_cuda_golden's prefill-vs-decode spread) and of 2 and 2
+ *     (7 rows: the several-row matvec). The two numerics are not mixed within one comparison:
+ *     where they were (a 78-row batch against 45-token prompts alone), random weights' near
+ *     ties flipped LFM2's top tokens and lfm2moe's routing (bench/RESULTS.md);
  *   - fork at 45 (inside a block), both continued differently (30 rows): within the same
- *     bound of fresh sessions fed the whole 60 tokens, top tokens as above (measured on an
- *     H200: 29/30 for LFM2 and gemma3, 30/30 for the others; gemma3's mixed batch 56/58),
- *     the source unchanged
- *     by the fork's writes (gemma3: a block copied in each KV group; at 60 positions its
- *     sliding layers have dropped the blocks before their window of 16);
+ *     bound of fresh sessions fed the whole 60 tokens, top tokens as above, the source
+ *     unchanged by the fork's writes (gemma3: a block copied in each KV group; at 60 positions
+ *     its sliding layers have dropped the blocks before their window of 16);
  *   - every block back in the pool at the end.
  * Exits 77 without a GPU.
  */
@@ -248,6 +246,8 @@ int main(void) {
     test_mixed_and_fork("models/stories260K.gguf", 5e-3, 10, 45, true);
     test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2, 10, 45, true);
     test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2, 70, 90, false);
+    test_mixed_and_fork("golden/synth-llama-q4_0.gguf", 3e-2, 2, 2,
+                        false); /* 7 rows: the several-row matvec */
     test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1, 10, 45, true);
     test_mixed_and_fork("golden/synth-lfm2-q8_0.gguf", 1e-1, 70, 90, false);
     /* lfm2moe (the synth_models fixture's file): each slot's expert matvecs in a decode step,

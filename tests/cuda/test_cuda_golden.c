@@ -5,8 +5,10 @@
  * lfm2moe's committed goldens (tests/model/data/lfm2moe: routed experts; its Q8_0 and Q4_0
  * cases take the quantized-LFM2 bounds).
  *
- * Per case: the prompt as one batch (the prefill path: cuBLAS) and token by token (the
- * decode path: int8 matvec kernels, CUDA graph) both give every position's logits, which
+ * Per case: the prompt as one batch (the prefill path: cuBLAS, or for these prompts of at
+ * most 64 tokens Q4_0/Q8_0 projections on the tensor cores with int8 activations; cases of
+ * those types run once more with every matmul through cuBLAS, no_prefill_mma) and token by
+ * token (the decode path: int8 matvec kernels, CUDA graph) both give every position's logits, which
  * are compared with the golden and with each other, by the top token and the largest
  * difference relative to the row's largest |logit|. Then the greedy continuation (argmax
  * on the GPU, one decode step per token) must be the golden's.
@@ -20,14 +22,14 @@
  *     (llama.cpp rounds activations to F16/BF16; our decode keeps them f32, our prefill
  *     rounds them to F16 for the tensor cores).
  *   - quantized models: 5e-2 [<= 3.1e-2]. llama.cpp quantizes activations to Q8_0/Q8_K;
- *     our decode does Q8_0 for Q4_0/Q8_0/Q4_K/Q6_K and keeps f32 for the rest, our prefill
- *     uses F16: the difference is the activation-rounding error, amplified by random
- *     weights (an int8 level flips where inputs differ in the last bits). Top token at
+ *     our decode does Q8_0 for Q4_0/Q8_0/Q4_K/Q6_K and keeps f32 for the rest, our cuBLAS
+ *     prefill uses F16 (a short Q4_0/Q8_0 one Q8_0, as the decode): the difference is the activation-rounding
+ * error, amplified by random weights (an int8 level flips where inputs differ in the last bits). Top token at
  *     >= 85 % of positions [>= 36/39] (random weights give near ties).
  *   - quantized LFM2: 1e-1 [prefill 7.4e-2, decode 2.9e-2]: the same activation roundings,
  *     amplified by the gated convolution (C ⊙ conv(B ⊙ X) multiplies two rounded values; the
- *     goldens' README says F32 and Q8_0 differ more for lfm2 as well), worst in the prefill,
- *     whose GEMMs round the activations to F16; top tokens as for the other quantized models.
+ *     goldens' README says F32 and Q8_0 differ more for lfm2 as well), worst in the cuBLAS
+ *     prefill, whose GEMMs round the activations to F16; top tokens as for the other quantized models.
  *   - gemma3 (sliding-window layers, GEGLU, post-branch norms) as the other models of its
  *     type: F32 [prefill 2.0e-3, decode 1.7e-3, greedy 32/32], Q8_0 [prefill 3.5e-2, decode
  *     3.8e-2, prefill vs decode 4.6e-2: the post-branch norms rescale each branch's rounded
@@ -115,7 +117,7 @@ static double row_diff(const float *a, const float *b, int n, bool *same_top) {
     return d / (amax > 0 ? amax : 1);
 }
 
-static void run_case(const gcase *c) {
+static void run_case(const gcase *c, bool gemm) {
     if (!file_exists(shared_path(c->model))) {
         // the device machine gets a subset of ../shared (bench/cuda/pack.sh); the synth_models
         // fixture's files are always made, so one missing is a failure
@@ -140,6 +142,7 @@ static void run_case(const gcase *c) {
     cera_cuda_params p = cera_cuda_default_params();
     p.n_ctx = 512;
     p.n_batch = 512;
+    p.no_prefill_mma = gemm;
     if (st == CERA_OK) st = cera_cuda_init(&m, &p, &s, &err);
     CHECK(st == CERA_OK, "%s: %s", c->name, err.message);
     const int nv = m.hp.n_vocab, n = (int)n_tok;
@@ -200,9 +203,11 @@ static void run_case(const gcase *c) {
             CHECK(!diverged, "%s: greedy continuation differs at token %zu of %zu", c->name, match, n_greedy);
         for (int i = 0; i < n; i++) n_half += rows_dec[i] > d_dec / 2;
         free(rows_dec);
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", c->name, gemm ? " cuBLAS" : "");
         printf("%-20s prefill %.2e (top %d/%d)  decode %.2e (top %d/%d; worst at %d, %d rows past half of "
                "it)  prefill-vs-decode %.2e  greedy %zu/%zu\n",
-               c->name, d_pre, top_pre, n, d_dec, top_dec, n, at_dec, n_half, d_pd, match, n_greedy);
+               name, d_pre, top_pre, n, d_dec, top_dec, n, at_dec, n_half, d_pd, match, n_greedy);
         free(pre), free(dec), free(pos);
     }
 done:
@@ -218,6 +223,9 @@ int main(int argc, char **argv) {
         return TEST_SKIP_CODE;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (argc < 2 || strstr(cases[i].name, argv[1])) run_case(&cases[i]);
+        if (argc < 2 || strstr(cases[i].name, argv[1])) {
+            run_case(&cases[i], false);
+            if (strstr(cases[i].name, "q4_0") || strstr(cases[i].name, "q8_0")) run_case(&cases[i], true);
+        }
     return test_finish();
 }

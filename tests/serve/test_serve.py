@@ -57,9 +57,12 @@ class Server:
         self.port = int(port)
         # stderr read as it comes (a --verbose server's lines must not fill the pipe)
         self.err_lines = []
-        self.drain = threading.Thread(target=lambda: self.err_lines.extend(iter(self.p.stderr.readline, "")),
-                                      daemon=True)
+        self.drain = threading.Thread(target=self.read_stderr, daemon=True)
         self.drain.start()
+
+    def read_stderr(self):
+        for line in self.p.stderr:
+            self.err_lines.append(line)
 
     def log(self):
         return "".join(self.err_lines)

@@ -9,7 +9,8 @@
  * reading their prompt, under a token budget (chunked prefill: a long prompt never holds up
  * the others for more than one chunk a step). A prompt's chunks are fixed when its job is
  * admitted (equal chunks of at most --prefill-chunk), never by what else runs, so that with
- * the backend's batch invariance a request gets exactly the tokens it would get alone. The
+ * the CPU backend's batch invariance a request gets exactly the tokens it would get alone (on
+ * a GPU a step's numerics follow its rows: the tensor cores' matmul up to 64, cuBLAS past). The
  * sequences that have logits are sampled together (cera_batch_sample: each with its own
  * sampler chain, seed and penalties) and their text is published to their connections.
  */
@@ -262,13 +263,14 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
         job_fail(sv, j, 500, "sampling failed (non-finite logits)");
         return;
     }
-    j->t_last = serve_now();
-    if (j->t_first == 0) j->t_first = j->t_last;
+    const double now = serve_now();
+    if (j->t_first == 0) j->t_first = now;
     /* with a grammar, an end-of-generation token is its complete match: always the end */
     if ((!j->ignore_eos || gs == CERA_GRAMMAR_COMPLETE) && cera_engine_is_eog(sv->e, t)) {
         seq_finish(sv, q, "stop");
         return;
     }
+    j->t_last = now; /* the last generated token's time (an end-of-generation one is not counted) */
     q->n_gen++;
     sv->n_gen_tokens++;
     if (!hist_push(q, t)) {

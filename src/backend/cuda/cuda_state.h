@@ -209,7 +209,7 @@ struct cera_cuda_state {
     cublasOperation_t *h_moe_ops;     /* host [2 moe_ne] */
     float *h_moe_ab;                  /* host [2 moe_ne]: alphas, betas */
     bool moe_no_grouped;              /* cuBLAS refused the grouped call: one GEMM per expert */
-    float *mma_work; /* cu_mma_q8's split-K partials for a decode step of DEC_ROWS_MAX rows */
+    float *mma_work; /* cu_mma_q8's split-K partials for DEC_ROWS_MAX rows (a decode step, a short chunk) */
     int64_t mma_work_bytes;
     int64_t embd_pad;
 

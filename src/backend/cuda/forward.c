@@ -41,6 +41,7 @@
  * system prompt, a chunk beside decode rows). Measured on the H200 (bench/RESULTS.md, the
  * batched table): 64 rows through cu_mma_q8 about match cuBLAS, fewer are faster. */
 #define PREFILL_MMA_MAX 64
+_Static_assert(PREFILL_MMA_MAX <= DEC_ROWS_MAX, "cu_mma_q8's workspace is sized for DEC_ROWS_MAX rows");
 
 typedef enum run_mode { RUN_ONE, RUN_ROWS, RUN_PREFILL } run_mode;
 
@@ -245,7 +246,7 @@ static cera_status step_linear(run *r, const cu_step *st, cera_error *err) {
         } else if (glu) {
             PROF(r, 2,
                  CU_TRY(cu_glu(s->st, y[0], y[1], y_stride, segs[0].bias, segs[1].bias, n, false, &out)));
-            if (r->mma) CU_TRY(cu_quantize_act(s->st, &out, n));
+            if (r->mma) PROF(r, 2, CU_TRY(cu_quantize_act(s->st, &out, n)));
         } else {
             for (int j = 0; j < ns; j++)
                 if (segs[j].bias) CU_TRY(cu_bias_scale(s->st, y[j], y_stride, segs[j].bias, n, d[j], 1.0f));
@@ -358,7 +359,7 @@ static cera_status step_attend(run *r, const cu_step *st, cera_error *err) {
         PROF(r, 1,
              CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale,
                                  r->splits, r->qt, &s->att, &f)));
-        if (r->mma) CU_TRY(cu_quantize_act(s->st, &out, r->n));
+        if (r->mma) PROF(r, 2, CU_TRY(cu_quantize_act(s->st, &out, r->n)));
         return CERA_OK;
     }
     CU_TRY(cu_attention(s->st, q, r->n, s->d_pos, hp->n_head, n_head_kv, s->hd, &kv, st->scale, s->dec_splits,
