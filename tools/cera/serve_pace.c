@@ -12,6 +12,7 @@
 
 bool serve_pace_init(serve_pace *p, int cap) {
     p->cap = cap > 0 ? cap : 1;
+    p->seen = 0;
     p->ms = calloc((size_t)p->cap + 1, sizeof *p->ms);
     p->count = calloc((size_t)p->cap + 1, sizeof *p->count);
     if (p->ms && p->count) return true;
@@ -24,19 +25,17 @@ void serve_pace_free(serve_pace *p) {
     free(p->count);
     p->ms = NULL;
     p->count = NULL;
+    p->seen = 0;
 }
 
 void serve_pace_observe(serve_pace *p, int n, double ms) {
     if (n < 1 || n > p->cap || !(ms >= 0)) return;
+    p->seen += !p->count[n];
     p->ms[n] = p->count[n] ? p->ms[n] + PACE_ALPHA * (ms - p->ms[n]) : ms;
     if (p->count[n] < 1 << 30) p->count[n]++;
 }
 
-bool serve_pace_empty(const serve_pace *p) {
-    for (int n = 1; p->count && n <= p->cap; n++)
-        if (p->count[n]) return false;
-    return true;
-}
+bool serve_pace_empty(const serve_pace *p) { return p->seen == 0; }
 
 double serve_pace_predict(const serve_pace *p, int n) {
     if (n <= 0 || !p->ms) return 0;

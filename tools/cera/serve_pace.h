@@ -25,6 +25,7 @@ typedef struct serve_pace {
     int cap;    /* the largest step size kept (the step's token budget) */
     double *ms; /* [cap + 1]: the average duration of a step of n tokens, in ms */
     int *count; /* [cap + 1]: steps of n tokens seen (0: not seen) */
+    int seen;   /* step sizes seen */
 } serve_pace;
 
 /* false when out of memory */
