@@ -92,7 +92,7 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
         return 1;
     }
     if (!strcmp(a, "--context-shift") || !strcmp(a, "--no-context-shift")) {
-        sv->ctx_shift = a[2] == 'c';
+        sv->ctx_shift = !strcmp(a, "--context-shift");
         return 1;
     }
     bool known = false;
@@ -297,10 +297,11 @@ int cmd_serve(int argc, char **argv) {
     }
     double load_s = 0;
     if (cli_open_engine(a.model, &a.ep, &sv->e, &load_s, &err)) goto fail;
-    /* on the CPU, chunks that vary step by step must all round as one (serve_cache.h): the
-     * narrow way (on a GPU a prompt's numerics follow its steps' rows whatever the cut) */
-    if (sv->itl_target_ms > 0 && sv->prefill_chunk >= SERVE_ATTN_WIDE_MIN &&
-        cera_engine_device(sv->e) != CERA_DEVICE_CUDA)
+    /* the rounding rules of serve_cache.h are the CPU backend's; on a GPU a prompt's numerics
+     * follow the rows of the steps it shares, whatever is cached or however it is cut */
+    const bool cpu_rounding = cera_engine_device(sv->e) != CERA_DEVICE_CUDA;
+    /* chunks that vary step by step must all round as one: the narrow way */
+    if (cpu_rounding && sv->itl_target_ms > 0 && sv->prefill_chunk >= SERVE_ATTN_WIDE_MIN)
         sv->prefill_chunk = SERVE_ATTN_WIDE_MIN - 1;
     fprintf(stderr, "cera serve: loaded %s (%s) in %.2f s\n", a.model, cera_engine_arch(sv->e), load_s);
     cli_warn_context(sv->e, a.ep.n_ctx);
@@ -332,10 +333,7 @@ int cmd_serve(int argc, char **argv) {
                                                                     : CERA_POOLING_MEAN;
     pthread_mutex_init(&sv->embed_mu, NULL);
     sv->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    /* the exactness rule of a cached prefix is the CPU backend's rounding (serve_cache.h); on
-     * a GPU a prompt's numerics follow the rows of its steps whatever is cached, so there the
-     * longest prefix is reused */
-    if (cera_engine_device(sv->e) == CERA_DEVICE_CUDA) sv->cache_any = true;
+    if (!cpu_rounding) sv->cache_any = true; /* no exactness to keep: the longest prefix */
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
     sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);
     pthread_mutex_init(&sv->mu, NULL);

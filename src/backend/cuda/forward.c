@@ -39,7 +39,7 @@
  * F16 for cuBLAS: that pass is a fixed cost per chunk (the weights' F16 bytes written and
  * read), which dominates the short chunks a server's steps carry (a question after a cached
  * system prompt, a chunk beside decode rows). Measured on the H200 (bench/RESULTS.md, the
- * batched table): 64 rows through cu_mma_q8 about match cuBLAS, fewer are faster. */
+ * short-prefill table): 64 tokens through cu_mma_q8 about match cuBLAS, fewer are faster. */
 #define PREFILL_MMA_MAX 64
 _Static_assert(PREFILL_MMA_MAX <= DEC_ROWS_MAX, "cu_mma_q8's workspace is sized for DEC_ROWS_MAX rows");
 
