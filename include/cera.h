@@ -82,11 +82,19 @@ typedef struct cera_session cera_session;
 typedef int32_t cera_token;
 
 typedef enum cera_kv_type {
-    CERA_KV_F16 = 0, /* the default, as llama.cpp */
+    CERA_KV_AS_K = -1, /* kv_type_v only: V cached in K's type (the default) */
+    CERA_KV_F16 = 0,   /* the default, as llama.cpp */
     CERA_KV_F32 = 1,
-    CERA_KV_Q8_0 = 2, /* blocks of 32 int8 with an F16 scale (llama.cpp's q8_0): half of F16's
-                       * bytes; the CUDA backend only (the CPU refuses it, so AUTO needs a GPU) */
+    CERA_KV_Q8_0 = 2, /* blocks of 32 int8 with an F16 scale (llama.cpp's q8_0): about half of F16's bytes */
+    CERA_KV_BF16 = 3,
+    CERA_KV_Q4_0 = 4, /* blocks of 32 4-bit values with an F16 scale: about a quarter of F16's bytes */
 } cera_kv_type;
+/* The block types (Q8_0, Q4_0) need a head size that is a multiple of 32. As llama.cpp does,
+ * a cache in a block type is rotated when the head size is a multiple of 64 (unless
+ * kv_rotation is -1): Q and K rows, in pieces of the largest power of two dividing the head
+ * size, and V rows and the attention's output in pieces of 64, go through an orthonormal
+ * Walsh–Hadamard transform, which spreads outliers over the block so that they quantize
+ * with less error and leaves the attention's result as it was. */
 
 typedef enum cera_device {
     CERA_DEVICE_AUTO = 0, /* CUDA where built in and a GPU exists, else CPU */
@@ -102,7 +110,7 @@ typedef struct cera_engine_params {
     int n_threads;        /* CPU threads; 0 = one per core; at most 1024 */
     int n_ctx;            /* context size per session; 0 = the model's, capped at 4096; at most 1<<24 */
     int n_batch;          /* most tokens per forward call; 0 = 512; at most 1<<24 */
-    cera_kv_type kv_type; /* KV cache element type */
+    cera_kv_type kv_type; /* KV cache element type: K and V (see kv_type_v) */
     cera_device device;
     /* The KV cache is one pool of blocks for all the engine's sessions (a session holds
      * the blocks of its own tokens; forked sessions share blocks). */
@@ -115,6 +123,8 @@ typedef struct cera_engine_params {
      * the opening thread. */
     void (*progress)(float done, void *user);
     void *progress_user;
+    cera_kv_type kv_type_v; /* the V cache's type; CERA_KV_AS_K (default): kv_type. kv_type is K's */
+    int kv_rotation;        /* 0 (default): rotate block-type caches as llama.cpp; -1: never */
 } cera_engine_params;
 
 CERA_API cera_engine_params cera_engine_default_params(void);

@@ -79,6 +79,9 @@ struct cera_backend {
     /* Whether KV blocks live in host memory (cera_kv_pool.data) or in the backend's own
      * storage (attached to cera_kv_pool.dev by kv_init). */
     bool kv_on_host;
+    /* Whether it rotates block-type K/V caches as llama.cpp (cera_kv_format's rot_k, rot_v);
+     * without it the engine gives it a pool that is never rotated. */
+    bool kv_rotates;
     /* The engine's pool: storage for its blocks and a logits row per sequence slot. */
     cera_status (*kv_init)(cera_backend *be, const cera_kv_pool *pool, cera_error *err); /* may be NULL */
     void (*kv_free)(cera_backend *be);                                                   /* may be NULL */

@@ -19,6 +19,7 @@ cera_engine_params cera_engine_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = 0;
     p.kv_type = CERA_KV_F16;
+    p.kv_type_v = CERA_KV_AS_K;
     p.device = CERA_DEVICE_AUTO;
     return p;
 }
@@ -130,17 +131,16 @@ static cera_status open_kv(cera_engine *e, cera_error *err) {
         swa[L->kv_index] = L->swa;
     }
     cera_kv_layout lay = {hp->n_kv_layer, row, swa, hp->n_swa, {0, 0}};
-    /* Q8_0: counted as F16 (a bound) */
-    const cera_kv_type bt = p->kv_type == CERA_KV_F32 ? CERA_KV_F32 : CERA_KV_F16;
-    const size_t full_bytes = cera_kv_group_block_bytes(&lay, bt, CERA_KV_FULL),
-                 swa_bytes = cera_kv_group_block_bytes(&lay, bt, CERA_KV_SWA);
+    cera_kv_format fmt;
+    cera_status st = cera_kv_format_of(p, hp->head_dim, e->backend->kv_rotates, &fmt, err);
+    const size_t full_bytes = st ? 0 : cera_kv_group_block_bytes(&lay, &fmt, CERA_KV_FULL),
+                 swa_bytes = st ? 0 : cera_kv_group_block_bytes(&lay, &fmt, CERA_KV_SWA);
     /* LFM2: each conv layer keeps the last l_cache - 1 rows of its B ⊙ X per sequence */
     const size_t state_bytes = hp->n_conv_layer ? (size_t)hp->n_conv_layer * (size_t)(hp->conv_l_cache - 1) *
                                                       hp->n_embd * sizeof(float)
                                                 : 0;
     size_t n_blocks[CERA_KV_GROUPS];
     plan_blocks(p, full_bytes, swa_bytes, hp->n_swa, n_blocks);
-    cera_status st = CERA_OK;
     for (int g = 0; g < CERA_KV_GROUPS && !st; g++) {
         const size_t bytes = g == CERA_KV_FULL ? full_bytes : swa_bytes;
         if (bytes && n_blocks[g] < 1)
@@ -150,8 +150,8 @@ static cera_status open_kv(cera_engine *e, cera_error *err) {
         lay.n_blocks[g] = (int)n_blocks[g];
     }
     if (!st)
-        st = cera_kv_pool_new(p->kv_type, &lay, p->n_seq_max, p->n_ctx, state_bytes, e->backend->kv_on_host,
-                              &e->kv, err);
+        st = cera_kv_pool_new(&fmt, &lay, p->n_seq_max, p->n_ctx, state_bytes, e->backend->kv_on_host, &e->kv,
+                              err);
     free(row);
     free(swa);
     if (st) return st;
@@ -179,8 +179,8 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
                          CERA_MAX_CTX);
     if (p.n_threads > 1024)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "n_threads %d exceeds 1024", p.n_threads);
-    if (p.kv_type != CERA_KV_F16 && p.kv_type != CERA_KV_F32 && p.kv_type != CERA_KV_Q8_0)
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+    cera_kv_format fmt; /* the types and the rotation switch, checked before the model is read */
+    if ((st = cera_kv_format_of(&p, 64, false, &fmt, err))) return st;
 
     cera_engine *e = calloc(1, sizeof *e);
     if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");

@@ -5,15 +5,17 @@
  *
  * The moved keys were rotated for their old positions; rotary embeddings compose, so each
  * moved K row is rotated once more by the position delta -n_discard, as llama.cpp's K-shift
- * does: the F16 (or F32) row read as floats, rotated with the model's own rope (its base,
- * scaling and frequency factors, backend/cpu/ops.h: ggml's arithmetic) at position delta,
- * and stored back. V rows are copied as they are.
+ * does: the row read as floats (in any KV type; a Walsh–Hadamard-rotated K turned back
+ * first, backend/cpu/kv_rows.h), rotated with the model's own rope (its base, scaling and
+ * frequency factors, backend/cpu/ops.h: ggml's arithmetic) at position delta, turned again
+ * and stored back in its type. V rows are copied as they are.
  *
  * The pool gives the sequence fresh blocks from n_keep's block on (kv_cache.h), so a block
  * shared with a fork or a cached prefix is never written: the new blocks are filled from
  * the old ones, which are then given back. With host storage the rows move in place in the
  * pool's memory; a device pool goes through the backend's kv_io, a block at a time, which
- * needs the device block to be laid out as the pool describes (F16 and F32 caches). A
+ * needs the device block to be laid out as the pool describes (F16 and F32 caches; the
+ * device's block types keep their own layout). A
  * model with a recurrent state (LFM2) or sliding-window layers (Gemma 3) cannot shift: the
  * state has already absorbed the dropped tokens, and a window's rows are not all kept
  * (llama.cpp refuses both too).
@@ -21,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/ops.h"
-#include "core/fp16.h"
 #include "engine/engine_impl.h"
 #include "model/graph.h"
 
@@ -49,18 +51,15 @@ static const uint8_t *old_block(shift_job *j, int32_t id, cera_error *err) {
     return j->src_buf[i];
 }
 
-/* Rotates one K row (n_head_kv heads) by the cache's angle, in the pool's element type. */
-static void rotate_row(const cera_rope *r, const float *cache, cera_kv_type type, void *row, float *tmp,
+/* Rotates one K row (n_head_kv heads) by the cache's angle, in the pool's K format. */
+static void rotate_row(const cera_rope *r, const float *cache, const cera_kv_format *f, void *row, float *tmp,
                        int n_heads, int head_dim) {
     const int n = n_heads * head_dim;
-    if (type == CERA_KV_F32) {
-        cera_rope_apply(r, cache, row, n_heads, head_dim);
-        return;
-    }
-    cera_f16 *h = row;
-    for (int i = 0; i < n; i++) tmp[i] = cera_f16_to_f32(h[i]);
+    cera_cpu_kv_load(f->k, row, tmp, n);
+    if (f->rot_k) cera_fwht_f32(tmp, n, f->rot_k);
     cera_rope_apply(r, cache, tmp, n_heads, head_dim);
-    for (int i = 0; i < n; i++) h[i] = cera_f32_to_f16(tmp[i]);
+    if (f->rot_k) cera_fwht_f32(tmp, n, f->rot_k);
+    cera_cpu_kv_store(f->k, tmp, row, n);
 }
 
 cera_status cera_session_shift(cera_session *s, int n_keep, int n_discard, cera_error *err) {
@@ -86,11 +85,10 @@ cera_status cera_session_shift(cera_session *s, int n_keep, int n_discard, cera_
         return cera_fail(err, CERA_ERR_UNSUPPORTED,
                          "shift: %s's sliding-window layers keep only their window: its context cannot shift",
                          cera_arch_name(m->hp.arch));
-    if (kv->type != CERA_KV_F16 && kv->type != CERA_KV_F32)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "shift: only F16 and F32 KV caches can shift");
     const cera_kv_group *G = &kv->group[CERA_KV_FULL];
     const bool host = e->backend->kv_on_host;
-    if (!host && (!e->backend->kv_io || !e->backend->kv_block_bytes ||
+    const bool plain = (kv->fmt.k == CERA_KV_F16 || kv->fmt.k == CERA_KV_F32) && kv->fmt.v == kv->fmt.k;
+    if (!host && (!plain || !e->backend->kv_io || !e->backend->kv_block_bytes ||
                   e->backend->kv_block_bytes(e->backend, CERA_KV_FULL) != G->block_bytes))
         return cera_fail(err, CERA_ERR_UNSUPPORTED, "shift: the %s backend's KV blocks cannot shift",
                          e->backend->name);
@@ -144,11 +142,11 @@ cera_status cera_session_shift(cera_session *s, int n_keep, int n_discard, cera_
             for (int l = 0; l < kv->n_layer; l++) {
                 const cera_kv_layer *L = &kv->layers[l];
                 for (int k = 0; k < 2; k++) {
-                    const size_t at = L->offset + (size_t)k * CERA_KV_BLOCK * L->row_bytes;
-                    uint8_t *row = dst + at + (size_t)r * L->row_bytes;
-                    memmove(row, sb + at + (size_t)(src % CERA_KV_BLOCK) * L->row_bytes, L->row_bytes);
+                    const size_t at = k ? L->v_offset : L->offset, rb = k ? L->v_row_bytes : L->row_bytes;
+                    uint8_t *row = dst + at + (size_t)r * rb;
+                    memmove(row, sb + at + (size_t)(src % CERA_KV_BLOCK) * rb, rb);
                     if (k == 0 && p >= n_keep && rot[l])
-                        rotate_row(&rope, cache, kv->type, row, tmp, L->row / m->hp.head_dim, m->hp.head_dim);
+                        rotate_row(&rope, cache, &kv->fmt, row, tmp, L->row / m->hp.head_dim, m->hp.head_dim);
                 }
             }
         }

@@ -209,7 +209,11 @@ static void session_header(const cera_session *s, header *h) {
         h->adapter[h->n_adapters] = adapter_fingerprint(s->lora.e[i].adapter);
         h->scale[h->n_adapters++] = s->lora.e[i].scale;
     }
-    h->kv_type = (uint32_t)e->kv->type;
+    /* K's type, V's when it differs and whether each is rotated, in one word (a cache of one
+     * unrotated type has the type's number, as before V and rotation had a say) */
+    const cera_kv_format *f = &e->kv->fmt;
+    h->kv_type = (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
+                 (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
     for (int g = 0; g < CERA_KV_GROUPS; g++) {
         h->block_bytes[g] = block_bytes(e, g);
         h->first[g] = s->seq.first[g];

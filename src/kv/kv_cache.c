@@ -6,32 +6,83 @@
 
 #include "core/error.h"
 
-static size_t elem_size_of(cera_kv_type type) { return type == CERA_KV_F32 ? 4 : 2; }
+cera_type cera_kv_tensor_type(cera_kv_type type) {
+    switch (type) {
+    case CERA_KV_F32: return CERA_TYPE_F32;
+    case CERA_KV_BF16: return CERA_TYPE_BF16;
+    case CERA_KV_Q8_0: return CERA_TYPE_Q8_0;
+    case CERA_KV_Q4_0: return CERA_TYPE_Q4_0;
+    default: return CERA_TYPE_F16;
+    }
+}
+
+static bool known_type(cera_kv_type t) {
+    return t == CERA_KV_F16 || t == CERA_KV_F32 || t == CERA_KV_BF16 || t == CERA_KV_Q8_0 ||
+           t == CERA_KV_Q4_0;
+}
+
+static bool block_type(cera_kv_type t) { return t == CERA_KV_Q8_0 || t == CERA_KV_Q4_0; }
+
+const char *cera_kv_type_name(cera_kv_type type) {
+    return known_type(type) ? cera_type_get(cera_kv_tensor_type(type))->name : "unknown";
+}
+
+size_t cera_kv_row_bytes(cera_kv_type type, int n) { return cera_row_size(cera_kv_tensor_type(type), n); }
+
+cera_status cera_kv_format_of(const cera_engine_params *params, int head_dim, bool rotate,
+                              cera_kv_format *out, cera_error *err) {
+    cera_kv_format f = {params->kv_type,
+                        params->kv_type_v == CERA_KV_AS_K ? params->kv_type : params->kv_type_v, 0, 0};
+    if (!known_type(f.k) || !known_type(f.v))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d",
+                         (int)(known_type(f.k) ? f.v : f.k));
+    if (params->kv_rotation != 0 && params->kv_rotation != -1)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "kv_rotation %d (0 or -1)", params->kv_rotation);
+    for (int kv = 0; kv < 2; kv++) {
+        const cera_kv_type t = kv ? f.v : f.k;
+        if (block_type(t) && (head_dim <= 0 || head_dim % 32))
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "a %s %s cache needs a head size that is a multiple of 32 (the model's: %d)",
+                             cera_kv_type_name(t), kv ? "V" : "K", head_dim);
+    }
+    if (rotate && params->kv_rotation == 0 && head_dim % 64 == 0) {
+        if (block_type(f.k))
+            for (f.rot_k = 64; head_dim % (2 * f.rot_k) == 0;) f.rot_k *= 2;
+        if (block_type(f.v)) f.rot_v = 64;
+    }
+    *out = f;
+    return CERA_OK;
+}
 
 /* The group a layout's layer belongs to. */
 static int layer_group(const cera_kv_layout *l, int i) {
     return l->swa && l->swa[i] ? CERA_KV_SWA : CERA_KV_FULL;
 }
 
-size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, cera_kv_type type, int g) {
+size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, const cera_kv_format *fmt, int g) {
     size_t bytes = 0;
     for (int i = 0; i < layout->n_layer; i++)
         if (layer_group(layout, i) == g)
-            bytes += 2 * CERA_KV_BLOCK * (size_t)layout->row[i] * elem_size_of(type);
+            bytes += CERA_KV_BLOCK *
+                     (cera_kv_row_bytes(fmt->k, layout->row[i]) + cera_kv_row_bytes(fmt->v, layout->row[i]));
     return bytes;
 }
 
-cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, int n_seq_max, int max_pos,
-                             size_t state_bytes, bool host_storage, cera_kv_pool **out, cera_error *err) {
+cera_status cera_kv_pool_new(const cera_kv_format *fmt, const cera_kv_layout *layout, int n_seq_max,
+                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
+                             cera_error *err) {
     *out = NULL;
-    if (type != CERA_KV_F16 && type != CERA_KV_F32 && type != CERA_KV_Q8_0)
-        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)type);
+    if (!known_type(fmt->k) || !known_type(fmt->v))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "unknown KV cache type %d", (int)fmt->k);
     if (layout->n_layer <= 0 || n_seq_max <= 0 || max_pos <= 0 || layout->window < 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
     int n_in[CERA_KV_GROUPS] = {0};
     for (int i = 0; i < layout->n_layer; i++) {
         if (layout->row[i] <= 0)
             return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: layer %d has no row", i);
+        if ((block_type(fmt->k) || block_type(fmt->v)) && layout->row[i] % 32)
+            return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                             "KV cache: layer %d's rows of %d are not whole blocks", i, layout->row[i]);
         n_in[layer_group(layout, i)]++;
     }
     if (n_in[CERA_KV_SWA] && layout->window <= 0)
@@ -39,12 +90,9 @@ cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, in
     for (int g = 0; g < CERA_KV_GROUPS; g++)
         if (n_in[g] && layout->n_blocks[g] <= 0)
             return cera_fail(err, CERA_ERR_INVALID_ARG, "KV cache: bad size");
-    if (type == CERA_KV_Q8_0 && host_storage)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED, "a Q8_0 KV cache lives on a device backend only");
     cera_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache pool");
-    p->type = type;
-    p->elem_size = elem_size_of(type);
+    p->fmt = *fmt;
     p->n_layer = layout->n_layer;
     p->max_pos = max_pos;
     p->n_seq_max = n_seq_max;
@@ -59,9 +107,11 @@ cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, in
         cera_kv_layer *L = &p->layers[i];
         L->group = layer_group(layout, i);
         L->row = layout->row[i];
-        L->row_bytes = (size_t)L->row * p->elem_size;
+        L->row_bytes = cera_kv_row_bytes(fmt->k, L->row);
+        L->v_row_bytes = cera_kv_row_bytes(fmt->v, L->row);
         L->offset = p->group[L->group].block_bytes;
-        p->group[L->group].block_bytes += 2 * CERA_KV_BLOCK * L->row_bytes;
+        L->v_offset = L->offset + CERA_KV_BLOCK * L->row_bytes;
+        p->group[L->group].block_bytes += CERA_KV_BLOCK * (L->row_bytes + L->v_row_bytes);
         p->group[L->group].n_layer++;
         if (L->row != layout->row[0]) p->kv_dim = 0;
     }
@@ -84,8 +134,8 @@ cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, in
         cera_kv_pool_free(p);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "KV cache: %d + %d blocks of %zu + %zu bytes",
                          layout->n_blocks[CERA_KV_FULL], layout->n_blocks[CERA_KV_SWA],
-                         cera_kv_group_block_bytes(layout, type, CERA_KV_FULL),
-                         cera_kv_group_block_bytes(layout, type, CERA_KV_SWA));
+                         cera_kv_group_block_bytes(layout, fmt, CERA_KV_FULL),
+                         cera_kv_group_block_bytes(layout, fmt, CERA_KV_SWA));
     }
     for (int i = 0; i < n_seq_max; i++) p->free_seq[i] = n_seq_max - 1 - i;
     p->n_free_seq = n_seq_max;

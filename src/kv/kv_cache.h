@@ -22,10 +22,10 @@
  *     a sequence can be cut back only to a point whose window it still holds
  *     (cera_kv_seq_can_truncate).
  * A group's block holds, for each of its layers in KV-layer order, K then V, each
- * [CERA_KV_BLOCK][row] in the pool's element type: a block's bytes are the sum over its
- * layers. A model with one row width and no window (every model but Gemma 3) has one
- * group whose blocks are laid out exactly as [n_layer][K|V][CERA_KV_BLOCK][kv_dim], which
- * is what device backends address (pool->kv_dim, seq->blocks).
+ * [CERA_KV_BLOCK][row] in its own type (cera_kv_format: K and V may differ; a block type's
+ * row is whole blocks of 32): a block's bytes are the sum over its layers. A model with one row width and no
+ * window (every model but Gemma 3) has one group whose blocks are laid out exactly as
+ * [n_layer][K|V][CERA_KV_BLOCK][kv_dim], which is what device backends address (pool->kv_dim, seq->blocks).
  *
  * A model with recurrent layers (LFM2's short convolutions) also keeps a fixed-size state
  * per sequence slot (state_bytes, zeroed when a sequence opens or is cut back to 0,
@@ -52,8 +52,32 @@
 #include <stdint.h>
 
 #include "cera.h"
+#include "tensor/types.h"
 
 #define CERA_KV_BLOCK 32 /* positions per block */
+
+/* How K and V rows are kept: each one's element type and, for the block types, the size of
+ * the Walsh–Hadamard pieces its rows are rotated in before they are quantized (cera.h): 0 =
+ * not rotated. With a rotated K the backend rotates Q the same way; with a rotated V it rotates
+ * the attention's output back. */
+typedef struct cera_kv_format {
+    cera_kv_type k, v; /* never CERA_KV_AS_K */
+    int rot_k, rot_v;
+} cera_kv_format;
+
+/* The format an engine's params ask for, for a model of head size head_dim: V's type
+ * resolved, each type checked (a block type needs head_dim % 32 == 0), and llama.cpp's
+ * rotation rule when rotate is true and params->kv_rotation is 0: a block-type K is rotated
+ * in pieces of the largest power of two dividing head_dim, a block-type V in pieces of 64,
+ * both only when head_dim % 64 == 0. CERA_ERR_INVALID_ARG for an unknown type,
+ * CERA_ERR_UNSUPPORTED for a head size the type cannot hold. */
+cera_status cera_kv_format_of(const cera_engine_params *params, int head_dim, bool rotate,
+                              cera_kv_format *out, cera_error *err);
+/* The tensor type of a KV type (CERA_TYPE_F16, ...), and its name ("f16", "q8_0", ...). */
+cera_type cera_kv_tensor_type(cera_kv_type type);
+const char *cera_kv_type_name(cera_kv_type type);
+/* Bytes of a row of n elements of a KV type. */
+size_t cera_kv_row_bytes(cera_kv_type type, int n);
 
 enum { CERA_KV_FULL, CERA_KV_SWA, CERA_KV_GROUPS };
 
@@ -68,17 +92,19 @@ typedef struct cera_kv_layout {
 
 /* Where a KV layer's rows are inside its group's blocks. */
 typedef struct cera_kv_layer {
-    int group;        /* CERA_KV_FULL or CERA_KV_SWA */
-    int row;          /* elements per K (or V) row */
-    size_t offset;    /* bytes from the block's start to its K rows; V follows them */
-    size_t row_bytes; /* row * elem_size */
+    int group;          /* CERA_KV_FULL or CERA_KV_SWA */
+    int row;            /* elements per K (or V) row */
+    size_t offset;      /* bytes from the block's start to its K rows */
+    size_t v_offset;    /* ... and to its V rows, after CERA_KV_BLOCK K rows */
+    size_t row_bytes;   /* bytes of a K row */
+    size_t v_row_bytes; /* bytes of a V row */
 } cera_kv_layer;
 
 typedef struct cera_kv_group {
     int n_layer; /* KV layers in this group; 0: the group is unused */
     int window;  /* 0: keeps every position; else the window W, older blocks are dropped */
     int n_blocks;
-    size_t block_bytes; /* sum over its layers of 2 * CERA_KV_BLOCK * row * elem_size */
+    size_t block_bytes; /* sum over its layers of CERA_KV_BLOCK * (K row + V row bytes) */
     uint8_t *data;      /* [n_blocks][block_bytes] in host storage, or NULL on a device */
     int32_t *refcount;  /* [n_blocks] */
     int32_t *free_ids;  /* [n_blocks]: a stack of unused block ids */
@@ -86,8 +112,7 @@ typedef struct cera_kv_group {
 } cera_kv_group;
 
 typedef struct cera_kv_pool {
-    cera_kv_type type;
-    size_t elem_size;      /* 2 (F16) or 4 (F32); Q8_0 lives on a device only */
+    cera_kv_format fmt;
     int n_layer;           /* KV layers, both groups */
     int kv_dim;            /* the one row width of a single-group pool of equal rows, else 0 */
     int n_blocks;          /* blocks of both groups (a single-group pool's: its group's) */
@@ -122,14 +147,15 @@ typedef struct cera_kv_copy {
 } cera_kv_copy;
 
 /* Bytes of one block of group g for a layout (0 for a group without layers). */
-size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, cera_kv_type type, int g);
+size_t cera_kv_group_block_bytes(const cera_kv_layout *layout, const cera_kv_format *fmt, int g);
 
 /* A pool for n_seq_max sequences of at most max_pos positions each, with layout's
  * layers and block counts; host_storage allocates the blocks' memory here (zeroed pages,
  * taken by the OS as they are first written); without it (a device pool) the backend
  * keeps every group's blocks in its own memory. */
-cera_status cera_kv_pool_new(cera_kv_type type, const cera_kv_layout *layout, int n_seq_max, int max_pos,
-                             size_t state_bytes, bool host_storage, cera_kv_pool **out, cera_error *err);
+cera_status cera_kv_pool_new(const cera_kv_format *fmt, const cera_kv_layout *layout, int n_seq_max,
+                             int max_pos, size_t state_bytes, bool host_storage, cera_kv_pool **out,
+                             cera_error *err);
 void cera_kv_pool_free(cera_kv_pool *pool);
 
 /* Opens an empty sequence (a slot and its block tables); CERA_ERR_NO_MEMORY naming
@@ -183,14 +209,14 @@ static inline void *cera_kv_seq_state(const cera_kv_seq *seq) {
 
 /* Row `pos` of KV layer `layer`'s K (kv = 0) or V (kv = 1) in host storage (layer: the
  * model layer's cera_layer.kv_index). The rows of one block are consecutive: the next
- * position's row follows at pool->layers[layer].row elements. */
+ * position's row follows at row_bytes (K) or v_row_bytes (V). */
 static inline void *cera_kv_row(const cera_kv_seq *seq, int layer, int kv, int pos) {
     const cera_kv_pool *p = seq->pool;
     const cera_kv_layer *L = &p->layers[layer];
     const cera_kv_group *g = &p->group[L->group];
     const int32_t b = seq->blocks[(size_t)L->group * (size_t)seq->max_blocks + (size_t)(pos / CERA_KV_BLOCK)];
-    return g->data + (size_t)b * g->block_bytes + L->offset +
-           ((size_t)kv * CERA_KV_BLOCK + (size_t)(pos % CERA_KV_BLOCK)) * L->row_bytes;
+    return g->data + (size_t)b * g->block_bytes + (kv ? L->v_offset : L->offset) +
+           (size_t)(pos % CERA_KV_BLOCK) * (kv ? L->v_row_bytes : L->row_bytes);
 }
 
 #endif

@@ -2,16 +2,21 @@
  * test_attention.c — the CPU attention (backend/cpu/attention.h) against a scalar
  * reference in double, on fresh random inputs over a KV pool with two layouts at once: a
  * full layer of two KV heads and a sliding-window layer of one (different row widths,
- * groups of their own). Both modes (F16: one token at a time; F32: tiles of a long run),
- * F16 and F32 caches, and a window that has moved past blocks the pool already took back
- * (the attention must neither read them nor see keys before the window). Run once per
- * tier by CTest (the default one and CERA_CPU_TIER=scalar).
+ * groups of their own). Both modes (one token at a time; F32: tiles of a long run), every
+ * KV type for K and V (alike and mixed, with and without the rotation of V, which the
+ * attention turns back), and a window that has moved past blocks the pool already took back
+ * (the attention must neither read them nor see keys before the window). The reference
+ * reads the cache as stored and takes Q as the kernel's dot product sees it (in K's dot
+ * type), so what is left is the kernel's own rounding. Run once per tier by CTest (the
+ * default one and CERA_CPU_TIER=scalar).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/kv_rows.h"
 #include "core/fp16.h"
 #include "kv/kv_cache.h"
 #include "testutil.h"
@@ -22,25 +27,40 @@ static const int rows[2] = {2 * D, 1 * D};
 static const int n_head_kv[2] = {2, 1};
 static const bool swa[2] = {false, true};
 
+/* Element i of a cache row as the attention reads it: a rotated V row turned back. */
 static float kv_get(const cera_kv_seq *s, int layer, int kv, int pos, int i) {
-    const void *r = cera_kv_row(s, layer, kv, pos);
-    return s->pool->type == CERA_KV_F16 ? cera_f16_to_f32(((const cera_f16 *)r)[i]) : ((const float *)r)[i];
+    const cera_kv_format *f = &s->pool->fmt;
+    float row[2 * D];
+    cera_cpu_kv_load(kv ? f->v : f->k, cera_kv_row(s, layer, kv, pos), row, rows[layer]);
+    if (kv && f->rot_v) cera_fwht_f32(row, rows[layer], f->rot_v);
+    return row[i];
 }
 
-/* Random K and V rows for positions from .. to-1 of both layers. */
+/* Random K and V rows for positions from .. to-1 of both layers (V rotated where the format
+ * says, as the forward pass stores it). */
 static void fill(cera_kv_seq *s, int from, int to, test_rng *rng) {
+    const cera_kv_format *f = &s->pool->fmt;
     for (int pos = from; pos < to; pos++)
         for (int l = 0; l < 2; l++)
             for (int kv = 0; kv < 2; kv++) {
-                void *r = cera_kv_row(s, l, kv, pos);
-                for (int i = 0; i < rows[l]; i++) {
-                    const float x = 2.0f * test_rng_uniform(rng) - 1.0f;
-                    if (s->pool->type == CERA_KV_F16)
-                        ((cera_f16 *)r)[i] = cera_f32_to_f16(x);
-                    else
-                        ((float *)r)[i] = x;
-                }
+                float x[2 * D];
+                for (int i = 0; i < rows[l]; i++) x[i] = 2.0f * test_rng_uniform(rng) - 1.0f;
+                if (kv && f->rot_v) cera_fwht_f32(x, rows[l], f->rot_v);
+                cera_cpu_kv_store(kv ? f->v : f->k, x, cera_kv_row(s, l, kv, pos), rows[l]);
             }
+}
+
+/* q as the one-at-a-time mode's dot products see it: each head in K's dot type and back. */
+static void q_as_dot_type(const cera_kv_format *f, const float *q, float *out) {
+    const cera_cpu_type_ops *o = cera_cpu_ops(cera_kv_tensor_type(f->k));
+    uint8_t buf[D * sizeof(float)];
+    for (int h = 0; h < N_HEAD; h++) {
+        o->quantize_act(q + h * D, buf, D);
+        if (o->act_type == CERA_TYPE_F32)
+            memcpy(out + h * D, buf, D * sizeof(float));
+        else
+            cera_type_get(o->act_type)->to_float(buf, out + h * D, D);
+    }
 }
 
 /* out = softmax(q · K * scale) V over the keys token t sees, in double. */
@@ -74,7 +94,7 @@ static double run(cera_kv_seq *s, int layer, int window, int p0, int n, bool one
     int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
     cera_attn_span *spans = malloc((size_t)n * sizeof *spans);
     void *scratch = malloc(cera_attention_scratch_size(D));
-    float ref[N_HEAD * D];
+    float ref[N_HEAD * D], qd[N_HEAD * D];
     double worst = INFINITY;
     if (!q || !out || !pos || !seq || !spans || !scratch) goto done;
     for (int i = 0; i < n * N_HEAD * D; i++) q[i] = test_rng_normal(rng);
@@ -98,7 +118,12 @@ static double run(cera_kv_seq *s, int layer, int window, int p0, int n, bool one
     for (int64_t c = 0; c < cera_attention_n_chunks(&a); c++) cera_attention_chunk(&a, c, scratch);
     worst = 0;
     for (int t = 0; t < n; t++) {
-        reference(s, layer, window, q + (size_t)t * N_HEAD * D, pos[t], a.scale, ref);
+        const float *qt = q + (size_t)t * N_HEAD * D;
+        if (spans[0].one) {
+            q_as_dot_type(&s->pool->fmt, qt, qd);
+            qt = qd;
+        }
+        reference(s, layer, window, qt, pos[t], a.scale, ref);
         for (int i = 0; i < N_HEAD * D; i++) {
             const double d = fabs((double)out[(size_t)t * N_HEAD * D + i] - ref[i]);
             if (!(d <= worst)) worst = d; /* NaN too */
@@ -114,19 +139,23 @@ done:
     return worst;
 }
 
-static void test_cache(cera_kv_type type) {
-    const char *tn = type == CERA_KV_F16 ? "f16" : "f32";
-    /* F16 mode: Q and the V accumulator rounded to F16 (a few 1e-3 on values in [-1, 1]);
-     * F32 mode: float rounding only */
+static void test_cache(cera_kv_format f) {
+    char tn[48];
+    snprintf(tn, sizeof tn, "%s/%s%s", cera_kv_type_name(f.k), cera_kv_type_name(f.v),
+             f.rot_v ? " rotated" : "");
+    /* an F16 accumulator (an F16 V, one token at a time) rounds each update to F16 (a few 1e-3
+     * on values in [-1, 1]); the others have float rounding only */
     const double tol16 = 8e-3, tol32 = 2e-5;
+    const bool plain = f.k == f.v && (f.k == CERA_KV_F16 || f.k == CERA_KV_F32);
+    const double tol_one = f.v == CERA_KV_F16 ? tol16 : tol32, tol_run = plain ? tol32 : tol_one;
     cera_kv_layout lay = {2, rows, swa, WINDOW, {16, 16}};
     cera_kv_pool *p = NULL;
     cera_error err = {0};
-    CHECK(cera_kv_pool_new(type, &lay, 1, 1024, 0, true, &p, &err) == CERA_OK, "pool: %s", err.message);
+    CHECK(cera_kv_pool_new(&f, &lay, 1, 1024, 0, true, &p, &err) == CERA_OK, "pool: %s", err.message);
     if (!p) return;
     cera_kv_seq s;
     CHECK(cera_kv_seq_open(p, &s, &err) == CERA_OK, "open: %s", err.message);
-    test_rng rng = {type == CERA_KV_F16 ? 11u : 12u};
+    test_rng rng = {11u + (unsigned)f.k * 7u + (unsigned)f.v};
     cera_kv_copy c;
     int nc;
     CHECK(cera_kv_seq_reserve(&s, 100, &c, &nc, &err) == CERA_OK, "reserve: %s", err.message);
@@ -135,11 +164,10 @@ static void test_cache(cera_kv_type type) {
     for (int layer = 0; layer < 2; layer++) {
         const int w = layer == 1 ? WINDOW : 0;
         const double d1 = run(&s, layer, w, 0, 100, true, &rng), dn = run(&s, layer, w, 0, 100, false, &rng);
-        const bool f16 = type == CERA_KV_F16;
         printf("%s cache, %s layer: one by one %.2e, a run of 100 %.2e\n", tn, w ? "sliding" : "full", d1,
                dn);
-        CHECK(d1 <= (f16 ? tol16 : tol32), "%s %d: one token at a time: %.3g", tn, layer, d1);
-        CHECK(dn <= tol32, "%s %d: a run of 100: %.3g", tn, layer, dn);
+        CHECK(d1 <= tol_one, "%s %d: one token at a time: %.3g", tn, layer, d1);
+        CHECK(dn <= tol_run, "%s %d: a run of 100: %.3g", tn, layer, dn);
     }
     /* one position at a time to 230: the window drops the sliding blocks before it */
     bool ok = true;
@@ -158,14 +186,20 @@ static void test_cache(cera_kv_type type) {
     const double df = run(&s, 0, 0, 230, 70, false, &rng);
     printf("%s cache after the window moved: sliding run %.2e, one by one %.2e; full run %.2e\n", tn, dn, d1,
            df);
-    CHECK(dn <= tol32 && df <= tol32, "%s: runs after the window moved: %.3g / %.3g", tn, dn, df);
-    CHECK(d1 <= (type == CERA_KV_F16 ? tol16 : tol32), "%s: one by one after the window moved: %.3g", tn, d1);
+    CHECK(dn <= tol_run && df <= tol_run, "%s: runs after the window moved: %.3g / %.3g", tn, dn, df);
+    CHECK(d1 <= tol_one, "%s: one by one after the window moved: %.3g", tn, d1);
     cera_kv_seq_close(&s);
     cera_kv_pool_free(p);
 }
 
 int main(void) {
-    test_cache(CERA_KV_F16);
-    test_cache(CERA_KV_F32);
+    static const cera_kv_format formats[] = {
+        {CERA_KV_F16, CERA_KV_F16, 0, 0},     {CERA_KV_F32, CERA_KV_F32, 0, 0},
+        {CERA_KV_BF16, CERA_KV_BF16, 0, 0},   {CERA_KV_Q8_0, CERA_KV_Q8_0, 0, 0},
+        {CERA_KV_Q8_0, CERA_KV_Q8_0, 64, 64}, {CERA_KV_Q4_0, CERA_KV_Q4_0, 64, 64},
+        {CERA_KV_Q8_0, CERA_KV_F16, 64, 0},   {CERA_KV_F16, CERA_KV_Q4_0, 0, 64},
+        {CERA_KV_F32, CERA_KV_F16, 0, 0},     {CERA_KV_Q4_0, CERA_KV_BF16, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) test_cache(formats[i]);
     return test_finish();
 }

@@ -20,8 +20,9 @@ static cera_kv_pool *new_pool(int n_full, int n_swa, int n_seq, int max_pos) {
     cera_kv_layout lay = {3, rows, swa, WINDOW, {n_full, n_swa}};
     cera_kv_pool *p = NULL;
     cera_error err = {0};
-    CHECK(cera_kv_pool_new(CERA_KV_F32, &lay, n_seq, max_pos, 0, true, &p, &err) == CERA_OK, "pool: %s",
-          err.message);
+    CHECK(cera_kv_pool_new(&(cera_kv_format){CERA_KV_F32, CERA_KV_F32, 0, 0}, &lay, n_seq, max_pos, 0, true,
+                           &p, &err) == CERA_OK,
+          "pool: %s", err.message);
     return p;
 }
 
@@ -83,8 +84,9 @@ static void test_layout(void) {
     /* a uniform pool keeps today's layout: [n_layer][K|V][CERA_KV_BLOCK][kv_dim] */
     const int urow[2] = {96, 96};
     cera_kv_layout lay = {2, urow, NULL, 0, {4, 0}};
-    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 1, 128, 0, true, &p, &err) == CERA_OK, "uniform pool: %s",
-          err.message);
+    CHECK(cera_kv_pool_new(&(cera_kv_format){CERA_KV_F16, CERA_KV_F16, 0, 0}, &lay, 1, 128, 0, true, &p,
+                           &err) == CERA_OK,
+          "uniform pool: %s", err.message);
     if (!p) return;
     CHECK(p->kv_dim == 96 && p->n_blocks == 4 && p->group[CERA_KV_SWA].n_layer == 0, "uniform pool fields");
     CHECK(cera_kv_seq_open(p, &s, &err) == CERA_OK, "open: %s", err.message);
@@ -202,8 +204,9 @@ static void test_exhaustion(void) {
     /* a device pool keeps both groups: a write into a block shared in each asks for one copy
      * per group */
     cera_kv_layout lay = {3, rows, swa, WINDOW, {4, 4}};
-    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 2, 128, 0, false, &p, &err) == CERA_OK, "device pool: %s",
-          err.message);
+    CHECK(cera_kv_pool_new(&(cera_kv_format){CERA_KV_F16, CERA_KV_F16, 0, 0}, &lay, 2, 128, 0, false, &p,
+                           &err) == CERA_OK,
+          "device pool: %s", err.message);
     cera_kv_seq a, b;
     cera_kv_copy cp[CERA_KV_GROUPS];
     CHECK(cera_kv_seq_open(p, &a, &err) == CERA_OK, "open: %s", err.message);
@@ -225,8 +228,9 @@ static void test_all_sliding(void) {
     cera_kv_layout lay = {2, r, all, 20, {0, 4}};
     cera_kv_pool *p = NULL;
     cera_error err = {0};
-    CHECK(cera_kv_pool_new(CERA_KV_F16, &lay, 1, 4096, 0, true, &p, &err) == CERA_OK, "pool: %s",
-          err.message);
+    CHECK(cera_kv_pool_new(&(cera_kv_format){CERA_KV_F16, CERA_KV_F16, 0, 0}, &lay, 1, 4096, 0, true, &p,
+                           &err) == CERA_OK,
+          "pool: %s", err.message);
     if (!p) return;
     CHECK(p->group[CERA_KV_FULL].n_layer == 0 && p->n_blocks == 4, "groups of an all-sliding pool");
     cera_kv_seq s;

@@ -133,9 +133,10 @@ static void logits_of(cera_session *s, float *out, int nv) {
 static void check_rows(cera_session *s, cera_session *fresh, int keep) {
     const cera_kv_pool *p = s->seq.pool;
     const int row = p->layers[0].row, n = s->seq.n_pos;
-    CHECK(p->type == CERA_KV_F16 && n == fresh->seq.n_pos, "type %d, %d vs %d positions", (int)p->type, n,
+    const bool f16 = p->fmt.k == CERA_KV_F16 && p->fmt.v == CERA_KV_F16;
+    CHECK(f16 && n == fresh->seq.n_pos, "types %d/%d, %d vs %d positions", (int)p->fmt.k, (int)p->fmt.v, n,
           fresh->seq.n_pos);
-    if (p->type != CERA_KV_F16 || n != fresh->seq.n_pos) return;
+    if (!f16 || n != fresh->seq.n_pos) return;
     int exact = 1;
     float worst = 0, big = 0;
     for (int pos = 0; pos < n; pos++) {

@@ -2,7 +2,9 @@
  * test_perplexity.c — `cera perplexity` against llama-perplexity on the same files and
  * text: tests/model/data/perplexity.ref holds what llama-perplexity printed (its header
  * says how it was made), one case a line:
- *   MODEL CTX CHUNKS FINAL ERR EST1,EST2,...
+ *   MODEL CTX CHUNKS KV FINAL ERR EST1,EST2,...
+ * KV is the cache: K's type/V's type, with /norot for a block type kept unrotated (llama.cpp's
+ * LLAMA_ATTN_ROT_DISABLE=1, cera's --no-kv-rotation).
  * MODEL is relative to the shared folder (models/stories260K.gguf) or to models/ (the
  * SmolLM2 file scripts/setup.sh fetches; the case is skipped without it). The text is
  * Debian's /usr/share/common-licenses/GPL-3 (the base-files package; the test is skipped
@@ -41,10 +43,12 @@ static char *run(const char *cmd, int *status) {
 static bool close_rel(double got, double want, double rel) { return fabs(got - want) <= rel * fabs(want); }
 
 static void check_case(char *line) {
-    char model[256], ests[8192];
+    char model[256], ests[8192], kv[64], tk[16] = "", tv[16] = "", rot[16] = "";
     int ctx, chunks;
     double want_final, want_err;
-    if (sscanf(line, "%255s %d %d %lf %lf %8191s", model, &ctx, &chunks, &want_final, &want_err, ests) != 6) {
+    if (sscanf(line, "%255s %d %d %63s %lf %lf %8191s", model, &ctx, &chunks, kv, &want_final, &want_err,
+               ests) != 7 ||
+        sscanf(kv, "%15[^/]/%15[^/]/%15s", tk, tv, rot) < 2) {
         CHECK(0, "bad reference line: %s", line);
         return;
     }
@@ -56,8 +60,9 @@ static void check_case(char *line) {
         return;
     }
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c %d --chunks %d -t 2 2>/dev/null", CERA_CLI, path,
-             TEXT, ctx, chunks);
+    snprintf(cmd, sizeof cmd,
+             "%s perplexity -m %s -f %s -c %d --chunks %d -t 2 -ctk %s -ctv %s %s 2>/dev/null", CERA_CLI,
+             path, TEXT, ctx, chunks, tk, tv, strcmp(rot, "norot") ? "" : "--no-kv-rotation");
     int status = -1;
     char *out = run(cmd, &status);
     CHECK(out && status == 0, "%s: exit %d", cmd, status);
@@ -89,8 +94,8 @@ static void check_case(char *line) {
     CHECK(close_rel(final, want_final, 1e-3), "%s: PPL %.4f, llama-perplexity %.4f", model, final,
           want_final);
     CHECK(close_rel(err, want_err, 1e-2), "%s: +/- %.5f, llama-perplexity %.5f", model, err, want_err);
-    printf("%-40s -c %d, %d chunks: PPL %.4f +/- %.5f, llama-perplexity %.4f +/- %.5f (%+.4f %%)\n", model,
-           ctx, chunks, final, err, want_final, want_err, 100 * (final - want_final) / want_final);
+    printf("%-40s -c %d, %d chunks, KV %s: PPL %.4f +/- %.5f, llama-perplexity %.4f +/- %.5f (%+.4f %%)\n",
+           model, ctx, chunks, kv, final, err, want_final, want_err, 100 * (final - want_final) / want_final);
     free(out);
 }
 

@@ -335,14 +335,20 @@ static void test_errors(void) {
     CHECK(cera_engine_open(shared_path("golden/no-such-model.gguf"), NULL, &e, &err) == CERA_ERR_IO && !e,
           "missing file: %s", err.message);
 
-    /* a Q8_0 KV cache is the CUDA backend's: the CPU refuses it by name, an unknown type is invalid */
+    /* a block-type KV cache needs whole blocks per head: stories260K's heads of 8 are refused by
+     * name; an unknown type is invalid */
     {
         cera_engine_params ep = cera_engine_default_params();
         ep.device = CERA_DEVICE_CPU;
-        ep.kv_type = CERA_KV_Q8_0;
+        ep.kv_type = CERA_KV_F16;
+        ep.kv_type_v = CERA_KV_Q4_0;
         cera_status st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
-        CHECK(st == CERA_ERR_UNSUPPORTED && !e && strstr(err.message, "Q8_0"), "CPU Q8_0 KV: %d (%s)",
-              (int)st, err.message);
+        CHECK(st == CERA_ERR_UNSUPPORTED && !e && strstr(err.message, "q4_0 V"),
+              "CPU Q4_0 V of heads of 8: %d (%s)", (int)st, err.message);
+        ep.kv_type_v = (cera_kv_type)9;
+        st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
+        CHECK(st == CERA_ERR_INVALID_ARG && !e, "V type 9: %d (%s)", (int)st, err.message);
+        ep.kv_type_v = CERA_KV_AS_K;
         ep.kv_type = (cera_kv_type)7;
         st = cera_engine_open(shared_path(STORIES), &ep, &e, &err);
         CHECK(st == CERA_ERR_INVALID_ARG && !e, "KV type 7: %d (%s)", (int)st, err.message);

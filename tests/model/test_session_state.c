@@ -8,12 +8,14 @@
  *     the same 24 tokens with the same logits, bit for bit. For stories260K (llama), synth
  *     LFM2 (a recurrent conv state per slot), synth Gemma 3 (the sliding layers have dropped
  *     the blocks before their window by then) and the lfm2moe fixture, with a LoRA adapter on
- *     stories260K (attached before the load, as the file requires);
+ *     stories260K (attached before the load, as the file requires), and synth Gemma 3 again
+ *     with its K cached in Q8_0 and its V in Q4_0, both rotated (CPU only: the GPU keeps F16 or
+ *     Q8_0 alike);
  *   - refused files, each leaving the session as it was (the next token's logits unchanged):
  *     a missing file (CERA_ERR_IO); a file cut short at many lengths, one with any of 300
  *     random bytes flipped, and other bytes than a session file (CERA_ERR_FORMAT); a file
- *     from another model, with another adapter, the adapter at another scale, or none
- *     (CERA_ERR_INVALID_ARG);
+ *     from another model, with another adapter, the adapter at another scale, or none, or with
+ *     another KV cache type (CERA_ERR_INVALID_ARG);
  *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL.
  * With the argument "cuda" (tests/cuda's build of this file; exit 77 without a GPU) the same on
  * the CUDA backend, whose blocks and conv states are copied from and to the device.
@@ -39,12 +41,15 @@ static const char *tmp_path(const char *tag) {
 }
 
 static cera_device device = CERA_DEVICE_CPU;
+static cera_kv_type kv_k = CERA_KV_F16, kv_v = CERA_KV_AS_K; /* the engines' KV cache */
 
 static cera_engine *open_ctx(const char *rel, int n_ctx) {
     cera_engine_params ep = cera_engine_default_params();
     ep.n_threads = 2;
     ep.n_ctx = n_ctx;
     ep.device = device;
+    ep.kv_type = kv_k;
+    ep.kv_type_v = kv_v;
     cera_engine *e = NULL;
     cera_error err = {0};
     CHECK(cera_engine_open(shared_path(rel), &ep, &e, &err) == CERA_OK, "%s: %s", rel, err.message);
@@ -219,6 +224,21 @@ static void check_refused(void) {
         free(ob);
     }
     cera_session_free(o);
+    /* the same model with another KV cache type */
+    kv_k = CERA_KV_F32;
+    cera_engine *f32 = device == CERA_DEVICE_CPU ? open_ctx("models/stories260K.gguf", 256) : NULL;
+    kv_k = CERA_KV_F16;
+    cera_adapter *af = f32 ? test_load_adapter(f32, "golden/lora-stories-a.gguf") : NULL;
+    cera_session *v = f32 ? new_session(f32, af, 0.5f) : NULL;
+    if (v && !cera_session_eval(v, p3, 3, false, &err)) {
+        float *vb = malloc(sizeof(float) * (size_t)nv);
+        memcpy(vb, cera_session_logits(v, -1), sizeof(float) * (size_t)nv);
+        fails += refused(v, path, CERA_ERR_INVALID_ARG, vb, nv, "another KV cache type"), cases++;
+        free(vb);
+    }
+    cera_session_free(v);
+    cera_adapter_free(af);
+    cera_engine_close(f32);
     /* a context too small for the file (40 positions) */
     cera_engine *small = open_ctx("models/stories260K.gguf", 32);
     cera_adapter *as = small ? test_load_adapter(small, "golden/lora-stories-a.gguf") : NULL;
@@ -256,6 +276,11 @@ int main(int argc, char **argv) {
     check_continue("golden/synth-lfm2-q8_0.gguf", NULL, 30);
     check_continue("golden/synth-gemma3-q8_0.gguf", NULL, 40);
     check_continue("synth/lfm2moe-q8_0.gguf", NULL, 30);
+    if (device == CERA_DEVICE_CPU) {
+        kv_k = CERA_KV_Q8_0, kv_v = CERA_KV_Q4_0;
+        check_continue("golden/synth-gemma3-q8_0.gguf", NULL, 40);
+        kv_k = CERA_KV_F16, kv_v = CERA_KV_AS_K;
+    }
     check_refused();
     return test_finish();
 }

@@ -20,6 +20,9 @@ typedef enum opt_id {
     O_CTX,
     O_BATCH,
     O_KV,
+    O_KV_K,
+    O_KV_V,
+    O_KV_NO_ROT,
     O_DEVICE,
     O_NGL,
     O_PROMPT,
@@ -68,9 +71,16 @@ static const opt opts[] = {
     {CLI_G_MODEL, O_BATCH, {"-b", "--batch-size"}, "N", "most tokens per forward pass (default 512)"},
     {CLI_G_MODEL,
      O_KV,
-     {"--kv", "-ctk", "--cache-type-k"},
+     {"--kv"},
      "TYPE",
-     "KV cache type: f16 (default), f32, q8_0 (CUDA only)"},
+     "KV cache type of K and V: f16 (default), f32, bf16, q8_0, q4_0 (f32, bf16, q4_0: the CPU only)"},
+    {CLI_G_MODEL, O_KV_K, {"-ctk", "--cache-type-k"}, "TYPE", "K's cache type alone (as --kv)"},
+    {CLI_G_MODEL, O_KV_V, {"-ctv", "--cache-type-v"}, "TYPE", "V's cache type alone (as --kv)"},
+    {CLI_G_MODEL,
+     O_KV_NO_ROT,
+     {"--no-kv-rotation"},
+     NULL,
+     "keep q8_0/q4_0 caches unrotated (default: Walsh-Hadamard rotated as llama.cpp, on the CPU)"},
     {CLI_G_MODEL,
      O_DEVICE,
      {"--device"},
@@ -200,15 +210,30 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
     case O_CTX: return parse_int(v, 0, 1 << 24, &a->ep.n_ctx);
     case O_BATCH: return parse_int(v, 1, 1 << 24, &a->ep.n_batch);
     case O_KV:
-        if (!strcmp(v, "f16"))
-            a->ep.kv_type = CERA_KV_F16;
-        else if (!strcmp(v, "f32"))
-            a->ep.kv_type = CERA_KV_F32;
-        else if (!strcmp(v, "q8_0"))
-            a->ep.kv_type = CERA_KV_Q8_0;
-        else
-            return false;
-        return true;
+    case O_KV_K:
+    case O_KV_V: {
+        static const struct {
+            const char *name;
+            cera_kv_type type;
+        } kv_types[] = {{"f16", CERA_KV_F16},
+                        {"f32", CERA_KV_F32},
+                        {"bf16", CERA_KV_BF16},
+                        {"q8_0", CERA_KV_Q8_0},
+                        {"q4_0", CERA_KV_Q4_0}};
+        for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+            if (!strcmp(v, kv_types[i].name)) {
+                if (o->id != O_KV_V) a->ep.kv_type = kv_types[i].type;
+                if (o->id == O_KV_V)
+                    a->ep.kv_type_v = kv_types[i].type;
+                else if (o->id == O_KV) /* both */
+                    a->ep.kv_type_v = CERA_KV_AS_K;
+                else if (a->ep.kv_type_v == CERA_KV_AS_K) /* -ctk alone: V stays F16, as llama.cpp */
+                    a->ep.kv_type_v = CERA_KV_F16;
+                return true;
+            }
+        return false;
+    }
+    case O_KV_NO_ROT: a->ep.kv_rotation = -1; return true;
     case O_DEVICE: return cli_parse_device(v, &a->ep.device);
     case O_NGL:
         if (!strcmp(v, "all") || !strcmp(v, "auto")) {

@@ -2,10 +2,13 @@
 #include "backend/cpu/attention.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/ops.h"
 #include "core/fp16.h"
+#include "tensor/blocks.h"
 
 #define ATTN_TILE   64 /* keys per tile in the F32 mode, as llama.cpp's GGML_FA_TILE_KV */
 #define ATTN_QBLOCK 64 /* query rows per chunk in the F32 mode (sharing the converted keys) */
@@ -14,23 +17,28 @@ size_t cera_attention_scratch_size(int head_dim) {
     /* F16 mode: Q and the accumulator in F16; F32 mode: a tile of keys and of values, a row
      * of scores, and the maxima, sums and accumulators of a block of rows */
     const size_t f16 = (size_t)head_dim * 2 * sizeof(uint16_t);
+    /* any other cache, one token at a time: the accumulator, a V row and Q in K's dot type */
+    const size_t gen = (size_t)head_dim * 3 * sizeof(float);
     const size_t f32 =
         ((size_t)head_dim * ATTN_TILE * 2 + ATTN_TILE + 2 * ATTN_QBLOCK + (size_t)ATTN_QBLOCK * head_dim) *
         sizeof(float);
-    return f16 > f32 ? f16 : f32;
+    return f16 > f32 ? (f16 > gen ? f16 : gen) : (f32 > gen ? f32 : gen);
 }
 
 int cera_attention_spans(const cera_attn_args *a, const int32_t *seq_count, cera_attn_span *spans) {
     int n = 0;
     for (int t = 0; t < a->n_tokens;) {
         const int q = a->seq[t];
-        const bool f16 =
-            a->seqs[q]->pool->type == CERA_KV_F16 &&
-            (seq_count[q] < CERA_ATTN_F32_MIN_TOKENS || a->head_dim % CERA_ATTN_F32_HEAD_MULTIPLE != 0);
+        const cera_kv_format *f = &a->seqs[q]->pool->fmt;
+        /* llama.cpp tiles only caches of one type, F16 or F32 */
+        const bool tiled =
+            f->k == f->v &&
+            (f->k == CERA_KV_F32 || (f->k == CERA_KV_F16 && seq_count[q] >= CERA_ATTN_F32_MIN_TOKENS &&
+                                     a->head_dim % CERA_ATTN_F32_HEAD_MULTIPLE == 0));
         int t1 = t + 1;
-        if (!f16)
+        if (tiled)
             while (t1 < a->n_tokens && t1 - t < ATTN_QBLOCK && a->seq[t1] == q) t1++;
-        spans[n++] = (cera_attn_span){t, t1, f16};
+        spans[n++] = (cera_attn_span){t, t1, !tiled};
         t = t1;
     }
     return n;

@@ -285,8 +285,8 @@ ATTN_TARGET static void ATTN(kv_to_f32)(float *dst, const void *row, int D, bool
 ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, int t1, void *scratch) {
     const int D = a->head_dim, nq = t1 - t0;
     const cera_kv_seq *seq = a->seqs[a->seq[t0]];
-    const bool f16 = seq->pool->type == CERA_KV_F16;
-    const size_t kv_off = (size_t)(h / (a->n_head / a->n_head_kv)) * (size_t)D * seq->pool->elem_size;
+    const bool f16 = seq->pool->fmt.k == CERA_KV_F16; /* K and V alike in this mode */
+    const size_t kv_off = cera_kv_row_bytes(seq->pool->fmt.k, (h / (a->n_head / a->n_head_kv)) * D);
     float *kt = (float *)scratch;   /* [D][ATTN_TILE] keys of the tile, transposed */
     float *vt = kt + D * ATTN_TILE; /* [ATTN_TILE][D] values of the tile */
     float *p = vt + D * ATTN_TILE;  /* [ATTN_TILE] a row's scores, then probabilities */
@@ -351,12 +351,165 @@ ATTN_TARGET static void ATTN(block_f32)(const cera_attn_args *a, int h, int t0, 
     }
 }
 
+/* hsum_float_8 of llama.cpp's x86 code: the two 128-bit halves added, then lanes 0+2 and 1+3,
+ * then those two. */
+ATTN_TARGET static inline float ATTN(hsum8)(const float *v) {
+    float r[4];
+    for (int l = 0; l < 4; l++) r[l] = v[l + 4] + v[l];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
+/* K·Q for a Q8_0 (q4 false) or Q4_0 K row against Q in Q8_0, as llama.cpp's AVX2 vec_dots
+ * (ggml_vec_dot_q8_0_q8_0, ggml_vec_dot_q4_0_q8_0), which its AVX-512 build runs: per block
+ * 8 lanes, each the exact integer sum of 4 consecutive products, scaled by d_k * d_q into one
+ * float accumulator per lane with a fused multiply-add, the lanes summed as hsum_float_8. */
+ATTN_TARGET static float ATTN(kdot_q)(const void *k, const block_q8_0 *y, int n, bool q4) {
+    float acc[8] = {0};
+    for (int b = 0; b < n / 32; b++) {
+        int8_t x[32];
+        float dk;
+        if (q4) {
+            const block_q4_0 *kb = (const block_q4_0 *)k + b;
+            for (int j = 0; j < 16; j++) {
+                x[j] = (int8_t)((kb->qs[j] & 15) - 8);
+                x[j + 16] = (int8_t)((kb->qs[j] >> 4) - 8);
+            }
+            dk = CVT_F32(kb->d);
+        } else {
+            const block_q8_0 *kb = (const block_q8_0 *)k + b;
+            memcpy(x, kb->qs, 32);
+            dk = CVT_F32(kb->d);
+        }
+        const float d = dk * CVT_F32(y[b].d);
+        for (int l = 0; l < 8; l++) {
+            int sum = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) sum += x[j] * y[b].qs[j];
+            acc[l] = fmaf(d, (float)sum, acc[l]);
+        }
+    }
+    return ATTN(hsum8)(acc);
+}
+
+/* K·Q in BF16 as ggml_vec_dot_bf16's AVX512-BF16 path: per 64 elements two vdpbf16ps
+ * accumulators of 16 lanes (elements 0-31 and 32-63 of each step), each lane adding its odd
+ * element's product, then its even one's (the instruction's order; the products are exact),
+ * both reduced as _mm512_reduce_add_ps into a double, a tail shorter than 64 added in double.
+ * (The instruction also flushes subnormals, which K·Q products do not reach.) */
+ATTN_TARGET static float ATTN(kdot_bf16)(const cera_bf16 *x, const cera_bf16 *y, int n) {
+    float c[2][16] = {{0}};
+    int i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 16; l++) {
+                const int e = i + 32 * h + 2 * l;
+                c[h][l] += cera_bf16_to_f32(x[e + 1]) * cera_bf16_to_f32(y[e + 1]);
+                c[h][l] += cera_bf16_to_f32(x[e]) * cera_bf16_to_f32(y[e]);
+            }
+    double sum = (double)ATTN(reduce16)(c[0]);
+    sum += (double)ATTN(reduce16)(c[1]);
+    for (; i < n; i++) sum += (double)(cera_bf16_to_f32(x[i]) * cera_bf16_to_f32(y[i]));
+    return (float)sum;
+}
+
+/* acc[d] *= ms, the F32 accumulator's rescale (ggml_vec_scale_f32) */
+ATTN_TARGET static void ATTN(acc_scale_f32)(float *acc, float ms, int D) {
+    int d = 0;
+#ifdef ATTN_SIMD
+    const __m256 vm = _mm256_set1_ps(ms);
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), vm));
+#endif
+    for (; d < D; d++) acc[d] *= ms;
+}
+
+/* acc[d] = fma(v[d], vs, acc[d]) (ggml_vec_mad_f32) */
+ATTN_TARGET static void ATTN(acc_axpy_f32)(float *acc, const float *v, float vs, int D) {
+    int d = 0;
+#ifdef ATTN_SIMD
+    const __m256 vv = _mm256_set1_ps(vs);
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(v + d), vv, _mm256_loadu_ps(acc + d)));
+#endif
+    for (; d < D; d++) acc[d] = fmaf(v[d], vs, acc[d]);
+}
+
+/* One token and head over a cache that is not F16 throughout, as llama.cpp's per-row path:
+ * Q in K's dot type once (its CPU from_float), each score that type's vec_dot in llama.cpp's
+ * order, the accumulator F16 for an F16 V (as row_f16) else F32 over V rows converted to
+ * float; a rotated V's output turned back. */
+ATTN_TARGET static void ATTN(row_gen)(const cera_attn_args *a, const cera_kv_seq *seq, int t, int h,
+                                      void *scratch) {
+    const int D = a->head_dim;
+    const cera_kv_format *f = &seq->pool->fmt;
+    const cera_cpu_type_ops *ko = cera_cpu_ops(cera_kv_tensor_type(f->k));
+    const int kvh = h / (a->n_head / a->n_head_kv);
+    const size_t k_off = cera_kv_row_bytes(f->k, kvh * D), v_off = cera_kv_row_bytes(f->v, kvh * D);
+    const bool v16 = f->v == CERA_KV_F16;
+    float *acc = scratch; /* [D] F32, or F16 (v16) */
+    float *v32 = acc + D; /* [D] a V row as floats */
+    void *qa = v32 + D;   /* Q in K's dot type (at most D floats) */
+    cera_f16 *acc16 = scratch;
+    float *out = a->out + ((size_t)t * a->n_head + h) * D;
+    ko->quantize_act(a->q + ((size_t)t * a->n_head + h) * D, qa, D);
+    if (v16)
+        memset(acc16, 0, (size_t)D * sizeof *acc16);
+    else
+        memset(acc, 0, (size_t)D * sizeof *acc);
+    float S = 0.0f, M = -INFINITY;
+    const int n_pos = a->pos[t] + 1;
+    for (int p = ATTN(window_lo)(a, t); p < n_pos; p++) {
+        const void *kr = (const uint8_t *)cera_kv_row(seq, a->layer, 0, p) + k_off;
+        float s;
+        switch (f->k) {
+        case CERA_KV_F16: s = ATTN(dot_f16)(kr, qa, D); break;
+        case CERA_KV_BF16: s = ATTN(kdot_bf16)(kr, qa, D); break;
+        case CERA_KV_Q8_0:
+        case CERA_KV_Q4_0: s = ATTN(kdot_q)(kr, qa, D, f->k == CERA_KV_Q4_0); break;
+        default: ko->vec_dot(D, &s, kr, qa); break; /* F32: llama.cpp casts it to F16 */
+        }
+        s *= a->scale;
+        const uint8_t *v = (const uint8_t *)cera_kv_row(seq, a->layer, 1, p) + v_off;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            const float m_old = M;
+            M = s;
+            ms = expf(m_old - M);
+            if (v16)
+                ATTN(acc_scale_f16)(acc16, ms, D);
+            else
+                ATTN(acc_scale_f32)(acc, ms, D);
+        } else {
+            vs = expf(s - M);
+        }
+        if (v16) {
+            ATTN(acc_axpy_f16)(acc16, (const cera_f16 *)v, vs, D);
+        } else if (f->v == CERA_KV_F32) {
+            ATTN(acc_axpy_f32)(acc, (const float *)v, vs, D);
+        } else {
+            cera_cpu_kv_load(f->v, v, v32, D);
+            ATTN(acc_axpy_f32)(acc, v32, vs, D);
+        }
+        S = fmaf(S, ms, vs);
+    }
+    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    if (v16)
+        for (int d = 0; d < D; d++) v32[d] = CVT_F32(acc16[d]);
+    const float *res = v16 ? v32 : acc;
+    for (int d = 0; d < D; d++) out[d] = res[d] * s_inv;
+    if (f->rot_v) cera_fwht_f32(out, D, f->rot_v);
+}
+
 /* One chunk of the work (see cera_attention_n_chunks): one span, one head. */
 ATTN_TARGET static void ATTN(attention_chunk)(const cera_attn_args *a, int64_t c, void *scratch) {
     const cera_attn_span *sp = &a->spans[c / a->n_head];
     const int h = (int)(c % a->n_head);
-    if (sp->f16) {
-        for (int t = sp->t0; t < sp->t1; t++) ATTN(row_f16)(a, a->seqs[a->seq[t]], t, h, scratch);
+    if (sp->one) {
+        for (int t = sp->t0; t < sp->t1; t++) {
+            const cera_kv_seq *seq = a->seqs[a->seq[t]];
+            if (seq->pool->fmt.k == CERA_KV_F16 && seq->pool->fmt.v == CERA_KV_F16)
+                ATTN(row_f16)(a, seq, t, h, scratch);
+            else
+                ATTN(row_gen)(a, seq, t, h, scratch);
+        }
         return;
     }
     ATTN(block_f32)(a, h, sp->t0, sp->t1, scratch);

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
@@ -127,13 +128,7 @@ static void embed_row(const cera_weight *e, cera_token tok, float *out) {
 }
 
 static void store_kv(cera_kv_seq *seq, int il, int kv, int pos, const float *src, int n) {
-    void *dst = cera_kv_row(seq, il, kv, pos);
-    if (seq->pool->type == CERA_KV_F16) {
-        cera_f16 *d = dst;
-        for (int i = 0; i < n; i++) d[i] = cera_f32_to_f16(src[i]);
-    } else {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    }
+    cera_cpu_kv_store(kv ? seq->pool->fmt.v : seq->pool->fmt.k, src, cera_kv_row(seq, il, kv, pos), n);
 }
 
 static void add_bias_row(float *y, const cera_weight *b) {
@@ -182,7 +177,7 @@ static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size
         const int hd = hp->head_dim, n_kv = L->n_head_kv * hd;
         float *qt = be->buf[CERA_BUF_Q] + t * width(be, CERA_BUF_Q);
         float *kt = be->buf[CERA_BUF_K] + t * width(be, CERA_BUF_K);
-        const float *vt = be->buf[CERA_BUF_V] + t * width(be, CERA_BUF_V);
+        float *vt = be->buf[CERA_BUF_V] + t * width(be, CERA_BUF_V);
         if (op->rope) {
             const cera_rope *ro = op->rope_swa ? &be->rope_swa : &be->rope;
             const float *rc = (op->rope_swa ? be->rope_cache_swa : be->rope_cache) + t * hp->n_rot;
@@ -192,6 +187,12 @@ static void row_exec(cpu_backend *be, const cera_batch *b, const row_op *r, size
         if (op->scale != 0.0f)
             for (int i = 0; i < hp->n_head * hd; i++) qt[i] *= op->scale;
         cera_kv_seq *s = b->seqs[b->seq[t]];
+        const cera_kv_format *f = &s->pool->fmt;
+        if (f->rot_k) { /* a rotated block-type cache: Q and K turn alike, so Q·K stays (kv_rows.h) */
+            cera_fwht_f32(qt, hp->n_head * hd, f->rot_k);
+            cera_fwht_f32(kt, n_kv, f->rot_k);
+        }
+        if (f->rot_v) cera_fwht_f32(vt, n_kv, f->rot_v); /* the attention turns its output back */
         store_kv(s, L->kv_index, 0, b->pos[t], kt, n_kv);
         store_kv(s, L->kv_index, 1, b->pos[t], vt, n_kv);
         break;
@@ -541,17 +542,17 @@ static cera_status check_weight(const cera_weight *w, const char *what, int il, 
 cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params *params, cera_backend **out,
                                   cera_error *err) {
     *out = NULL;
-    if (params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_F32)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "the CPU backend keeps its KV cache in F16 or F32 (asked: %s)",
-                         params->kv_type == CERA_KV_Q8_0 ? "Q8_0" : "unknown");
     const cera_hparams *hp = &m->hp;
+    cera_kv_format kvf; /* every type is kept here; the pool is made to this format */
+    cera_status st = cera_kv_format_of(params, hp->head_dim, true, &kvf, err);
+    if (st) return st;
     const cera_graph *g = m->graph;
     const int nb = params->n_batch > 0 ? params->n_batch : 512;
     cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend");
     be->base.name = "cpu";
     be->base.kv_on_host = true;
+    be->base.kv_rotates = true;
     be->base.forward = cpu_forward;
     be->base.free = cpu_free;
     be->m = m;
@@ -567,7 +568,6 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     cera_gelu_init();
 
     size_t act_max = 0;
-    cera_status st = CERA_OK;
     int max_steps = 0, max_rows = 0;
     for (int i = 0; i < g->n_ops && !st; i++) {
         const cera_op *op = &g->ops[i];

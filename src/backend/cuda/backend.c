@@ -391,12 +391,14 @@ static void cuda_free(cera_backend *b) {
 cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_params *params,
                                    cera_backend **out, cera_error *err) {
     *out = NULL;
-    /* the device kernels keep K/V in F16 or Q8_0: an F32 cache is refused rather than served as
-     * F16 (AUTO then falls back to the CPU, which has it) */
-    if (params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_Q8_0)
-        return cera_fail(err, CERA_ERR_UNSUPPORTED,
-                         "the CUDA backend keeps its KV cache in F16 or Q8_0 (asked: %s)",
-                         params->kv_type == CERA_KV_F32 ? "F32" : "unknown");
+    /* the device kernels keep K and V both in F16 or both in Q8_0, unrotated: another cache is
+     * refused rather than served otherwise (AUTO then falls back to the CPU, which has them) */
+    const cera_kv_type kv_v = params->kv_type_v == CERA_KV_AS_K ? params->kv_type : params->kv_type_v;
+    if ((params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_Q8_0) || kv_v != params->kv_type)
+        return cera_fail(
+            err, CERA_ERR_UNSUPPORTED,
+            "the CUDA backend keeps its KV cache in F16 or Q8_0, K and V alike (asked: K %s, V %s)",
+            cera_kv_type_name(params->kv_type), cera_kv_type_name(kv_v));
     cera_cuda_params p = cera_cuda_default_params();
     p.kv_type = params->kv_type;
     p.n_ctx = params->n_ctx > 0 ? params->n_ctx : 4096;
