@@ -212,26 +212,16 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
     case O_KV:
     case O_KV_K:
     case O_KV_V: {
-        static const struct {
-            const char *name;
-            cera_kv_type type;
-        } kv_types[] = {{"f16", CERA_KV_F16},
-                        {"f32", CERA_KV_F32},
-                        {"bf16", CERA_KV_BF16},
-                        {"q8_0", CERA_KV_Q8_0},
-                        {"q4_0", CERA_KV_Q4_0}};
-        for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
-            if (!strcmp(v, kv_types[i].name)) {
-                if (o->id != O_KV_V) a->ep.kv_type = kv_types[i].type;
-                if (o->id == O_KV_V)
-                    a->ep.kv_type_v = kv_types[i].type;
-                else if (o->id == O_KV) /* both */
-                    a->ep.kv_type_v = CERA_KV_AS_K;
-                else if (a->ep.kv_type_v == CERA_KV_AS_K) /* -ctk alone: V stays F16, as llama.cpp */
-                    a->ep.kv_type_v = CERA_KV_F16;
-                return true;
-            }
-        return false;
+        cera_kv_type t;
+        if (!cli_parse_kv_type(v, &t)) return false;
+        if (o->id != O_KV_V) a->ep.kv_type = t;
+        if (o->id == O_KV_V)
+            a->ep.kv_type_v = t;
+        else if (o->id == O_KV) /* both */
+            a->ep.kv_type_v = CERA_KV_AS_K;
+        else if (a->ep.kv_type_v == CERA_KV_AS_K) /* -ctk alone: V stays F16, as llama.cpp */
+            a->ep.kv_type_v = CERA_KV_F16;
+        return true;
     }
     case O_KV_NO_ROT: a->ep.kv_rotation = -1; return true;
     case O_DEVICE: return cli_parse_device(v, &a->ep.device);

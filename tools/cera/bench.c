@@ -281,13 +281,15 @@ static double stddev_of(const double *v, int n) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cera bench -m MODEL [-p 512] [-n 128] [-d 0] [-t THREADS] [-r 5] [-b 512]\n"
-            "                  [--parallel N[,N...]] [--device auto|cpu|cuda] [-o md|json] [--no-warmup]\n\n"
+            "                  [--parallel N[,N...]] [--device auto|cpu|cuda] [-o md|json] [--no-warmup]\n"
+            "                  [-ctk TYPE] [-ctv TYPE]\n\n"
             "Measures prompt processing (ppN: N tokens as one prompt) and generation (tgN: N tokens\n"
             "one at a time) in tokens/s over -r repetitions, as llama-bench does; -p, -n, -d and -t take\n"
             "comma-separated lists and every combination is run. -p 0 or -n 0 skips that test. For tg\n"
             "it also prints the weight bandwidth (weight bytes read per token x tokens/s).\n"
             "--parallel N[,N...] runs N sessions together instead (as llama-batched-bench): each gets the\n"
-            "-p prompt, then all decode -n tokens in batches of N; t/s is the total generated tokens/s.\n");
+            "-p prompt, then all decode -n tokens in batches of N; t/s is the total generated tokens/s.\n"
+            "-ctk/-ctv: the KV cache types of K and V (f16, the default, f32, bf16, q8_0, q4_0).\n");
 }
 
 static void print_md_header(void) {
@@ -316,7 +318,7 @@ static void print_md_row(const model_info *mi, const char *backend, const bench_
 }
 
 static cJSON *json_row(const char *path, const model_info *mi, const char *backend, int n_batch,
-                       const char *kv, const bench_result *r) {
+                       const char *kv_k, const char *kv_v, const bench_result *r) {
     cJSON *o = cJSON_CreateObject();
     char commit[32];
     snprintf(commit, sizeof commit, "cera %s", cera_version());
@@ -329,8 +331,8 @@ static cJSON *json_row(const char *path, const model_info *mi, const char *backe
     cJSON_AddNumberToObject(o, "n_batch", n_batch);
     cJSON_AddNumberToObject(o, "n_ubatch", n_batch);
     cJSON_AddNumberToObject(o, "n_threads", r->n_threads);
-    cJSON_AddStringToObject(o, "type_k", kv);
-    cJSON_AddStringToObject(o, "type_v", kv);
+    cJSON_AddStringToObject(o, "type_k", kv_k);
+    cJSON_AddStringToObject(o, "type_v", kv_v);
     cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
     cJSON_AddNumberToObject(o, "n_gen", r->n_gen);
     cJSON_AddNumberToObject(o, "n_depth", r->n_depth);
@@ -363,11 +365,17 @@ static void stamp(bench_result *r) {
 
 /* One result: a JSON object into arr, or a markdown row. */
 static void emit(cJSON *arr, const char *path, const model_info *mi, const char *backend, int n_batch,
-                 const bench_result *r) {
-    if (arr)
-        cJSON_AddItemToArray(arr, json_row(path, mi, backend, n_batch, "f16", r));
+                 const char *kv_k, const char *kv_v, const bench_result *r) {
+    if (arr) {
+        cJSON_AddItemToArray(arr, json_row(path, mi, backend, n_batch, kv_k, kv_v, r));
+        return;
+    }
+    char label[64]; /* the backend, with the KV cache types when they are not F16 */
+    if (strcmp(kv_k, "f16") || strcmp(kv_v, "f16"))
+        snprintf(label, sizeof label, "%s %s/%s", backend, kv_k, kv_v);
     else
-        print_md_row(mi, backend, r);
+        snprintf(label, sizeof label, "%s", backend);
+    print_md_row(mi, label, r);
 }
 
 typedef struct bench_opts {
@@ -375,6 +383,7 @@ typedef struct bench_opts {
     int_list pp, tg, depth, threads, par;
     int reps, n_batch;
     bool warmup;
+    const char *ctk, *ctv; /* KV cache types (-ctk/-ctv, llama-bench's), NULL: f16 */
 } bench_opts;
 
 /* bench's options (llama-bench's names): lists of sizes and thread counts, not the
@@ -387,17 +396,19 @@ static int bench_extra(const char *cmd, int argc, char **argv, int *i, void *use
         o->warmup = false;
         return 1;
     }
-    const int k = IS("-m", "--model")         ? 0
-                  : IS("-p", "--n-prompt")    ? 1
-                  : IS("-n", "--n-gen")       ? 2
-                  : IS("-d", "--n-depth")     ? 3
-                  : IS("--parallel", "-npl")  ? 4
-                  : IS("-t", "--threads")     ? 5
-                  : IS("-r", "--repetitions") ? 6
-                  : IS("-b", "--batch-size")  ? 7
-                  : IS("-o", "--output")      ? 8
-                  : !strcmp(a, "--device")    ? 9
-                                              : -1;
+    const int k = IS("-m", "--model")            ? 0
+                  : IS("-p", "--n-prompt")       ? 1
+                  : IS("-n", "--n-gen")          ? 2
+                  : IS("-d", "--n-depth")        ? 3
+                  : IS("--parallel", "-npl")     ? 4
+                  : IS("-t", "--threads")        ? 5
+                  : IS("-r", "--repetitions")    ? 6
+                  : IS("-b", "--batch-size")     ? 7
+                  : IS("-o", "--output")         ? 8
+                  : !strcmp(a, "--device")       ? 9
+                  : IS("-ctk", "--cache-type-k") ? 10
+                  : IS("-ctv", "--cache-type-v") ? 11
+                                                 : -1;
 #undef IS
     if (k < 0) return 0;
     const char *v;
@@ -423,6 +434,13 @@ static int bench_extra(const char *cmd, int argc, char **argv, int *i, void *use
         o->format = v;
         ok = !strcmp(v, "md") || !strcmp(v, "json");
         break;
+    case 10:
+    case 11: {
+        cera_kv_type t;
+        ok = cli_parse_kv_type(v, &t);
+        *(k == 10 ? &o->ctk : &o->ctv) = v;
+        break;
+    }
     default: o->device = v; ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda");
     }
     if (!ok) {
@@ -452,6 +470,7 @@ int cmd_bench(int argc, char **argv) {
     int_list pp = o.pp, tg = o.tg, depth = o.depth, threads = o.threads, par = o.par;
     const int reps = o.reps, n_batch = o.n_batch;
     const bool warmup = o.warmup;
+    const char *kv_k = o.ctk ? o.ctk : "f16", *kv_v = o.ctv ? o.ctv : "f16"; /* llama-bench's defaults */
     if (!model) return cli_usage_error("bench", "need -m MODEL (see --help)");
 
     cera_error err = {0};
@@ -484,6 +503,8 @@ int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < par.n; k++) max_par = par.v[k] > max_par ? par.v[k] : max_par;
         ep.n_seq_max = max_par;
         ep.device = is_cuda ? CERA_DEVICE_CUDA : !strcmp(device, "cpu") ? CERA_DEVICE_CPU : CERA_DEVICE_AUTO;
+        cli_parse_kv_type(kv_k, &ep.kv_type);
+        cli_parse_kv_type(kv_v, &ep.kv_type_v);
         const cera_session_params sp = cera_session_default_params();
         cera_engine *e = NULL;
         cera_session *s = NULL;
@@ -509,7 +530,7 @@ int cmd_bench(int argc, char **argv) {
                 rc = cli_fail(&err);
                 break;
             }
-            emit(json ? arr : NULL, model, &mi, backend, n_batch, &r);
+            emit(json ? arr : NULL, model, &mi, backend, n_batch, kv_k, kv_v, &r);
         }
         /* llama-bench's order: every pp, then every tg, for each depth */
         for (int di = 0; di < depth.n && !rc && par.n == 0; di++) {
@@ -527,7 +548,7 @@ int cmd_bench(int argc, char **argv) {
                         rc = cli_fail(&err);
                         break;
                     }
-                    emit(json ? arr : NULL, model, &mi, backend, n_batch, &r);
+                    emit(json ? arr : NULL, model, &mi, backend, n_batch, kv_k, kv_v, &r);
                 }
             }
         }

@@ -17,6 +17,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...);
 /* Parses "cpu", "cuda" or "auto" (the --device option); false when unknown. */
 bool cli_parse_device(const char *s, cera_device *out);
 
+/* Parses a KV cache type by llama.cpp's name (f16, f32, bf16, q8_0, q4_0); false when unknown. */
+bool cli_parse_kv_type(const char *s, cera_kv_type *out);
+
 /* A whole decimal integer in [lo, hi] / a whole float; false on anything else. */
 bool cli_parse_long(const char *v, long lo, long hi, long *out);
 bool cli_parse_float(const char *v, float *out);

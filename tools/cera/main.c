@@ -94,6 +94,23 @@ bool cli_parse_device(const char *s, cera_device *out) {
     return true;
 }
 
+bool cli_parse_kv_type(const char *s, cera_kv_type *out) {
+    static const struct {
+        const char *name;
+        cera_kv_type type;
+    } types[] = {{"f16", CERA_KV_F16},
+                 {"f32", CERA_KV_F32},
+                 {"bf16", CERA_KV_BF16},
+                 {"q8_0", CERA_KV_Q8_0},
+                 {"q4_0", CERA_KV_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(s, types[i].name)) {
+            *out = types[i].type;
+            return true;
+        }
+    return false;
+}
+
 bool cli_parse_long(const char *v, long lo, long hi, long *out) {
     char *end;
     errno = 0;

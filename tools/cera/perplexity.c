@@ -213,7 +213,7 @@ int cmd_perplexity(int argc, char **argv) {
     cli_args o;
     cli_args_init(&o);
     o.escape = false; /* llama-perplexity reads the text as it is */
-    ppl_opts po = {NULL};
+    ppl_opts po = {.chunks = NULL};
     int rc =
         cli_parse("perplexity", PPL_GROUPS, argc, argv, &o, ppl_extra, &po,
                   "usage: cera perplexity -m MODEL -f TEXT [-c N] [-b N] [--chunks K] [options]\n\n"

@@ -365,6 +365,32 @@ ATTN_TARGET static inline float ATTN(hsum8)(const float *v) {
  * float accumulator per lane with a fused multiply-add, the lanes summed as hsum_float_8. */
 ATTN_TARGET static float ATTN(kdot_q)(const void *k, const block_q8_0 *y, int n, bool q4) {
     float acc[8] = {0};
+#ifdef ATTN_SIMD
+    /* the same lanes: |x| times y signed like x, pairs summed to int16 (at most 2 * 128 * 127, no
+     * saturation), then pairs of those to int32 — exact, as the scalar loop below */
+    __m256 va = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < n / 32; b++) {
+        __m256i x;
+        float dk;
+        if (q4) {
+            const block_q4_0 *kb = (const block_q4_0 *)k + b;
+            const __m128i t = _mm_loadu_si128((const __m128i *)(const void *)kb->qs);
+            x = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
+            x = _mm256_sub_epi8(x, _mm256_set1_epi8(8));
+            dk = CVT_F32(kb->d);
+        } else {
+            const block_q8_0 *kb = (const block_q8_0 *)k + b;
+            x = _mm256_loadu_si256((const __m256i *)(const void *)kb->qs);
+            dk = CVT_F32(kb->d);
+        }
+        const __m256i yq = _mm256_loadu_si256((const __m256i *)(const void *)y[b].qs);
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yq, x));
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        va = _mm256_fmadd_ps(_mm256_set1_ps(dk * CVT_F32(y[b].d)), q, va);
+    }
+    _mm256_storeu_ps(acc, va);
+#else
     for (int b = 0; b < n / 32; b++) {
         int8_t x[32];
         float dk;
@@ -387,6 +413,7 @@ ATTN_TARGET static float ATTN(kdot_q)(const void *k, const block_q8_0 *y, int n,
             acc[l] = fmaf(d, (float)sum, acc[l]);
         }
     }
+#endif
     return ATTN(hsum8)(acc);
 }
 
@@ -398,6 +425,24 @@ ATTN_TARGET static float ATTN(kdot_q)(const void *k, const block_q8_0 *y, int n,
 ATTN_TARGET static float ATTN(kdot_bf16)(const cera_bf16 *x, const cera_bf16 *y, int n) {
     float c[2][16] = {{0}};
     int i = 0;
+#ifdef ATTN_SIMD
+    /* 8 lanes at a time: a 32-bit word holds a lane's pair, the odd element in its high half */
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (; i + 64 <= n; i += 64)
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 2; g++) {
+                const __m256i wx =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(x + i + 32 * h + 16 * g));
+                const __m256i wy =
+                    _mm256_loadu_si256((const __m256i *)(const void *)(y + i + 32 * h + 16 * g));
+                __m256 a = _mm256_loadu_ps(c[h] + 8 * g);
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(wx, hi)),
+                                                   _mm256_castsi256_ps(_mm256_and_si256(wy, hi))));
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wx, 16)),
+                                                   _mm256_castsi256_ps(_mm256_slli_epi32(wy, 16))));
+                _mm256_storeu_ps(c[h] + 8 * g, a);
+            }
+#else
     for (; i + 64 <= n; i += 64)
         for (int h = 0; h < 2; h++)
             for (int l = 0; l < 16; l++) {
@@ -405,6 +450,7 @@ ATTN_TARGET static float ATTN(kdot_bf16)(const cera_bf16 *x, const cera_bf16 *y,
                 c[h][l] += cera_bf16_to_f32(x[e + 1]) * cera_bf16_to_f32(y[e + 1]);
                 c[h][l] += cera_bf16_to_f32(x[e]) * cera_bf16_to_f32(y[e]);
             }
+#endif
     double sum = (double)ATTN(reduce16)(c[0]);
     sum += (double)ATTN(reduce16)(c[1]);
     for (; i < n; i++) sum += (double)(cera_bf16_to_f32(x[i]) * cera_bf16_to_f32(y[i]));
