@@ -14,7 +14,8 @@
  * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
  * types, not on the values. Prints one markdown row per test (and --md-header).
  * -p 0 skips the prompt test, -d 0 the depth test; --mv-types q4_0,f16 limits --matvec and
- * --matvec-rows; --kv q8_0 keeps the KV cache in Q8_0 (default f16).
+ * --matvec-rows; --kv TYPE keeps the KV cache in bf16, q8_0 or q4_0 (default f16; the block
+ * types rotated as the engine rotates them).
  * --matvec-rows: the several-row matvec (a decode batch of n_rows tokens, cu_matvec_rows) on the
  * llama2-7b projections for n_rows 1, 2, 4, 8, 16: µs per launch, the weight GB/s that makes, and
  * the speed-up over n_rows one-row launches (n_rows times the one-row launch's time). The last
@@ -23,7 +24,7 @@
  * 11008x4096 (gate/up) and 4096x11008 (down) for 1 (the one-row matvec), 8, 16, 32 and 64 rows:
  * µs per launch, weight GB/s, µs per row relative to the one-row kernel, and the speed-up.
  *
- * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|q8_0]
+ * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|bf16|q8_0|q4_0]
  *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header]
  *                   [--no-pdl]
  */
@@ -35,6 +36,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "gguf/gguf.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "synth_shape.h"
 
@@ -116,7 +118,9 @@ int main(int argc, char **argv) {
     const char *synth = NULL, *model = NULL;
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
-    bool matvec = false, matvec_rows = false, mma = false, header = false, no_pdl = false, kv_q8 = false;
+    bool matvec = false, matvec_rows = false, mma = false, header = false, no_pdl = false;
+    cera_type kv_tt = CERA_TYPE_F16; /* the KV cache's type */
+    const char *kv_name = "f16";
     bool gemm = false;
     const char *mv_types = NULL;
     for (int i = 1; i < argc; i++) {
@@ -150,12 +154,15 @@ int main(int argc, char **argv) {
             no_pdl = true;
         else if (!strcmp(a, "--gemm"))
             gemm = true;
-        else if (!strcmp(a, "--kv") && more && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "q8_0")))
-            kv_q8 = !strcmp(argv[++i], "q8_0");
+        else if (!strcmp(a, "--kv") && more && cera_type_from_name(argv[i + 1], &kv_tt) &&
+                 (kv_tt == CERA_TYPE_F16 || kv_tt == CERA_TYPE_BF16 || kv_tt == CERA_TYPE_Q8_0 ||
+                  kv_tt == CERA_TYPE_Q4_0))
+            kv_name = argv[++i];
         else {
             fprintf(stderr,
                     "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--kv f16|q8_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header] "
+                    "[--kv f16|bf16|q8_0|q4_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] "
+                    "[--md-header] "
                     "[--no-pdl] [--gemm]\n");
             return 2;
         }
@@ -251,18 +258,28 @@ int main(int argc, char **argv) {
     prm.n_batch = n_batch;
     prm.no_pdl = no_pdl;
     prm.force_gemm = gemm;
-    prm.kv_type = kv_q8 ? CERA_KV_Q8_0 : CERA_KV_F16;
+    cera_engine_params kvp = cera_engine_default_params(); /* the engine's rotation rule */
+    kvp.kv_type = kv_tt == CERA_TYPE_BF16   ? CERA_KV_BF16
+                  : kv_tt == CERA_TYPE_Q8_0 ? CERA_KV_Q8_0
+                  : kv_tt == CERA_TYPE_Q4_0 ? CERA_KV_Q4_0
+                                            : CERA_KV_F16;
+    prm.kv_type = kvp.kv_type;
     const char *label = model;
     if (synth) {
         if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
         prm.synthetic_weights = true;
         static char lb[64];
-        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s%s", synth, no_pdl ? " no PDL" : "",
-                 kv_q8 ? " KV q8_0" : "", gemm ? " cuBLAS" : "");
+        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s%s%s", synth, no_pdl ? " no PDL" : "",
+                 kv_tt != CERA_TYPE_F16 ? " KV " : "", kv_tt != CERA_TYPE_F16 ? kv_name : "",
+                 gemm ? " cuBLAS" : "");
         label = lb;
     } else {
         if (gguf_open(model, &f, &err) || cera_model_load(f, &m, &err)) die(model, &err);
     }
+    cera_kv_format kvf;
+    if (cera_kv_format_of(&kvp, m.hp.head_dim, true, &kvf, &err)) die("KV cache", &err);
+    prm.kv_rot_k = kvf.rot_k;
+    prm.kv_rot_v = kvf.rot_v;
     cera_cuda_state *s = NULL;
     const double t_load = now_s();
     if (cera_cuda_init(&m, &prm, &s, &err)) die("init", &err);
@@ -290,10 +307,9 @@ int main(int argc, char **argv) {
            100 * wbytes * st.mean / 1e9 / read_gbps);
     fflush(stdout);
     if (d > 0) {
-        // at depth the KV cache is streamed too: K and V rows of every layer (F16, or Q8_0's 34
-        // bytes per 32 values)
-        const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) * m.hp.n_head_kv * m.hp.head_dim *
-                          (kv_q8 ? 34.0 / 32.0 : 2.0);
+        // at depth the KV cache is streamed too: K and V rows of every layer in the cache's type
+        const double kv = (double)m.hp.n_layer * 2 * (d + n / 2.0) *
+                          (double)cera_row_size(kv_tt, (int64_t)m.hp.n_head_kv * m.hp.head_dim);
         for (int i = 0; i < r; i++) v[i] = run_tg(s, n_batch, d, n, m.hp.n_vocab);
         st = stat_of(v, r);
         printf("| %s | tg%d @ d%d | %.1f ± %.1f | %.0f (+KV %.0f) | %.1f %% |\n", label, n, d, st.mean, st.sd,

@@ -16,7 +16,7 @@
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
-#   and with a Q8_0 cache (KV_TYPES, default q4_0); ncu times each kernel of one q4_0 decode token (NCU_RUN: of another
+#   and with each cache type of KV_CACHES (default "bf16 q8_0 q4_0"), for the weight types KV_TYPES (default q4_0); ncu times each kernel of one q4_0 decode token (NCU_RUN: of another
 #   command); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
@@ -104,14 +104,16 @@ if has sanitize; then
         tee -a "$OUT/sanitize.log" | tail -3
 fi
 if has kv; then
-    log "decode at depth 4096: the tiled kernel (CERA_CUDA_ATT_DEC=0), the decode kernel, a Q8_0 cache"
+    log "decode at depth 4096: the tiled kernel (CERA_CUDA_ATT_DEC=0), the decode kernel, the other cache types"
     for t in ${KV_TYPES:-q4_0}; do
         CERA_CUDA_ATT_DEC=0 timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 4096 -r 2 --bw-gib 2 2>&1 |
             tee -a "$OUT/kv.log" | grep "@"
         timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 0 -n 128 -d 4096 -r 2 --bw-gib 2 2>&1 | tee -a "$OUT/kv.log" |
             grep "tg"
-        timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 2 --bw-gib 2 --kv q8_0 2>&1 |
-            tee -a "$OUT/kv.log" | grep "|"
+        for c in ${KV_CACHES:-bf16 q8_0 q4_0}; do
+            timeout 100 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 2 --bw-gib 2 --kv "$c" 2>&1 |
+                tee -a "$OUT/kv.log" | grep "|"
+        done
     done
 fi
 if has matvec; then

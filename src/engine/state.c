@@ -209,11 +209,16 @@ static void session_header(const cera_session *s, header *h) {
         h->adapter[h->n_adapters] = adapter_fingerprint(s->lora.e[i].adapter);
         h->scale[h->n_adapters++] = s->lora.e[i].scale;
     }
-    /* K's type, V's when it differs and whether each is rotated, in one word (a cache of one
-     * unrotated type has the type's number, as before V and rotation had a say) */
+    /* K's type, V's when it differs, whether each is rotated and whether a device's layout holds
+     * them, in one word (a host cache of one unrotated type has the type's number, as before V and
+     * rotation had a say) */
     const cera_kv_format *f = &e->kv->fmt;
     h->kv_type = (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
                  (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
+    /* a device keeps the block types in a layout of its own (the same bytes, another order) */
+    const bool block_k = f->k == CERA_KV_Q8_0 || f->k == CERA_KV_Q4_0,
+               block_v = f->v == CERA_KV_Q8_0 || f->v == CERA_KV_Q4_0;
+    if (!e->backend->kv_on_host && (block_k || block_v)) h->kv_type |= 1u << 12;
     for (int g = 0; g < CERA_KV_GROUPS; g++) {
         h->block_bytes[g] = block_bytes(e, g);
         h->first[g] = s->seq.first[g];

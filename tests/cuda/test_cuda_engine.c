@@ -16,6 +16,14 @@
  * test_cuda_golden's bound (5e-2; 8e-2 with the Q8_0 cache), the top token at all but two
  * positions, the first 8 greedy tokens identical (a quantized model's greedy run may flip at a
  * near tie, as test_cuda_golden prints; measurements below).
+ * The other cache types (BF16, Q4_0, and Q8_0 again), rotated as llama.cpp rotates block types
+ * (synth-gemma3's heads of 128: K in pieces of 128, V of 64; SmolLM2's of 64 when present), against
+ * the CPU backend with the same cache: every prompt position's logits within the bound printed
+ * below of the row's max, the top token at all but two positions (five for Q4_0, whose steps of
+ * an eighth of a block's largest value turn the two backends' last-bit differences in K and V
+ * into whole steps here and there: measured on the H200, 2026-12-03, synth-gemma3: bf16 3.05e-2
+ * and 38/39, q8_0 3.94e-2 and 38/39, q4_0 1.08e-1 and 35/39, greedy 16, 9 and 16 of 16), the
+ * first 4 greedy tokens equal.
  * Exits 77 without a GPU.
  */
 #include <math.h>
@@ -25,6 +33,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "cera.h"
+#include "kv/kv_cache.h"
 #include "testutil.h"
 
 /* top_min: positions whose top token must be llama.cpp's; greedy_min: tokens of the greedy
@@ -107,6 +116,68 @@ done:
     free(tokens), free(greedy), free(golden);
 }
 
+/* The same model and KV cache type on the CPU and on the GPU: the prompt's logits, then greedy. */
+static void cpu_vs_cuda(const char *model, const char *name, const char *tokens_path, cera_kv_type kv,
+                        double tol, int top_slack) {
+    size_t n_tok = 0;
+    int32_t *tokens = read_ints(tokens_path, &n_tok);
+    const char *mp = strncmp(model, "models/", 7) || file_exists(shared_path(model)) ? shared_path(model)
+                                                                                     : models_path(model + 7);
+    if (!tokens || !file_exists(mp)) {
+        printf("%s: not present, skipped\n", model);
+        free(tokens);
+        return;
+    }
+    cera_engine *e[2] = {NULL, NULL};
+    cera_session *s[2] = {NULL, NULL};
+    cera_error err;
+    bool ok = true;
+    for (int d = 0; d < 2 && ok; d++) {
+        cera_engine_params ep = cera_engine_default_params();
+        ep.device = d ? CERA_DEVICE_CUDA : CERA_DEVICE_CPU;
+        ep.n_ctx = 512;
+        ep.kv_type = kv;
+        cera_session_params sp = cera_session_default_params();
+        sp.sampler.temp = 0.0f;
+        ok = !cera_engine_open(mp, &ep, &e[d], &err) && !cera_session_create(e[d], &sp, &s[d], &err) &&
+             !cera_session_eval(s[d], tokens, n_tok, true, &err);
+        CHECK(ok, "%s %s (%s): %s", name, cera_kv_type_name(kv), d ? "cuda" : "cpu", err.message);
+    }
+    if (ok) {
+        const int nv = cera_engine_n_vocab(e[0]);
+        double worst = 0;
+        int top = 0;
+        for (size_t i = 0; i < n_tok; i++) {
+            const float *c = cera_session_logits(s[0], (int)i), *g = cera_session_logits(s[1], (int)i);
+            double amax = 0, dmax = 0;
+            int bc = 0, bg = 0;
+            for (int j = 0; j < nv; j++) {
+                amax = fmax(amax, fabs(c[j]));
+                dmax = isnan(g[j]) ? INFINITY : fmax(dmax, fabs((double)g[j] - c[j]));
+                if (c[j] > c[bc]) bc = j;
+                if (g[j] > g[bg]) bg = j;
+            }
+            worst = fmax(worst, dmax / amax);
+            top += bc == bg;
+        }
+        int same = 0;
+        for (bool go = true; go && same < 16;) {
+            const cera_token a = cera_session_sample(s[0]), b = cera_session_sample(s[1]);
+            go = a == b && a >= 0 && !cera_session_eval(s[0], &a, 1, false, &err) &&
+                 !cera_session_eval(s[1], &b, 1, false, &err);
+            same += a == b;
+        }
+        printf("%-16s %-4s KV, GPU vs CPU: logits %.2e (bound %.2g), top %d/%zu, greedy %d/16 equal\n", name,
+               cera_kv_type_name(kv), worst, tol, top, n_tok, same);
+        CHECK(worst <= tol, "%s %s: GPU vs CPU logits %.3g > %.2g", name, cera_kv_type_name(kv), worst, tol);
+        CHECK(top + top_slack >= (int)n_tok, "%s %s: top token at %d/%zu", name, cera_kv_type_name(kv), top,
+              n_tok);
+        CHECK(same >= 4, "%s %s: greedy runs part at token %d", name, cera_kv_type_name(kv), same);
+    }
+    for (int d = 0; d < 2; d++) cera_session_free(s[d]), cera_engine_close(e[d]);
+    free(tokens);
+}
+
 int main(void) {
     if (!cera_cuda_available()) {
         printf("no CUDA device: skipped\n");
@@ -125,5 +196,15 @@ int main(void) {
     // the kernels with dropped blocks)
     run_case("golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 5e-2, CERA_KV_F16, 37, 8);
     run_case("golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0", 8e-2, CERA_KV_Q8_0, 37, 8);
+    static const cera_kv_type more[] = {CERA_KV_BF16, CERA_KV_Q8_0, CERA_KV_Q4_0};
+    for (int k = 0; k < 3; k++) {
+        const bool q4 = more[k] == CERA_KV_Q4_0;
+        const double tol = q4 ? 1.5e-1 : 8e-2;
+        cpu_vs_cuda("golden/synth-gemma3-q8_0.gguf", "synth-gemma3-q8_0",
+                    shared_path("golden/synth-gemma3-q8_0.tokens"), more[k], tol, q4 ? 5 : 2);
+        cpu_vs_cuda("models/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-q4_1",
+                    CERA_SOURCE_DIR "/tests/model/data/smollm2-q4_1.village.tokens", more[k], tol,
+                    q4 ? 5 : 2);
+    }
     return test_finish();
 }

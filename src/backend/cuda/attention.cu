@@ -1,10 +1,14 @@
 /*
- * attention.cu — RoPE + KV-cache store, and attention over the paged KV cache (F16 or Q8_0).
+ * attention.cu — RoPE + KV-cache store, and attention over the paged KV cache (F16, BF16, Q8_0
+ * or Q4_0).
  *
  * cu_rope_store: one block per (token, head slot): the optional per-head RMS norm
  * (qwen3), the rotation (NORM or NEOX pairs, llama-3 frequency factors and YaRN through
  * the host-made tables), then Q to a f32 buffer and K/V into the cache at the token's slot
- * (rounded to F16, or quantized per 32 values as llama.cpp's q8_0).
+ * (rounded to F16 or BF16, or quantized per 32 values as llama.cpp's q8_0 and q4_0). A rotated
+ * cache (cu_kv.rot_k, rot_v: llama.cpp's rule, kv/kv_cache.h) turns Q and K, and V, by the
+ * Walsh–Hadamard transform first, as the CPU does (backend/cpu/kv_rows.h); att_finish and the
+ * tensor-core kernel turn the output back.
  *
  * cu_attention picks one of three kernels. Q is rounded to F16 first in each, as llama.cpp's
  * flash attention does before its F16 dot products.
@@ -38,7 +42,7 @@
 /* Start of the section (block b, the kv's layer, K when which = 0 or V) in the cache. */
 static __device__ __forceinline__ uint8_t *kv_section(const cu_kv &kv, int64_t b, int which) {
     return static_cast<uint8_t *>(kv.base) + b * kv.block_bytes + kv.offset +
-           which * cu_kv_section_bytes(kv.q8, kv.kv_dim);
+           which * cu_kv_section_bytes(kv.type, kv.kv_dim);
 }
 
 /* The first slot a query at pos sees (its window's start, 0 without a window). */
@@ -47,29 +51,73 @@ static __device__ __forceinline__ int att_first(const cu_kv &kv, int pos) {
 }
 
 /* Stores buf[0..hd) as head h's row of K (which = 0) or V at position pos of token tok's
- * sequence. Called by every thread of the block (the Q8_0 form quantizes a warp per 32 values,
- * as llama.cpp's q8_0: d = amax / 127, q = round(x / d)). */
+ * sequence. Called by every thread of the block (the block types quantize a warp per 32 values,
+ * as llama.cpp: q8_0 d = amax / 127, q = round(x / d); q4_0 d = the largest-magnitude value
+ * (the first of equals) / -8, q = min(15, trunc(x / d + 8.5)), rounded as the CPU's reference
+ * quantizer: no contraction). */
 static __device__ void kv_store(const cu_kv &kv, int tok, int64_t pos, int which, int h, int hd,
                                 const float *buf) {
     const int64_t b = kv.tables[kv.tok_table[tok] + pos / CU_KV_BLOCK];
     const int slot = (int)(pos % CU_KV_BLOCK);
     uint8_t *sec = kv_section(kv, b, which);
     const int64_t col = (int64_t)h * hd;
-    if (!kv.q8) {
+    if (kv.type == CU_KV_F16 || kv.type == CU_KV_BF16) {
         __half *dst = reinterpret_cast<__half *>(sec) + (int64_t)slot * kv.kv_dim + col;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = __float2half(buf[d]);
+        __nv_bfloat16 *bdst = reinterpret_cast<__nv_bfloat16 *>(dst);
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            if (kv.type == CU_KV_F16)
+                dst[d] = __float2half(buf[d]);
+            else
+                bdst[d] = __float2bfloat16_rn(buf[d]);
+        }
         return;
     }
-    int8_t *q = reinterpret_cast<int8_t *>(sec) + (int64_t)slot * kv.kv_dim + col;
-    __half *sc = reinterpret_cast<__half *>(sec + (int64_t)CU_KV_BLOCK * kv.kv_dim) +
-                 (int64_t)slot * (kv.kv_dim / 32) + col / 32;
+    const bool q4 = kv.type == CU_KV_Q4;
+    const int64_t qbytes = q4 ? (int64_t)CU_KV_BLOCK * kv.kv_dim / 2 : (int64_t)CU_KV_BLOCK * kv.kv_dim;
+    __half *sc = reinterpret_cast<__half *>(sec + qbytes) + (int64_t)slot * (kv.kv_dim / 32) + col / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     for (int g = warp; g < hd / 32; g += nw) {
         const float v = buf[g * 32 + lane];
-        const float d = cu_warp_max(fabsf(v)) / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        q[g * 32 + lane] = (int8_t)roundf(v * id);
+        if (!q4) {
+            int8_t *q = reinterpret_cast<int8_t *>(sec) + (int64_t)slot * kv.kv_dim + col;
+            const float d = cu_warp_max(fabsf(v)) / 127.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            q[g * 32 + lane] = (int8_t)roundf(v * id);
+            if (lane == 0) sc[g] = __float2half(d);
+            continue;
+        }
+        // the first lane holding the largest magnitude, and its signed value
+        const float a = fabsf(v);
+        const float amax = cu_warp_max(a);
+        const unsigned first = __ffs(__ballot_sync(0xffffffffu, a == amax)) - 1;
+        const float mx = __shfl_sync(0xffffffffu, v, first);
+        const float d = __fdiv_rn(mx, -8.0f);
+        const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        const int qi = min(15, (int)__fadd_rn(__fmul_rn(v, id), 8.5f));
+        const int hi = __shfl_down_sync(0xffffffffu, qi, 1);
+        uint8_t *q = sec + ((int64_t)slot * kv.kv_dim + col) / 2;
+        if (lane % 2 == 0) q[(g * 32 + lane) / 2] = (uint8_t)(qi | hi << 4);
         if (lane == 0) sc[g] = __float2half(d);
+    }
+}
+
+/* The Walsh–Hadamard transform of rows x[r * stride .. + n) (r < rows) in pieces of `piece`
+ * values, in place, as backend/cpu/kv_rows.c's cera_fwht_f32 (a scale by 1/sqrt(piece), then the
+ * butterflies of widths 1, 2, ...). Called by every thread of the block. */
+static __device__ void fwht_rows(float *x, int rows, int stride, int n, int piece) {
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)piece));
+    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) x[(i / n) * stride + i % n] *= scale;
+    __syncthreads();
+    const int half = n / 2;
+    for (int w = 1; w < piece; w <<= 1) {
+        for (int i = threadIdx.x; i < rows * half; i += blockDim.x) {
+            const int r = i / half, k = i % half;
+            float *p = x + (int64_t)r * stride + (k / w) * 2 * w + k % w;
+            const float u = p[0], v = p[w];
+            p[0] = __fadd_rn(u, v);
+            p[w] = __fsub_rn(u, v);
+        }
+        __syncthreads();
     }
 }
 
@@ -96,6 +144,7 @@ __global__ void __launch_bounds__(64)
     }
     __syncthreads();
     if (kind == 2) {
+        if (kv.rot_v) fwht_rows(buf, 1, hd, hd, kv.rot_v);
         kv_store(kv, tok, p, 1, h, hd, buf);
         return;
     }
@@ -130,8 +179,16 @@ __global__ void __launch_bounds__(64)
     }
     if (kind == 0) {
         float *dst = q_out + (int64_t)tok * n_head * hd + (int64_t)h * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d] * rope.q_scale;
+        if (kv.rot_k) { // the scale first, as the CPU (Gemma 3's Q scale comes before the attention)
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) buf[d] *= rope.q_scale;
+            __syncthreads();
+            fwht_rows(buf, 1, hd, hd, kv.rot_k);
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d];
+        } else {
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) dst[d] = buf[d] * rope.q_scale;
+        }
     } else {
+        if (kv.rot_k) fwht_rows(buf, 1, hd, hd, kv.rot_k);
         kv_store(kv, tok, p, 0, h, hd, buf);
     }
 }
@@ -221,6 +278,7 @@ static __device__ void att_finish(const att_params &p, float *obuf, const float 
         for (int i = tid; i < R * hd; i += nt) obuf[i] = obuf[i] / lrow[i / hd];
     }
     __syncthreads();
+    if (p.kv.rot_v) fwht_rows(obuf, R, hd, hd, p.kv.rot_v); // a rotated V's output turned back
     const int QT = R / Gr;
     for (int i = tid; i < R * hd; i += nt) {
         const int qi = i / (Gr * hd), j = i % (Gr * hd);
@@ -260,9 +318,46 @@ static size_t att_smem(int R, int hd) {
            2 * sizeof(__half) * ATT_TILE * (size_t)(hd + 8) + sizeof(int64_t) * ATT_TILE;
 }
 
-/* The tiled kernel (prefill: QT tokens of one sequence share each staged tile). Q8: the
- * cache's rows are dequantized to F16 as they are staged. */
-template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
+/* 8 consecutive values (the first at column col of row slot) of the K (w = 0) or V section of
+ * a block, as F16 for the tiled kernels' shared-memory tiles: ksec is the block's K section,
+ * sec a section's bytes. A BF16 value beyond F16's range would not fit (an F16 cache's range). */
+template <int KT>
+static __device__ __forceinline__ int4 kv_stage8(const uint8_t *ksec, int64_t sec, int slot, int64_t col,
+                                                 int kv_dim, int w) {
+    const uint8_t *src = ksec + w * sec;
+    const int64_t el = (int64_t)slot * kv_dim + col;
+    if (KT == CU_KV_F16) return __ldg(reinterpret_cast<const int4 *>(src + el * 2));
+    __align__(16) __half h8[8];
+    if (KT == CU_KV_BF16) {
+        const int4 raw = __ldg(reinterpret_cast<const int4 *>(src + el * 2));
+        const uint32_t *u = reinterpret_cast<const uint32_t *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            h8[2 * j] = __float2half(__uint_as_float(u[j] << 16));
+            h8[2 * j + 1] = __float2half(__uint_as_float(u[j] & 0xffff0000u));
+        }
+    } else {
+        const int64_t qbytes =
+            KT == CU_KV_Q4 ? (int64_t)CU_KV_BLOCK * kv_dim / 2 : (int64_t)CU_KV_BLOCK * kv_dim;
+        const float d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(
+            src + qbytes + ((int64_t)slot * (kv_dim / 32) + col / 32) * 2))));
+        if (KT == CU_KV_Q8) {
+            const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(src + el));
+            const int8_t *q8 = reinterpret_cast<const int8_t *>(&raw);
+#pragma unroll
+            for (int j = 0; j < 8; j++) h8[j] = __float2half((float)q8[j] * d);
+        } else {
+            const uint32_t raw = __ldg(reinterpret_cast<const unsigned int *>(src + el / 2));
+#pragma unroll
+            for (int j = 0; j < 8; j++) h8[j] = __float2half((float)((int)((raw >> (4 * j)) & 15u) - 8) * d);
+        }
+    }
+    return *reinterpret_cast<const int4 *>(h8);
+}
+
+/* The tiled kernel (prefill: QT tokens of one sequence share each staged tile). The cache's
+ * rows of another type than F16 are converted to F16 as they are staged (kv_stage8). */
+template <int KT> __global__ void __launch_bounds__(ATT_THREADS) k_attention(const att_params p) {
     cu_pdl_enter();
     extern __shared__ __align__(16) uint8_t smem[];
     const int kvh = blockIdx.x, split = blockIdx.y, tok0 = blockIdx.z * p.QT;
@@ -288,7 +383,7 @@ template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(co
     att_chunk(lo, hi, p.n_splits, split, &ns, &start, &end);
     if (split >= ns) return; // the whole block
     const int h0 = kvh * G, CH = hd / 8;
-    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim); // V's section follows K's
+    const int64_t sec = cu_kv_section_bytes(KT, p.kv.kv_dim); // V's section follows K's
     const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[tok0]; // the host groups one sequence's tokens
 
@@ -320,29 +415,10 @@ template <bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attention(co
             const int t = i / CH, c = i % CH, slot = (t0 + t) % CU_KV_BLOCK;
             const int64_t col = (int64_t)kvh * hd + c * 8;
             const uint8_t *ksec = kvbase + rowoff[t];
-            if (!Q8) {
-                const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
-                *reinterpret_cast<int4 *>(ks + t * hs + c * 8) =
-                    __ldg(reinterpret_cast<const int4 *>(ksec + off));
-                *reinterpret_cast<int4 *>(vs + t * hs + c * 8) =
-                    __ldg(reinterpret_cast<const int4 *>(ksec + sec + off));
-            } else {
-                const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
-                const int64_t soff =
-                    (int64_t)CU_KV_BLOCK * p.kv.kv_dim + ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
-#pragma unroll
-                for (int w = 0; w < 2; w++) {
-                    const uint8_t *src = ksec + w * sec;
-                    const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(src + off));
-                    const float d = __half2float(*reinterpret_cast<const __half *>(src + soff));
-                    const int8_t *q8 = reinterpret_cast<const int8_t *>(&raw);
-                    __align__(16) __half h8[8];
-#pragma unroll
-                    for (int j = 0; j < 8; j++) h8[j] = __float2half((float)q8[j] * d);
-                    *reinterpret_cast<int4 *>((w ? vs : ks) + t * hs + c * 8) =
-                        *reinterpret_cast<const int4 *>(h8);
-                }
-            }
+            *reinterpret_cast<int4 *>(ks + t * hs + c * 8) =
+                kv_stage8<KT>(ksec, sec, slot, col, p.kv.kv_dim, 0);
+            *reinterpret_cast<int4 *>(vs + t * hs + c * 8) =
+                kv_stage8<KT>(ksec, sec, slot, col, p.kv.kv_dim, 1);
         }
         __syncthreads();
         // scores: consecutive threads take consecutive slots of one row; causal mask per token
@@ -442,6 +518,33 @@ static __device__ __forceinline__ void i8x4_to_f32(uint32_t w, float *f) {
     for (int i = 0; i < 4; i++) f[i] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540u + i)) - 8388736.0f;
 }
 
+/* A decode lane's EPL values from its 16-byte load (Q4_0: the first 8 bytes), as floats: F16,
+ * BF16 (8 each), Q8_0 or Q4_0 (16, still to be scaled by the block's d). */
+template <int KT, int EPL> static __device__ __forceinline__ void kv_unpack(const int4 &raw, float *f) {
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(&raw);
+    if (KT == CU_KV_F16) {
+        const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw);
+#pragma unroll
+        for (int j = 0; j < EPL / 2; j++) {
+            const float2 v = __half22float2(h2[j]);
+            f[2 * j] = v.x, f[2 * j + 1] = v.y;
+        }
+    } else if (KT == CU_KV_BF16) {
+#pragma unroll
+        for (int j = 0; j < EPL / 2; j++)
+            f[2 * j] = __uint_as_float(w[j] << 16), f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    } else if (KT == CU_KV_Q8) {
+#pragma unroll
+        for (int j = 0; j < EPL / 4; j++) i8x4_to_f32(w[j], f + 4 * j);
+    } else { // nibble n of word j: value 8j + n; 2^23 + q as a float's bits, less 2^23 + 8
+#pragma unroll
+        for (int j = 0; j < EPL / 8; j++)
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+                f[8 * j + n] = __uint_as_float(0x4B000000u | ((w[j] >> (4 * n)) & 15u)) - 8388616.0f;
+    }
+}
+
 /* The decode kernel: one query token per block, read at bandwidth. Each warp streams rows of
  * its split's slots straight into registers (no shared-memory staging, no block barrier in the
  * loop): a row is LPR lanes of EPL values (16 bytes each: 8 F16 or 16 int8 + the block's scale),
@@ -450,9 +553,10 @@ static __device__ __forceinline__ void i8x4_to_f32(uint32_t w, float *f) {
  * groups are merged by shuffles, the warps through shared memory, then att_finish. HB query
  * heads of the KV head's group share each row (a block per HB heads). */
 #define DEC_U 4
-template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn_dec(const att_params p) {
+template <int HB, int KT> __global__ void __launch_bounds__(ATT_THREADS) k_attn_dec(const att_params p) {
     cu_pdl_enter();
-    constexpr int EPL = Q8 ? 16 : 8;
+    constexpr bool QB = KT == CU_KV_Q8 || KT == CU_KV_Q4; // a block type: a scale per 32 values
+    constexpr int EPL = QB ? 16 : 8;
     __shared__ float wm[ATT_THREADS / 32][HB], wl[ATT_THREADS / 32][HB];
     __shared__ float mrow[HB], lrow[HB];
     extern __shared__ __align__(16) uint8_t smem[];
@@ -468,7 +572,9 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int lr = lane % LPR, n_groups = (ATT_THREADS / 32) * RPW;
     const int64_t col = (int64_t)kvh * hd + lr * EPL; // this lane's first value in a row
-    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
+    const int64_t sec = cu_kv_section_bytes(KT, p.kv.kv_dim);
+    const int64_t qbytes =
+        KT == CU_KV_Q4 ? (int64_t)CU_KV_BLOCK * p.kv.kv_dim / 2 : (int64_t)CU_KV_BLOCK * p.kv.kv_dim;
     const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[tok];
     const int64_t lsec = p.kv.offset, bsec = p.kv.block_bytes;
@@ -501,16 +607,22 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
             if (ok[u]) {
                 const int slot = r % CU_KV_BLOCK;
                 const uint8_t *ks = kvbase + (int64_t)table[r / CU_KV_BLOCK] * bsec + lsec;
-                if (!Q8) {
+                if (!QB) {
                     const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
                     kr[u] = __ldg(reinterpret_cast<const int4 *>(ks + off));
                     vr[u] = __ldg(reinterpret_cast<const int4 *>(ks + sec + off));
                 } else {
                     const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
-                    const int64_t soff = (int64_t)CU_KV_BLOCK * p.kv.kv_dim +
-                                         ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
-                    kr[u] = __ldg(reinterpret_cast<const int4 *>(ks + off));
-                    vr[u] = __ldg(reinterpret_cast<const int4 *>(ks + sec + off));
+                    const int64_t soff = qbytes + ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
+                    if (KT == CU_KV_Q8) {
+                        kr[u] = __ldg(reinterpret_cast<const int4 *>(ks + off));
+                        vr[u] = __ldg(reinterpret_cast<const int4 *>(ks + sec + off));
+                    } else { // 16 values in 8 bytes
+                        const uint2 k2 = __ldg(reinterpret_cast<const uint2 *>(ks + off / 2));
+                        const uint2 v2 = __ldg(reinterpret_cast<const uint2 *>(ks + sec + off / 2));
+                        kr[u] = make_int4((int)k2.x, (int)k2.y, 0, 0);
+                        vr[u] = make_int4((int)v2.x, (int)v2.y, 0, 0);
+                    }
                     kd[u] = __half2float(
                         __ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(ks + soff))));
                     vd[u] = __half2float(
@@ -522,24 +634,13 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
 #pragma unroll
         for (int u = 0; u < DEC_U; u++) {
             float kv[EPL];
-            if (!Q8) {
-                const __half2 *h2 = reinterpret_cast<const __half2 *>(&kr[u]);
-#pragma unroll
-                for (int j = 0; j < EPL / 2; j++) {
-                    const float2 f = __half22float2(h2[j]);
-                    kv[2 * j] = f.x, kv[2 * j + 1] = f.y;
-                }
-            } else {
-                const uint32_t *w = reinterpret_cast<const uint32_t *>(&kr[u]);
-#pragma unroll
-                for (int j = 0; j < EPL / 4; j++) i8x4_to_f32(w[j], kv + 4 * j);
-            }
+            kv_unpack<KT, EPL>(kr[u], kv);
 #pragma unroll
             for (int h = 0; h < HB; h++) {
                 float s = 0.0f;
 #pragma unroll
                 for (int e = 0; e < EPL; e++) s += q[h][e] * kv[e];
-                if (Q8) s *= kd[u]; // this lane's 32-value block's scale, before the lanes are summed
+                if (QB) s *= kd[u]; // this lane's 32-value block's scale, before the lanes are summed
                 for (int o = LPR / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
                 sc[u][h] = ok[u] ? s * p.scale : -INFINITY;
             }
@@ -558,25 +659,11 @@ template <int HB, bool Q8> __global__ void __launch_bounds__(ATT_THREADS) k_attn
             for (int u = 0; u < DEC_U; u++) {
                 const float pr = expf(sc[u][h] - mx);
                 l[h] += pr;
-                if (!Q8) {
-                    const __half2 *h2 = reinterpret_cast<const __half2 *>(&vr[u]);
+                float vv[EPL];
+                kv_unpack<KT, EPL>(vr[u], vv);
+                const float pv = QB ? pr * vd[u] : pr;
 #pragma unroll
-                    for (int j = 0; j < EPL / 2; j++) {
-                        const float2 f = __half22float2(h2[j]);
-                        acc[h][2 * j] += pr * f.x;
-                        acc[h][2 * j + 1] += pr * f.y;
-                    }
-                } else {
-                    const uint32_t *w = reinterpret_cast<const uint32_t *>(&vr[u]);
-                    const float pv = pr * vd[u];
-#pragma unroll
-                    for (int j = 0; j < EPL / 4; j++) {
-                        float f[4];
-                        i8x4_to_f32(w[j], f);
-#pragma unroll
-                        for (int i = 0; i < 4; i++) acc[h][4 * j + i] += pv * f[i];
-                    }
-                }
+                for (int e = 0; e < EPL; e++) acc[h][e] += pv * vv[e];
             }
         }
     }
@@ -636,7 +723,7 @@ static bool use_dec_kernel() {
 
 /* The prefill kernel on tensor cores (flash attention): a block takes 64 consecutive query
  * tokens of one sequence for one head; each warp owns 16 of them. Per tile of 64 cache slots
- * (staged as F16 in shared memory, Q8_0 dequantized there): S = Q·Kᵀ on WMMA (F16 inputs, F32
+ * (staged as F16 in shared memory, the other types converted there): S = Q·Kᵀ on WMMA (F16 inputs, F32
  * sums), the causal mask and the online softmax per row in F32 (two lanes a row), P rounded to
  * F16 (as llama.cpp's CUDA flash attention), then O += P·V on WMMA into F32 rows in shared
  * memory, rescaled per row first. Slots past the tile's last position are never read. */
@@ -650,7 +737,7 @@ static size_t fa_smem(int hd) {
            sizeof(float) * ((size_t)FA_Q * (FA_K + FA_PADF) + (size_t)FA_Q * (hd + FA_PADF) + 3 * FA_Q);
 }
 
-template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_params p) {
+template <int KT> __global__ void __launch_bounds__(128) k_attn_mma(const att_params p) {
     using namespace nvcuda;
     cu_pdl_enter();
     extern __shared__ __align__(128) uint8_t smem[]; // WMMA tiles need 32-byte aligned starts
@@ -665,7 +752,7 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
     const int h = blockIdx.x, q0 = blockIdx.y * FA_Q, kvh = h / p.G;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int nq = min(FA_Q, p.n_tok - q0);
-    const int64_t sec = cu_kv_section_bytes(Q8, p.kv.kv_dim);
+    const int64_t sec = cu_kv_section_bytes(KT, p.kv.kv_dim);
     const uint8_t *kvbase = static_cast<const uint8_t *>(p.kv.base);
     const int32_t *table = p.kv.tables + p.kv.tok_table[q0];
     const int kv_end = p.pos[q0 + nq - 1] + 1;    // positions increase along the sequence's tokens
@@ -697,27 +784,8 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
                     kvbase + (int64_t)table[pos / CU_KV_BLOCK] * p.kv.block_bytes + p.kv.offset;
                 const int slot = pos % CU_KV_BLOCK;
                 const int64_t col = (int64_t)kvh * hd + c * 8;
-                if (!Q8) {
-                    const int64_t off = ((int64_t)slot * p.kv.kv_dim + col) * 2;
-                    kq = __ldg(reinterpret_cast<const int4 *>(ksec + off));
-                    vq = __ldg(reinterpret_cast<const int4 *>(ksec + sec + off));
-                } else {
-                    const int64_t off = (int64_t)slot * p.kv.kv_dim + col;
-                    const int64_t soff = (int64_t)CU_KV_BLOCK * p.kv.kv_dim +
-                                         ((int64_t)slot * (p.kv.kv_dim / 32) + col / 32) * 2;
-#pragma unroll
-                    for (int w = 0; w < 2; w++) {
-                        const uint8_t *src = ksec + w * sec;
-                        const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(src + off));
-                        const float d = __half2float(
-                            __ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(src + soff))));
-                        const int8_t *q8 = reinterpret_cast<const int8_t *>(&raw);
-                        __align__(16) __half h8[8];
-#pragma unroll
-                        for (int j = 0; j < 8; j++) h8[j] = __float2half((float)q8[j] * d);
-                        (w ? vq : kq) = *reinterpret_cast<const int4 *>(h8);
-                    }
-                }
+                kq = kv_stage8<KT>(ksec, sec, slot, col, p.kv.kv_dim, 0);
+                vq = kv_stage8<KT>(ksec, sec, slot, col, p.kv.kv_dim, 1);
             }
             *reinterpret_cast<int4 *>(ks + t * hs + c * 8) = kq;
             *reinterpret_cast<int4 *>(vs + t * hs + c * 8) = vq;
@@ -793,6 +861,15 @@ template <bool Q8> __global__ void __launch_bounds__(128) k_attn_mma(const att_p
         }
     }
     __syncthreads();
+    if (p.kv.rot_v) { // a rotated V's output turned back
+        for (int i = tid; i < nq * hd; i += 128) om[(i / hd) * os + i % hd] /= lrow[i / hd];
+        __syncthreads();
+        fwht_rows(om, nq, os, hd, p.kv.rot_v);
+        for (int i = tid; i < nq * hd; i += 128)
+            p.out.f[(int64_t)(q0 + i / hd) * p.out.k_pad + (int64_t)h * hd + i % hd] =
+                om[(i / hd) * os + i % hd];
+        return;
+    }
     for (int i = tid; i < nq * hd; i += 128) {
         const int r = i / hd, d = i % hd;
         p.out.f[(int64_t)(q0 + r) * p.out.k_pad + (int64_t)h * hd + d] = om[r * os + d] / lrow[r];
@@ -809,19 +886,28 @@ static bool use_mma_kernel() {
     return on != 0;
 }
 
-template <int HB, bool Q8> static cudaError_t launch_dec(cudaStream_t st, const att_params &p) {
+template <int HB, int KT> static cudaError_t launch_dec(cudaStream_t st, const att_params &p) {
     const int nhg = (p.G + HB - 1) / HB;
     const size_t smem = sizeof(float) * ((ATT_THREADS / 32) * HB * p.hd + HB * p.hd);
     const dim3 grid(p.n_head_kv * nhg, p.n_splits, p.n_tok);
-    return cu_launch(k_attn_dec<HB, Q8>, grid, ATT_THREADS, smem, st, p);
+    return cu_launch(k_attn_dec<HB, KT>, grid, ATT_THREADS, smem, st, p);
 }
+
+template <int KT> static cudaError_t launch_dec_g(cudaStream_t st, const att_params &p) {
+    return p.G == 1   ? launch_dec<1, KT>(st, p)
+           : p.G == 2 ? launch_dec<2, KT>(st, p)
+                      : launch_dec<4, KT>(st, p);
+}
+typedef void (*att_kernel)(const att_params);
 
 extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, const int32_t *pos,
                                     int n_head, int n_head_kv, int hd, const cu_kv *kv, float scale,
                                     int n_splits, int qt, const cu_attn_scratch *scr, const cu_act *out) {
     const int G = n_head / n_head_kv;
+    const bool qb = kv->type == CU_KV_Q8 || kv->type == CU_KV_Q4; // scales per 32 values
     if (G > ATT_RMAX || G * n_head_kv != n_head || hd > 2 * ATT_THREADS || hd % 8 || n_splits < 1 ||
-        n_splits > scr->max_splits || qt < 1 || (kv->q8 && hd % 32))
+        n_splits > scr->max_splits || qt < 1 || (qb && hd % 32) || (kv->rot_v && hd % kv->rot_v) ||
+        kv->type < CU_KV_F16 || kv->type > CU_KV_BF16)
         return cudaErrorInvalidValue;
     if (qt * G > ATT_RMAX) qt = ATT_RMAX / G;
     if (qt > n_tok) qt = n_tok;
@@ -840,26 +926,29 @@ extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, 
     p.scr = *scr;
     p.out = *out;
     // one token per block, rows of a power-of-two count of 16-byte loads: the streaming decode kernel
-    const int lpr = kv->q8 ? hd / 16 : hd / 8;
-    if (qt == 1 && lpr <= 32 && (lpr & (lpr - 1)) == 0 && hd % (kv->q8 ? 16 : 8) == 0 && use_dec_kernel()) {
-        if (kv->q8)
-            return G == 1   ? launch_dec<1, true>(st, p)
-                   : G == 2 ? launch_dec<2, true>(st, p)
-                            : launch_dec<4, true>(st, p);
-        return G == 1   ? launch_dec<1, false>(st, p)
-               : G == 2 ? launch_dec<2, false>(st, p)
-                        : launch_dec<4, false>(st, p);
-    }
+    const int lpr = qb ? hd / 16 : hd / 8;
+    const int t = kv->type;
+    if (qt == 1 && lpr <= 32 && (lpr & (lpr - 1)) == 0 && hd % (qb ? 16 : 8) == 0 && use_dec_kernel())
+        return t == CU_KV_Q8     ? launch_dec_g<CU_KV_Q8>(st, p)
+               : t == CU_KV_Q4   ? launch_dec_g<CU_KV_Q4>(st, p)
+               : t == CU_KV_BF16 ? launch_dec_g<CU_KV_BF16>(st, p)
+                                 : launch_dec_g<CU_KV_F16>(st, p);
     // several tokens of one sequence, F32 output only (the GEMM path's): tensor cores
     if (qt > 1 && hd % 16 == 0 && hd <= 128 && !out->q && use_mma_kernel()) {
-        void (*k)(const att_params) = kv->q8 ? k_attn_mma<true> : k_attn_mma<false>;
+        const att_kernel k = t == CU_KV_Q8     ? k_attn_mma<CU_KV_Q8>
+                             : t == CU_KV_Q4   ? k_attn_mma<CU_KV_Q4>
+                             : t == CU_KV_BF16 ? k_attn_mma<CU_KV_BF16>
+                                               : k_attn_mma<CU_KV_F16>;
         const size_t smem = fa_smem(hd);
         const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         return cu_launch(k, dim3(n_head, (n_tok + FA_Q - 1) / FA_Q), 128, smem, st, p);
     }
     const size_t smem = att_smem(qt * G, hd);
-    void (*k)(const att_params) = kv->q8 ? k_attention<true> : k_attention<false>;
+    const att_kernel k = t == CU_KV_Q8     ? k_attention<CU_KV_Q8>
+                         : t == CU_KV_Q4   ? k_attention<CU_KV_Q4>
+                         : t == CU_KV_BF16 ? k_attention<CU_KV_BF16>
+                                           : k_attention<CU_KV_F16>;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;

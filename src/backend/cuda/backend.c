@@ -391,16 +391,21 @@ static void cuda_free(cera_backend *b) {
 cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_params *params,
                                    cera_backend **out, cera_error *err) {
     *out = NULL;
-    /* the device kernels keep K and V both in F16 or both in Q8_0, unrotated: another cache is
+    /* the device kernels keep K and V in one type, F16, BF16, Q8_0 or Q4_0: another cache is
      * refused rather than served otherwise (AUTO then falls back to the CPU, which has them) */
     const cera_kv_type kv_v = params->kv_type_v == CERA_KV_AS_K ? params->kv_type : params->kv_type_v;
-    if ((params->kv_type != CERA_KV_F16 && params->kv_type != CERA_KV_Q8_0) || kv_v != params->kv_type)
-        return cera_fail(
-            err, CERA_ERR_UNSUPPORTED,
-            "the CUDA backend keeps its KV cache in F16 or Q8_0, K and V alike (asked: K %s, V %s)",
-            cera_kv_type_name(params->kv_type), cera_kv_type_name(kv_v));
+    if (cu_kv_type_of(params->kv_type) < 0 || kv_v != params->kv_type)
+        return cera_fail(err, CERA_ERR_UNSUPPORTED,
+                         "the CUDA backend keeps its KV cache in F16, BF16, Q8_0 or Q4_0, K and V alike "
+                         "(asked: K %s, V %s)",
+                         cera_kv_type_name(params->kv_type), cera_kv_type_name(kv_v));
+    cera_kv_format kvf; /* the rotation, as the engine's pool will have it (kv_rotates) */
+    cera_status fs = cera_kv_format_of(params, model->hp.head_dim, true, &kvf, err);
+    if (fs) return fs;
     cera_cuda_params p = cera_cuda_default_params();
     p.kv_type = params->kv_type;
+    p.kv_rot_k = kvf.rot_k;
+    p.kv_rot_v = kvf.rot_v;
     p.n_ctx = params->n_ctx > 0 ? params->n_ctx : 4096;
     p.n_batch = params->n_batch > 0 ? params->n_batch : 512;
     p.external_kv = true;
@@ -427,6 +432,7 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     }
     be->base.name = "cuda";
     be->base.kv_on_host = false;
+    be->base.kv_rotates = true;
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
     be->base.kv_copy = cuda_kv_copy;

@@ -39,17 +39,18 @@ extern "C" {
 typedef struct cera_cuda_state cera_cuda_state;
 
 typedef struct cera_cuda_params {
-    int n_ctx;            /* KV cache positions (the sequence's context) */
-    int n_batch;          /* most tokens per cera_cuda_forward call */
-    int device;           /* CUDA device ordinal */
-    cera_kv_type kv_type; /* CERA_KV_F16 (default) or CERA_KV_Q8_0 */
-    bool no_graph;        /* run decode steps as plain launches instead of a CUDA graph */
-    bool no_pdl;          /* capture the decode graph without programmatic dependent launch */
-    bool external_kv;     /* KV blocks come from the engine's pools (backend.c); none of our own */
-    bool force_gemm;      /* every batch of 2+ tokens through the cuBLAS path, decode steps of several
-                           * sequences and short prompt chunks included (comparisons;
-                           * CERA_CUDA_DECODE_ROWS=0 at open) */
-    bool no_prefill_mma;  /* short prompt chunks through cuBLAS too (CERA_CUDA_PREFILL_MMA=0 at open) */
+    int n_ctx;              /* KV cache positions (the sequence's context) */
+    int n_batch;            /* most tokens per cera_cuda_forward call */
+    int device;             /* CUDA device ordinal */
+    cera_kv_type kv_type;   /* K's and V's: CERA_KV_F16 (default), _BF16, _Q8_0 or _Q4_0 */
+    int kv_rot_k, kv_rot_v; /* the Walsh–Hadamard pieces of a rotated cache (kv/kv_cache.h), 0: none */
+    bool no_graph;          /* run decode steps as plain launches instead of a CUDA graph */
+    bool no_pdl;            /* capture the decode graph without programmatic dependent launch */
+    bool external_kv;       /* KV blocks come from the engine's pools (backend.c); none of our own */
+    bool force_gemm;        /* every batch of 2+ tokens through the cuBLAS path, decode steps of several
+                             * sequences and short prompt chunks included (comparisons;
+                             * CERA_CUDA_DECODE_ROWS=0 at open) */
+    bool no_prefill_mma;    /* short prompt chunks through cuBLAS too (CERA_CUDA_PREFILL_MMA=0 at open) */
     /* Benchmarks only: ignore the weights' data and fill the device copies with random
      * valid blocks on the GPU (weights of any size without a file or host memory). */
     bool synthetic_weights;

@@ -16,11 +16,14 @@
  *   - KV cache: paged as the engine's (kv/kv_cache.h): each group (full layers, sliding-window
  *     layers) has its own storage of blocks of CU_KV_BLOCK positions; a block holds, for each
  *     layer of the group in KV-layer order, its K then V section; a section is
- *     [CU_KV_BLOCK][kv_dim] (the layer's n_head_kv * head_dim) F16 values or, for a Q8_0
- *     cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their F16 scales
+ *     [CU_KV_BLOCK][kv_dim] (the layer's n_head_kv * head_dim) F16 or BF16 values or, for a
+ *     Q8_0 cache, the int8 quants [CU_KV_BLOCK][kv_dim] followed by their F16 scales
  *     [CU_KV_BLOCK][kv_dim / 32] (llama.cpp's q8_0 numbers, split so that rows load 16 bytes
- *     at a time). A token finds its rows through its sequence's block table of the layer's
- *     group.
+ *     at a time); a Q4_0 cache likewise, with the 4-bit quants of consecutive values paired in
+ *     a byte (the lower value in the low nibble), [CU_KV_BLOCK][kv_dim / 2], then the scales
+ *     (llama.cpp's q4_0 numbers: d = the largest-magnitude value / -8, q = x / d + 8 clamped
+ *     to 15). K and V are kept in one type. A token finds its rows through its sequence's
+ *     block table of the layer's group.
  *
  * Every launch function returns the launch's cudaError_t (cudaGetLastError), so the host
  * code checks each one.
@@ -241,9 +244,15 @@ cudaError_t cu_mma_q8(cudaStream_t st, const cu_weight *w, const cu_act *x, int 
 #define CU_HD
 #endif
 
+/* The cache's element type (layout above). */
+enum { CU_KV_F16 = 0, CU_KV_Q8 = 1, CU_KV_Q4 = 2, CU_KV_BF16 = 3 };
+
 /* Bytes of one (block, layer, K or V) section of the cache (layout above). */
-static inline CU_HD int64_t cu_kv_section_bytes(bool q8, int64_t kv_dim) {
-    return q8 ? CU_KV_BLOCK * kv_dim + CU_KV_BLOCK * (kv_dim / 32) * 2 : CU_KV_BLOCK * kv_dim * 2;
+static inline CU_HD int64_t cu_kv_section_bytes(int type, int64_t kv_dim) {
+    const int64_t scales = CU_KV_BLOCK * (kv_dim / 32) * 2;
+    return type == CU_KV_Q8   ? CU_KV_BLOCK * kv_dim + scales
+           : type == CU_KV_Q4 ? CU_KV_BLOCK * kv_dim / 2 + scales
+                              : CU_KV_BLOCK * kv_dim * 2;
 }
 
 /* One layer's view of the paged KV cache for a batch. */
@@ -255,7 +264,8 @@ typedef struct cu_kv {
     int64_t offset;           /* bytes from a block's start to this layer's K section */
     int kv_dim;               /* the layer's row: n_head_kv * head_dim */
     int window;               /* a query at p sees positions p - window + 1 .. p (0: every earlier one) */
-    bool q8;                  /* Q8_0 sections (else F16) */
+    int type;                 /* CU_KV_F16, _Q8, _Q4 or _BF16 */
+    int rot_k, rot_v;         /* Walsh–Hadamard pieces Q and K, V and the output turn in (0: none) */
 } cu_kv;
 
 typedef struct cu_rope {

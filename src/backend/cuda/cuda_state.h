@@ -336,4 +336,13 @@ cera_status cu_lora_prefill_gemm(cera_cuda_state *s, int layer, const cu_lora_se
 /* init.c: lays the KV slots out in their groups' blocks (s->kvl offsets, s->kv_block). */
 void cu_kv_layout(cera_cuda_state *s);
 
+/* The device cache type of a KV type (cuda_kernels.h's layout; -1: not kept on the GPU). */
+static inline int cu_kv_type_of(cera_kv_type t) {
+    return t == CERA_KV_F16    ? CU_KV_F16
+           : t == CERA_KV_Q8_0 ? CU_KV_Q8
+           : t == CERA_KV_Q4_0 ? CU_KV_Q4
+           : t == CERA_KV_BF16 ? CU_KV_BF16
+                               : -1;
+}
+
 #endif

@@ -132,7 +132,9 @@ static cu_kv slot_kv(const cera_cuda_state *s, int slot, int window) {
     kv.offset = L->offset;
     kv.kv_dim = L->kv_dim;
     kv.window = window;
-    kv.q8 = s->prm.kv_type == CERA_KV_Q8_0;
+    kv.type = cu_kv_type_of(s->prm.kv_type);
+    kv.rot_k = s->prm.kv_rot_k;
+    kv.rot_v = s->prm.kv_rot_v;
     return kv;
 }
 

@@ -295,7 +295,8 @@ cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_
     if (!cera_cuda_available()) return cera_fail(err, CERA_ERR_DEVICE, "cuda: no CUDA device found");
     if (n_head <= 0 || n_head_kv <= 0 || hd <= 0 || n_kv <= 0 || n_tok <= 0 || n_splits <= 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cuda: attention test shape");
-    const bool q8 = kv_type == CERA_KV_Q8_0;
+    const int kt = cu_kv_type_of(kv_type);
+    if (kt < 0) return cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: KV cache type %d", (int)kv_type);
     const int64_t kvd = (int64_t)n_head_kv * hd, nq = (int64_t)n_head * hd, row = nq + 2 * kvd;
     const int n_blocks = (n_kv + CU_KV_BLOCK - 1) / CU_KV_BLOCK;
     float *h_in = calloc((size_t)n_kv * (size_t)row, sizeof(float));
@@ -321,7 +322,7 @@ cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_
     cu_attn_scratch scr;
     memset(&scr, 0, sizeof scr);
     cera_status rs = CERA_OK;
-    const size_t kv_bytes = (size_t)n_blocks * 2 * (size_t)cu_kv_section_bytes(q8, kvd);
+    const size_t kv_bytes = (size_t)n_blocks * 2 * (size_t)cu_kv_section_bytes(kt, kvd);
     const size_t parts = (size_t)n_tok * (size_t)n_head * (size_t)n_splits;
     cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     struct {
@@ -368,8 +369,8 @@ cera_status cera_cuda_test_attention(int n_head, int n_head_kv, int hd, cera_kv_
     kv.tables = d_tab;
     kv.tok_table = d_tt; // zeros: every token reads the one table
     kv.kv_dim = (int)kvd;
-    kv.block_bytes = 2 * cu_kv_section_bytes(q8, kvd); // one layer's K and V
-    kv.q8 = q8;
+    kv.block_bytes = 2 * cu_kv_section_bytes(kt, kvd); // one layer's K and V
+    kv.type = kt;
     cu_rope rope;
     memset(&rope, 0, sizeof rope); // no rotation
     rope.q_scale = 1.0f;

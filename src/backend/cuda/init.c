@@ -396,14 +396,18 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
         s->prm.n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     if (s->prm.n_batch <= 0) s->prm.n_batch = 512;
     cera_status st = CERA_OK;
-    if (s->prm.kv_type != CERA_KV_F16 && s->prm.kv_type != CERA_KV_Q8_0)
-        st =
-            cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: KV cache type %d (F16 or Q8_0)", (int)s->prm.kv_type);
-    else if (s->prm.kv_type == CERA_KV_Q8_0 && m->hp.head_dim % 32)
+    const int kt = cu_kv_type_of(s->prm.kv_type);
+    if (kt < 0)
+        st = cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: KV cache type %s (F16, BF16, Q8_0 or Q4_0)",
+                       cera_kv_type_name(s->prm.kv_type));
+    else if ((kt == CU_KV_Q8 || kt == CU_KV_Q4) && m->hp.head_dim % 32)
         st = cera_fail(err, CERA_ERR_UNSUPPORTED,
-                       "cuda: a Q8_0 KV cache needs a head size that is a multiple "
-                       "of 32 (the model's: %d)",
-                       m->hp.head_dim);
+                       "cuda: a %s KV cache needs a head size that is a multiple of 32 (the model's: %d)",
+                       cera_kv_type_name(s->prm.kv_type), m->hp.head_dim);
+    else if ((s->prm.kv_rot_k && m->hp.head_dim % s->prm.kv_rot_k) ||
+             (s->prm.kv_rot_v && m->hp.head_dim % s->prm.kv_rot_v) || m->hp.head_dim > 512)
+        st = cera_fail(err, CERA_ERR_UNSUPPORTED, "cuda: a KV rotation of %d / %d over heads of %d",
+                       s->prm.kv_rot_k, s->prm.kv_rot_v, m->hp.head_dim);
     if (st == CERA_OK) st = init_state(s, m, err);
     if (st != CERA_OK) {
         cera_cuda_free(s);
@@ -416,12 +420,12 @@ cera_status cera_cuda_init(const cera_model *m, const cera_cuda_params *p, cera_
 size_t cera_cuda_weight_bytes(const cera_cuda_state *s) { return s->weight_bytes; }
 
 void cu_kv_layout(cera_cuda_state *s) {
-    const bool q8 = s->prm.kv_type == CERA_KV_Q8_0;
+    const int kt = cu_kv_type_of(s->prm.kv_type);
     for (int g = 0; g < CERA_KV_GROUPS; g++) s->kv_block[g] = 0;
     for (int i = 0; i < s->n_kv_layer; i++) {
         cu_kv_slot *L = &s->kvl[i];
         L->offset = s->kv_block[L->group];
-        s->kv_block[L->group] += 2 * cu_kv_section_bytes(q8, L->kv_dim);
+        s->kv_block[L->group] += 2 * cu_kv_section_bytes(kt, L->kv_dim);
     }
 }
 
