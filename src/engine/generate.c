@@ -20,6 +20,7 @@
 cera_generate_params cera_generate_default_params(void) {
     cera_generate_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.n_predict = -1;
     return p;
 }
@@ -59,7 +60,9 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     cera_error_clear(err);
     if (n_generated) *n_generated = 0;
     if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: session is NULL");
-    const cera_generate_params p = params ? *params : cera_generate_default_params();
+    cera_generate_params p = cera_generate_default_params();
+    cera_status st = cera_params_read(&p, sizeof p, params, "cera_generate_params", err);
+    if (st) return st;
     if (p.n_predict < -1)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: n_predict %d (-1 means no limit)",
                          p.n_predict);
@@ -67,8 +70,7 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: bad stop strings");
     cera_engine *e = s->engine;
     /* a token the last generation streamed is evaluated first (by the prompt's eval) */
-    cera_status st =
-        n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);
+    st = n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);
     if (st) return st;
     if (!cera_session_has_logits(s))
         return cera_fail(err, CERA_ERR_INVALID_ARG,
