@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from . import _lib
 from ._lib import ChatFormat, Device, GrammarState, KvType, Pooling, Status, ToolChoice, lib
-from .errors import CeraClosedError, CeraError, bad_arg, check
+from .errors import CeraClosedError, bad_arg, check
 
 TokenList = Sequence[int]
 

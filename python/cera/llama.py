@@ -15,7 +15,6 @@ accepted and ignored.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -26,8 +25,8 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._lib import ChatFormat, Pooling, Status
-from .engine import ChatTemplate, Engine, Session, TokenList, bad_arg, json_schema_to_grammar
-from .errors import CeraError, CeraValueError
+from .engine import ChatTemplate, Engine, json_schema_to_grammar
+from .errors import CeraError, CeraValueError, bad_arg
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 LLAMA_POOLING_TYPE_UNSPECIFIED = -1

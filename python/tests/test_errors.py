@@ -4,7 +4,7 @@ import os
 import pytest
 from conftest import STORIES, need
 
-from cera import CeraClosedError, CeraError, CeraValueError, Engine, Llama, Status
+from cera import CeraClosedError, CeraError, Engine, Llama, Status
 
 
 def test_bad_model_files(tmp_path):
