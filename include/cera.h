@@ -493,6 +493,23 @@ typedef struct cera_generate_params {
      * (CERA_ERR_UNSUPPORTED), generation ends there as without it. */
     bool context_shift;
     int n_keep;
+    /* Speculative decoding: tokens are drafted ahead, evaluated in one batch with the token
+     * before them, and each kept while the session's sampler, drawing in order as it would
+     * have without drafts (the same grammar, penalties and RNG draws), picks it; the first
+     * token it picks otherwise is kept instead and the rest dropped. The target's
+     * distribution is unchanged, and on the CPU the tokens are those of plain decoding (on a
+     * GPU a batch may round differently from a step, so a near tie can go the other way).
+     * Drafts come from the text so far (n-gram lookup: the most recent earlier occurrence of
+     * its last spec_ngram tokens, and what followed it) or, failing that, from a draft
+     * model's session (greedy): a session of another engine with the same vocabulary, which
+     * cera_generate keeps in step with this one. Models that cannot cut a timeline back
+     * (recurrent state) generate without speculation. */
+    int spec_ngram;      /* n-gram lookup length (0: none) */
+    cera_session *draft; /* a draft model's session (NULL: none) */
+    int draft_max;       /* most tokens drafted at a time; 0 = 16 */
+    int draft_min;       /* fewer drafts than this are not tried; 0 = 1 */
+    int *n_drafted;      /* when non-NULL, receives the tokens drafted (verified or not) */
+    int *n_accepted;     /* ... and those of them kept */
 } cera_generate_params;
 
 CERA_API cera_generate_params cera_generate_default_params(void);

@@ -164,6 +164,12 @@ class GenerateParams(Structure):
         ("cancel", POINTER(c_int)),
         ("context_shift", c_bool),
         ("n_keep", c_int),
+        ("spec_ngram", c_int),
+        ("draft", c_void_p),
+        ("draft_max", c_int),
+        ("draft_min", c_int),
+        ("n_drafted", POINTER(c_int)),
+        ("n_accepted", POINTER(c_int)),
     ]
 
 

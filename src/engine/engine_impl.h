@@ -97,6 +97,13 @@ struct cera_session {
     size_t gbuf_len, gbuf_cap;
 };
 
+/* Speculative decoding's two steps (generate.c): a draw from row i of the last eval's logits
+ * (all rows kept), as cera_session_sample's host path (grammar, penalties, RNG); and the
+ * timeline cut back to n_keep positions (the caller has checked cera_kv_seq_can_truncate)
+ * leaving the sampler and the grammar as they are (they saw only the tokens kept). */
+cera_status cera_session_sample_row(cera_session *s, int i, cera_token *out, cera_error *err);
+void cera_session_cut(cera_session *s, int n_keep);
+
 /* The checksum a session file (state.c) ends with, over its first n bytes (the fuzz harness
  * makes files the checksum lets through). */
 uint64_t cera_session_file_checksum(const void *p, size_t n);

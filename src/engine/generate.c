@@ -10,6 +10,15 @@
  * string, the callback's false, a full context, the cancel flag, or the session's grammar
  * allowing no token. The buffers are
  * allocated once per call, never per token.
+ *
+ * Speculative decoding (cera.h, cera_generate_params): before the pending token goes in, up
+ * to draft_max tokens are drafted (n-gram lookup in the timeline, else a draft model's
+ * session, greedy); the pending token and the drafts are evaluated as one batch with every
+ * row's logits, and the rows are drawn from in order by the session's own sampler, as it
+ * was before that batch recorded the drafts: while a draw equals the next draft the draft
+ * is kept, and the first draw that differs is kept instead and ends the step, the drafts
+ * after it cut from the timeline (cera_session_cut: the sampler and grammar never saw
+ * them). So the draws, the RNG's included, are exactly plain decoding's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +63,162 @@ static size_t stop_prefix_len(const char *h, size_t n, const cera_generate_param
     return keep;
 }
 
+/* The text side of one generation: detokenizer, held-back text, counts. */
+typedef struct gen_out {
+    const cera_generate_params *p;
+    cera_session *s;
+    cera_token_callback cb;
+    void *user;
+    cera_detok dt;
+    char *piece, *held;
+    size_t piece_cap, held_len, max_stop;
+    int n_gen;
+    bool stopped; /* by a stop string: nothing after it is passed on */
+} gen_out;
+
+/* A token the sampler picked, to follow n_pos positions of the timeline: false when
+ * generation ends with it (not kept: an end of generation; kept: a stop string, the
+ * callback's false, n_predict, a full context). *kept says whether it is part of the
+ * timeline. */
+static bool emit(gen_out *g, cera_token t, int n_pos, bool *kept) {
+    const cera_generate_params *p = g->p;
+    cera_session *s = g->s;
+    cera_engine *e = s->engine;
+    *kept = false;
+    /* with a grammar, an end-of-generation token is its complete match: always the end */
+    const bool constrained = s->gm && s->gstate != CERA_GRAMMAR_WAITING;
+    if ((!p->ignore_eog || constrained) && cera_tokenizer_is_eog(e->tok, t)) return false;
+    *kept = true;
+    int len = cera_detok_push(&g->dt, t, g->piece, g->piece_cap);
+    if (len < 0) len = 0;
+    g->n_gen++;
+    const char *out = g->piece;
+    size_t n_out = (size_t)len;
+    if (g->max_stop) {
+        /* as llama.cpp's server: text that may begin a stop string waits for the next
+         * pieces; a stop string and what follows it are never passed on */
+        memcpy(g->held + g->held_len, g->piece, (size_t)len);
+        g->held_len += (size_t)len;
+        const size_t at = find_stop(g->held, g->held_len, p);
+        g->stopped = at < g->held_len;
+        n_out = g->stopped ? at : g->held_len - stop_prefix_len(g->held, g->held_len, p);
+        out = g->held;
+    }
+    const bool go_on = !g->cb || g->cb(t, out, n_out, g->user);
+    if (g->max_stop) {
+        memmove(g->held, g->held + n_out, g->held_len - n_out);
+        g->held_len -= n_out;
+    }
+    if (!go_on || g->stopped) return false;
+    if (p->n_predict >= 0 && g->n_gen >= p->n_predict) return false;
+    /* context full: a normal end (the token stays pending, with no room to go in) */
+    if (n_pos >= e->params.n_ctx && !p->context_shift) return false;
+    return true;
+}
+
+/* ---- speculative decoding ------------------------------------------------------- */
+
+/* Up to cap drafts after the history h[0..n): what followed the most recent earlier
+ * occurrence of its last k tokens. */
+static int draft_ngram(const cera_token *h, int n, int k, cera_token *out, int cap) {
+    if (k <= 0 || n <= k) return 0;
+    for (int j = n - k - 1; j >= 0; j--) {
+        if (memcmp(h + j, h + n - k, (size_t)k * sizeof *h)) continue;
+        int m = 0;
+        while (m < cap && j + k + m < n) out[m] = h[j + k + m], m++;
+        return m;
+    }
+    return 0;
+}
+
+/* Up to cap greedy drafts of the draft session d after the history h[0..n): d is first cut
+ * back to what it shares with h (to nothing when its sliding window has moved past that) and
+ * given the rest. 0 when it cannot follow. */
+static int draft_model(cera_session *d, const cera_token *h, int n, cera_token *out, int cap) {
+    const cera_token *dt = cera_session_tokens(d);
+    int c = 0;
+    const int dn = d->seq.n_pos;
+    while (c < dn && c < n && dt[c] == h[c]) c++;
+    if (c == n) c = n - 1;                             /* the last token again: its logits */
+    if (c < dn && cera_session_truncate(d, c, NULL)) { /* a window already past c: from the start */
+        if (cera_session_truncate(d, 0, NULL)) return 0;
+        c = 0;
+    }
+    if (cera_session_eval(d, h + c, (size_t)(n - c), false, NULL)) return 0;
+    const int nv = cera_engine_n_vocab(d->engine);
+    int m = 0;
+    for (; m < cap && d->seq.n_pos < d->engine->params.n_ctx; m++) {
+        const float *l = cera_session_logits(d, -1);
+        if (!l) break;
+        int best = 0;
+        for (int i = 1; i < nv; i++) best = l[i] > l[best] ? i : best;
+        out[m] = best;
+        if (m + 1 < cap && cera_session_eval(d, &out[m], 1, false, NULL)) {
+            m++;
+            break;
+        }
+    }
+    return m;
+}
+
+/* One speculative step for the pending token t: drafts after it, [t, drafts] evaluated with
+ * every row's logits, then each row drawn from in order (the sampler as it was before the
+ * eval, which recorded the drafts) and kept while it matches the next draft. Returns 0 when
+ * no draft was tried (the caller decodes t plainly), 1 to go on, -1 when generation ends (st
+ * set on an error). */
+static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *err) {
+    const cera_generate_params *p = g->p;
+    cera_session *s = g->s;
+    cera_engine *e = s->engine;
+    const int dmax = p->draft_max > 0 ? p->draft_max : 16, dmin = p->draft_min > 0 ? p->draft_min : 1;
+    const int n_past = s->seq.n_pos;
+    int cap = dmax;
+    if (cap > e->params.n_ctx - n_past - 1) cap = e->params.n_ctx - n_past - 1;
+    if (cap > e->params.n_batch - 1) cap = e->params.n_batch - 1;
+    if (cap < dmin) return 0;
+    /* the history: the timeline and t */
+    cera_token *h = buf + dmax + 1;
+    memcpy(h, s->tokens, (size_t)n_past * sizeof *h);
+    h[n_past] = s->pending_eval;
+    int k = draft_ngram(h, n_past + 1, p->spec_ngram, buf + 1, cap);
+    if (k < dmin && p->draft) k = draft_model(p->draft, h, n_past + 1, buf + 1, cap);
+    if (k < dmin) return 0;
+    if (p->n_drafted) *p->n_drafted += k;
+    buf[0] = s->pending_eval;
+    cera_sampler *before = NULL;
+    if ((*st = cera_sampler_clone(s->sampler, &before, err))) return -1;
+    if (s->pending_sampled != buf[0]) cera_sampler_accept(before, buf[0]); /* as the eval records it */
+    s->pending_eval = -1; /* t goes in with the drafts (recorded by its sample already) */
+    *st = cera_session_eval(s, buf, (size_t)k + 1, true, err);
+    cera_sampler_free(s->sampler);
+    s->sampler = before;
+    if (*st) return -1;
+    int ret = 1;
+    for (int i = 0;; i++) {
+        cera_token x;
+        if ((*st = cera_session_sample_row(s, i, &x, err))) {
+            ret = -1;
+            break;
+        }
+        if (x < 0) { /* the grammar allows no token */
+            ret = -1;
+            break;
+        }
+        bool kept;
+        const bool go_on = emit(g, x, n_past + i + 1, &kept);
+        const bool match = i < k && x == buf[i + 1];
+        if (match && p->n_accepted) ++*p->n_accepted;
+        if (!go_on || !match) {
+            /* the drafts after row i go; x stays pending, as plain decoding leaves it */
+            cera_session_cut(s, n_past + i + 1);
+            if (kept) s->pending_eval = x;
+            ret = go_on ? 1 : -1;
+            break;
+        }
+    }
+    return ret;
+}
+
 cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_prompt,
                           const cera_generate_params *params, cera_token_callback cb, void *user,
                           int *n_generated, cera_error *err) {
@@ -68,7 +233,22 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
                          p.n_predict);
     if (p.n_stop < 0 || (p.n_stop > 0 && !p.stop))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: bad stop strings");
+    if (p.spec_ngram < 0 || p.draft_max < 0 || p.draft_min < 0 || p.spec_ngram > 1024 || p.draft_max > 1024)
+        return cera_fail(err, CERA_ERR_INVALID_ARG,
+                         "cera_generate: spec_ngram %d, draft_max %d, draft_min %d", p.spec_ngram,
+                         p.draft_max, p.draft_min);
     cera_engine *e = s->engine;
+    if (p.draft && (p.draft == s || cera_engine_n_vocab(p.draft->engine) != cera_engine_n_vocab(e)))
+        return cera_fail(
+            err, CERA_ERR_INVALID_ARG,
+            "cera_generate: the draft session is this one, or its model's vocabulary (%d) is not "
+            "this model's (%d)",
+            cera_engine_n_vocab(p.draft->engine), cera_engine_n_vocab(e));
+    if (p.n_drafted) *p.n_drafted = 0;
+    if (p.n_accepted) *p.n_accepted = 0;
+    /* speculation cuts timelines back: not for a recurrent state (a draft's neither) */
+    const bool spec = (p.spec_ngram > 0 || p.draft) && !e->kv->state_bytes &&
+                      !(p.draft && p.draft->engine->kv->state_bytes);
     /* a token the last generation streamed is evaluated first (by the prompt's eval) */
     st = n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);
     if (st) return st;
@@ -76,27 +256,27 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
         return cera_fail(err, CERA_ERR_INVALID_ARG,
                          "cera_generate: no prompt and no logits to continue from");
 
-    size_t max_stop = 0;
+    gen_out g = {.p = &p, .s = s, .cb = cb, .user = user};
     for (int i = 0; i < p.n_stop; i++)
-        if (p.stop[i] && strlen(p.stop[i]) > max_stop) max_stop = strlen(p.stop[i]);
-    const size_t piece_cap = cera_tokenizer_max_piece_len(e->tok) + 8;
+        if (p.stop[i] && strlen(p.stop[i]) > g.max_stop) g.max_stop = strlen(p.stop[i]);
+    g.piece_cap = cera_tokenizer_max_piece_len(e->tok) + 8;
     /* held-back text (at most max_stop - 1 bytes) and the newest piece */
-    const size_t held_cap = max_stop + piece_cap;
-    char *piece = malloc(piece_cap);
-    char *held = malloc(held_cap);
-    if (!piece || !held) {
-        free(piece);
-        free(held);
+    const size_t held_cap = g.max_stop + g.piece_cap;
+    g.piece = malloc(g.piece_cap);
+    g.held = malloc(held_cap);
+    /* speculation's batch [t, drafts] and the history it drafts from */
+    const int dmax = p.draft_max > 0 ? p.draft_max : 16;
+    cera_token *sbuf = spec ? malloc(((size_t)dmax + 2 + (size_t)e->params.n_ctx) * sizeof *sbuf) : NULL;
+    if (!g.piece || !g.held || (spec && !sbuf)) {
+        free(g.piece);
+        free(g.held);
+        free(sbuf);
         return cera_fail(err, CERA_ERR_NO_MEMORY, "cera_generate buffers");
     }
-    size_t held_len = 0;
-    cera_detok dt;
-    cera_detok_init(&dt, e->tok, false);
+    cera_detok_init(&g.dt, e->tok, false);
 
-    int n_gen = 0;
-    bool stopped = false; /* by a stop string: nothing after it is passed on */
     st = CERA_OK;
-    while (p.n_predict < 0 || n_gen < p.n_predict) {
+    while (p.n_predict < 0 || g.n_gen < p.n_predict) {
         if (p.cancel && __atomic_load_n(p.cancel, __ATOMIC_RELAXED)) {
             st = cera_fail(err, CERA_ERR_CANCELLED, "generation cancelled");
             break;
@@ -107,54 +287,36 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
             const int n_discard = keep < s->seq.n_pos ? (s->seq.n_pos - keep) / 2 : 0;
             if (n_discard < 1 || cera_session_shift(s, keep, n_discard, NULL) != CERA_OK) break;
         }
+        if (spec && s->pending_eval >= 0 && cera_kv_seq_can_truncate(&s->seq, s->seq.n_pos)) {
+            const int r = spec_step(&g, sbuf, &st, err);
+            if (r < 0) break;
+            if (r > 0) continue;
+        }
         /* the previous token, streamed last time round */
         if ((st = cera_session_flush_pending(s, err))) break;
         cera_token t;
         if ((st = cera_session_sample_status(s, &t, err))) break;
         if (t < 0) break; /* the grammar allows no token (cera_session_grammar_state) */
-        /* with a grammar, an end-of-generation token is its complete match: always the end */
-        const bool constrained = s->gm && s->gstate != CERA_GRAMMAR_WAITING;
-        if ((!p.ignore_eog || constrained) && cera_tokenizer_is_eog(e->tok, t)) break;
-        int len = cera_detok_push(&dt, t, piece, piece_cap);
-        if (len < 0) len = 0;
-        n_gen++;
+        bool kept;
+        const bool go_on = emit(&g, t, s->seq.n_pos, &kept);
         /* part of the timeline from here on; evaluated when anything follows (the next
          * round, or the next eval/sample/generate), never when nothing does */
-        s->pending_eval = t;
-        const char *out = piece;
-        size_t n_out = (size_t)len;
-        if (max_stop) {
-            /* as llama.cpp's server: text that may begin a stop string waits for the next
-             * pieces; a stop string and what follows it are never passed on */
-            memcpy(held + held_len, piece, (size_t)len);
-            held_len += (size_t)len;
-            const size_t at = find_stop(held, held_len, &p);
-            stopped = at < held_len;
-            n_out = stopped ? at : held_len - stop_prefix_len(held, held_len, &p);
-            out = held;
-        }
-        const bool go_on = !cb || cb(t, out, n_out, user);
-        if (max_stop) {
-            memmove(held, held + n_out, held_len - n_out);
-            held_len -= n_out;
-        }
-        if (!go_on || stopped) break;
-        if (p.n_predict >= 0 && n_gen >= p.n_predict) break;
-        if (cera_session_n_past(s) >= e->params.n_ctx && !p.context_shift)
-            break; /* context full: a normal end */
+        if (kept) s->pending_eval = t;
+        if (!go_on) break;
     }
-    if (!stopped) {
+    if (!g.stopped) {
         /* held-back text that no stop string completed, then the bytes of an unfinished
          * character as they are: one last call, with no token of its own */
-        const int rest = cera_detok_flush(&dt, piece, piece_cap);
+        const int rest = cera_detok_flush(&g.dt, g.piece, g.piece_cap);
         if (rest > 0) {
-            memcpy(held + held_len, piece, (size_t)rest);
-            held_len += (size_t)rest;
+            memcpy(g.held + g.held_len, g.piece, (size_t)rest);
+            g.held_len += (size_t)rest;
         }
-        if (held_len && cb) cb(-1, held, held_len, user);
+        if (g.held_len && cb) cb(-1, g.held, g.held_len, user);
     }
-    free(piece);
-    free(held);
-    if (n_generated) *n_generated = n_gen;
+    free(g.piece);
+    free(g.held);
+    free(sbuf);
+    if (n_generated) *n_generated = g.n_gen;
     return st;
 }

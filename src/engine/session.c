@@ -180,6 +180,15 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
     return CERA_OK;
 }
 
+void cera_session_cut(cera_session *s, int n_keep) {
+    if (n_keep < s->seq.n_pos) {
+        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_kv_seq_truncate(&s->seq, n_keep);
+        pthread_mutex_unlock(&s->engine->forward_lock);
+    }
+    s->n_logit_rows = 0;
+}
+
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err) {
     if (s->pending_eval < 0) return CERA_OK;
     const cera_batch_item it = {s, NULL, 0, false};
@@ -233,6 +242,9 @@ cera_status cera_nonfinite_fail(cera_error *err, long pos) {
         pos);
 }
 
+static cera_status sample_host(cera_session *s, const float *l, bool masked, long pos, cera_token *out,
+                               cera_error *err);
+
 cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_error *err) {
     *out = -1;
     if (!s) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_sample: session is NULL");
@@ -263,8 +275,25 @@ cera_status cera_session_sample_status(cera_session *s, cera_token *out, cera_er
     }
     const float *l = cera_session_logits(s, -1);
     if (!l) return cera_fail(err, CERA_ERR_DEVICE, "sample: the logits could not be fetched from the device");
-    if (cera_nonfinite_row(l, 1, e->model.hp.n_vocab) >= 0)
-        return cera_nonfinite_fail(err, (long)s->seq.n_pos - 1);
+    return sample_host(s, l, masked, (long)s->seq.n_pos - 1, out, err);
+}
+
+cera_status cera_session_sample_row(cera_session *s, int i, cera_token *out, cera_error *err) {
+    *out = -1;
+    const bool masked = s->gm && s->gstate != CERA_GRAMMAR_WAITING;
+    cera_status st = masked ? cera_grammar_session_mask(s, err) : CERA_OK;
+    if (st) return st;
+    const float *l = cera_session_logits(s, i);
+    if (!l) return cera_fail(err, CERA_ERR_INTERNAL, "sample: no logits row %d", i);
+    return sample_host(s, l, masked, (long)(s->seq.n_pos - s->last_eval_n + i), out, err);
+}
+
+/* The host's draw from logits row l (finite-checked), the grammar told, the token recorded. */
+static cera_status sample_host(cera_session *s, const float *l, bool masked, long pos, cera_token *out,
+                               cera_error *err) {
+    cera_engine *e = s->engine;
+    cera_status st;
+    if (cera_nonfinite_row(l, 1, e->model.hp.n_vocab) >= 0) return cera_nonfinite_fail(err, pos);
     cera_token t;
     if (masked) {
         t = cera_sampler_sample_masked(s->sampler, l, s->gmask);

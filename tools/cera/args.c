@@ -46,6 +46,11 @@ typedef enum opt_id {
     O_KEEP,
     O_CTX_SHIFT,
     O_NO_CTX_SHIFT,
+    O_MODEL_DRAFT,
+    O_DRAFT_MAX,
+    O_DRAFT_MIN,
+    O_SPEC_TYPE,
+    O_SPEC_NGRAM,
     O_SYSTEM,
     O_TEMPLATE,
     O_KWARGS,
@@ -136,6 +141,31 @@ static const opt opts[] = {
      NULL,
      "when the context is full, drop half of what follows --keep and go on (default: run off, chat on)"},
     {CLI_G_GEN, O_NO_CTX_SHIFT, {"--no-context-shift"}, NULL, "stop at a full context"},
+    {CLI_G_GEN,
+     O_MODEL_DRAFT,
+     {"-md", "--model-draft", "--spec-draft-model"},
+     "FILE",
+     "speculative decoding with this draft model (the same vocabulary; greedy drafts)"},
+    {CLI_G_GEN,
+     O_SPEC_TYPE,
+     {"--spec-type"},
+     "TYPE",
+     "ngram-simple: draft what followed the text's last n-gram earlier in it (none: off, the default)"},
+    {CLI_G_GEN,
+     O_SPEC_NGRAM,
+     {"--spec-ngram-simple-size-n"},
+     "N",
+     "the n-gram ngram-simple looks up (default 12)"},
+    {CLI_G_GEN,
+     O_DRAFT_MAX,
+     {"--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"},
+     "N",
+     "most tokens drafted at a time (default 16)"},
+    {CLI_G_GEN,
+     O_DRAFT_MIN,
+     {"--draft-min", "--draft-n-min", "--spec-draft-n-min"},
+     "N",
+     "fewer drafted tokens are not tried (default 1)"},
     {CLI_G_CHAT, O_SYSTEM, {"-sys", "--system-prompt"}, "TEXT", "the system message"},
     {CLI_G_CHAT,
      O_TEMPLATE,
@@ -172,6 +202,7 @@ void cli_args_init(cli_args *a) {
     a->seed = -1;
     a->n_predict = -1;
     a->ctx_shift = -1;
+    a->spec_ngram_n = 12; /* llama.cpp's ngram-simple size_n */
 }
 
 void cli_args_free(cli_args *a) {
@@ -265,6 +296,18 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
     case O_KEEP: return parse_int(v, -1, 1 << 24, &a->keep);
     case O_CTX_SHIFT: a->ctx_shift = 1; return true;
     case O_NO_CTX_SHIFT: a->ctx_shift = 0; return true;
+    case O_MODEL_DRAFT: a->model_draft = v; return true;
+    case O_DRAFT_MAX: return parse_int(v, 1, 1024, &a->draft_max);
+    case O_DRAFT_MIN: return parse_int(v, 0, 1024, &a->draft_min);
+    case O_SPEC_NGRAM: return parse_int(v, 1, 1024, &a->spec_ngram_n);
+    case O_SPEC_TYPE:
+        if (!strcmp(v, "none"))
+            a->spec_ngram = false;
+        else if (!strcmp(v, "ngram-simple"))
+            a->spec_ngram = true;
+        else
+            return false;
+        return true;
     case O_SYSTEM: a->system = v; return true;
     case O_TEMPLATE: a->chat_template = v; return true;
     case O_KWARGS: a->chat_kwargs = v; return true;
@@ -490,4 +533,42 @@ int cli_take_value(const char *cmd, int argc, char **argv, int *i, const char **
     }
     *dst = argv[++*i];
     return 1;
+}
+
+cera_status cli_spec_open(const cli_args *a, cera_engine *e, cera_generate_params *gp, cera_engine **de,
+                          cera_session **ds, cera_error *err) {
+    *de = NULL;
+    *ds = NULL;
+    gp->spec_ngram = a->spec_ngram ? a->spec_ngram_n : 0;
+    gp->draft_max = a->draft_max;
+    gp->draft_min = a->draft_min;
+    if (!a->model_draft) return CERA_OK;
+    cera_engine_params ep = a->ep; /* the same context, threads, device and cache */
+    ep.progress = NULL;
+    cera_status st = cera_engine_open(a->model_draft, &ep, de, err);
+    cera_session_params sp = cera_session_default_params();
+    sp.sampler.temp = 0.0f; /* the drafts are argmax picks; its sampler is not used */
+    if (!st) st = cera_session_create(*de, &sp, ds, err);
+    if (!st && cera_engine_n_vocab(*de) != cera_engine_n_vocab(e))
+        st = cera_fail(err, CERA_ERR_INVALID_ARG, "%s: a vocabulary of %d tokens, the model's has %d",
+                       a->model_draft, cera_engine_n_vocab(*de), cera_engine_n_vocab(e));
+    if (st) {
+        cli_spec_close(*de, *ds);
+        *de = NULL;
+        *ds = NULL;
+        return st;
+    }
+    gp->draft = *ds;
+    return CERA_OK;
+}
+
+void cli_spec_close(cera_engine *de, cera_session *ds) {
+    cera_session_free(ds);
+    cera_engine_close(de);
+}
+
+void cli_spec_report(int n_drafted, int n_accepted) {
+    if (n_drafted > 0)
+        fprintf(stderr, "cera: speculative: %d drafted, %d accepted (%.1f %%)\n", n_drafted, n_accepted,
+                100.0 * n_accepted / n_drafted);
 }

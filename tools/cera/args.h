@@ -48,6 +48,10 @@ typedef struct cli_args {
     bool ignore_eos;
     int keep;      /* --keep: prompt tokens a context shift keeps (-1: all) */
     int ctx_shift; /* -1: the command's default, 0 off, 1 on */
+    /* speculative decoding (cera_generate_params): a draft model, n-gram lookup */
+    const char *model_draft;
+    bool spec_ngram;
+    int spec_ngram_n, draft_max, draft_min;
     /* CLI_G_LORA */
     cli_lora_list lora;
     /* CLI_G_CHAT */
@@ -88,6 +92,14 @@ int cli_args_finish(const char *cmd, unsigned groups, cli_args *a);
 /* The prompt of -p or -f (- reads stdin); NULL with err set on failure. *owned receives
  * the buffer to free (NULL for -p). */
 const char *cli_args_prompt(const cli_args *a, size_t *len, char **owned, cera_error *err);
+
+/* Speculative decoding as the options ask: gp's fields set, and with -md a draft engine and
+ * session opened beside e (*de, *ds; freed with cli_spec_close). */
+cera_status cli_spec_open(const cli_args *a, cera_engine *e, cera_generate_params *gp, cera_engine **de,
+                          cera_session **ds, cera_error *err);
+void cli_spec_close(cera_engine *de, cera_session *ds);
+/* Prints "cera: speculative: N drafted, M accepted (P %)" to stderr when anything was drafted. */
+void cli_spec_report(int n_drafted, int n_accepted);
 
 /* The GBNF text the grammar options ask for (the grammar itself, a file's, a JSON Schema's
  * conversion, or any JSON object for --json): *gbnf is malloc'ed (free it), NULL when no

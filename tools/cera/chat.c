@@ -35,6 +35,9 @@
 typedef struct chat {
     cera_engine *e;
     cera_session *s;
+    cera_engine *de; /* speculative decoding's draft model (-md), or NULL */
+    cera_session *ds;
+    int n_drafted, n_accepted;
     cera_chat_template *tmpl;
     cera_chat_message msg[CHAT_MAX_TURNS];
     char *owned[CHAT_MAX_TURNS]; /* the messages' texts */
@@ -135,6 +138,13 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
     gp.cancel = &cli_cancel_flag;
     gp.context_shift = a->ctx_shift != 0; /* on unless --no-context-shift */
     gp.n_keep = cli_keep_positions(c->e, a->keep, c->hist, c->n_hist);
+    gp.spec_ngram = a->spec_ngram ? a->spec_ngram_n : 0;
+    gp.draft = c->ds;
+    gp.draft_max = a->draft_max;
+    gp.draft_min = a->draft_min;
+    int drafted = 0, accepted = 0;
+    gp.n_drafted = &drafted;
+    gp.n_accepted = &accepted;
     c->n_reply = 0;
     c->t_first = 0;
     c->oom = false;
@@ -142,6 +152,8 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
     const double t1 = cli_now();
     st = cera_generate(c->s, NULL, 0, &gp, on_token, c, &n_gen, err);
     const double t2 = cli_now();
+    c->n_drafted += drafted;
+    c->n_accepted += accepted;
     /* a context shift dropped tokens from the session: its timeline is no longer the history's
      * beyond the kept start, so the next turn evaluates its conversation afresh */
     if ((size_t)cera_session_n_past(c->s) < c->n_hist) c->n_hist = 0;
@@ -269,6 +281,8 @@ int cmd_chat(int argc, char **argv) {
     sp.sampler = a.sp;
     if (cera_session_create(c->e, &sp, &c->s, &err)) goto fail;
     if (cli_lora_attach(c->e, c->s, &a.lora, &err)) goto fail;
+    cera_generate_params spec = cera_generate_default_params(); /* the draft model, when -md */
+    if (cli_spec_open(&a, c->e, &spec, &c->de, &c->ds, &err)) goto fail;
     char *gbnf = NULL;
     size_t gbnf_len = 0;
     if (cli_args_grammar(&a, &gbnf, &gbnf_len, &err)) goto fail;
@@ -331,7 +345,9 @@ out:
     free(c->hist);
     free(c->reply);
     cera_chat_template_free(c->tmpl);
+    cli_spec_report(c->n_drafted, c->n_accepted);
     cera_session_free(c->s);
+    cli_spec_close(c->de, c->ds);
     cera_engine_close(c->e);
     free(c);
 out_args:

@@ -116,7 +116,8 @@ int cmd_run(int argc, char **argv) {
 
     cera_error err = {0};
     cera_engine *e = NULL;
-    cera_session *s = NULL;
+    cera_session *s = NULL, *ds = NULL;
+    cera_engine *de = NULL; /* a draft model (-md) */
     cera_token *toks = NULL;
     char *buf = NULL, *gbnf = NULL;
     size_t n = 0, len = 0, gbnf_len = 0;
@@ -148,6 +149,10 @@ int cmd_run(int argc, char **argv) {
     gp.cancel = &cli_cancel_flag;
     gp.context_shift = a.ctx_shift == 1; /* off unless asked, as llama-completion */
     gp.n_keep = cli_keep_positions(e, a.keep, toks, n);
+    int n_drafted = 0, n_accepted = 0;
+    gp.n_drafted = &n_drafted;
+    gp.n_accepted = &n_accepted;
+    if (cli_spec_open(&a, e, &gp, &de, &ds, &err)) goto fail;
     const double t0 = cli_now();
     const size_t reused = rs.cache ? cache_reuse(s, &sp.sampler, rs.cache, toks, n) : 0;
     cera_status st = reused < n ? cli_eval_prompt(s, toks + reused, n - reused, a.ep.n_batch, &err) : CERA_OK;
@@ -170,6 +175,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "; load %.2f s", load_s);
         if (a.seed_drawn && a.sp.temp > 0) fprintf(stderr, "; seed %lld (-s repeats it)", a.seed);
         fprintf(stderr, "\n");
+        cli_spec_report(n_drafted, n_accepted);
     }
     rc = cli_report_end(st, &err, s, cera_engine_n_ctx(e), a.n_predict, n_gen);
     if (st == CERA_OK && cera_session_grammar_state(s) == CERA_GRAMMAR_DEAD_END)
@@ -182,6 +188,7 @@ out:
     free(buf);
     free(gbnf);
     cera_session_free(s);
+    cli_spec_close(de, ds);
     cera_engine_close(e);
 out_args:
     cli_args_free(&a);
