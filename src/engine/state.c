@@ -14,7 +14,9 @@
  *   every layer); last a u64 checksum of everything before it.
  * The model fingerprint hashes the file's tensors (names, types, shapes and the first and
  * last bytes of each one's data), an adapter's its factors, so a file saved on another model
- * or with other adapters is refused by name rather than giving wrong logits. Loading reads
+ * or with other adapters is refused by name rather than giving wrong logits
+ * (cera_engine_fingerprint and cera_adapter_fingerprint give these hashes, with the KV format
+ * and the backend, to whoever names stored files by them). Loading reads
  * the file twice: once to check its header and checksum and the header against this engine
  * and session (nothing changes when that fails), once to fill the session.
  */
@@ -105,6 +107,8 @@ static uint64_t adapter_fingerprint(const cera_adapter *a) {
     hash_bytes(&x, a->data, a->used * sizeof(float));
     return hash_end(&x);
 }
+
+uint64_t cera_adapter_fingerprint(const cera_adapter *a) { return a ? adapter_fingerprint(a) : 0; }
 
 /* ---- The header --------------------------------------------------------------------- */
 
@@ -200,6 +204,14 @@ static bool header_io(stream *s, header *h) {
     return io(s, &h->rng.index, 4);
 }
 
+/* K's type, V's when it differs and whether each is rotated, in one word (a cache of one
+ * unrotated type has the type's number, as before V and rotation had a say). */
+static uint32_t kv_type_word(const cera_engine *e) {
+    const cera_kv_format *f = &e->kv->fmt;
+    return (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
+           (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
+}
+
 /* The header this session would write. */
 static void session_header(const cera_session *s, header *h) {
     const cera_engine *e = s->engine;
@@ -209,11 +221,7 @@ static void session_header(const cera_session *s, header *h) {
         h->adapter[h->n_adapters] = adapter_fingerprint(s->lora.e[i].adapter);
         h->scale[h->n_adapters++] = s->lora.e[i].scale;
     }
-    /* K's type, V's when it differs and whether each is rotated, in one word (a cache of one
-     * unrotated type has the type's number, as before V and rotation had a say) */
-    const cera_kv_format *f = &e->kv->fmt;
-    h->kv_type = (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
-                 (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
+    h->kv_type = kv_type_word(e);
     for (int g = 0; g < CERA_KV_GROUPS; g++) {
         h->block_bytes[g] = block_bytes(e, g);
         h->first[g] = s->seq.first[g];
@@ -224,6 +232,26 @@ static void session_header(const cera_session *s, header *h) {
     h->n_vocab = (uint32_t)e->model.hp.n_vocab;
     h->has_logits = s->n_logit_rows > 0;
     cera_sampler_rng_get(s->sampler, &h->rng);
+}
+
+/* What a file's header ties it to, less the adapters and the timeline, with the file's version and
+ * the backend that computes (and what else decides its numbers). */
+uint64_t cera_engine_fingerprint(const cera_engine *e) {
+    if (!e) return 0;
+    hasher x;
+    hash_init(&x);
+    hash_word(&x, model_fingerprint(e));
+    hash_word(&x, VERSION);
+    hash_word(&x, kv_type_word(e));
+    hash_word(&x, (uint64_t)e->model.hp.n_vocab);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) hash_word(&x, block_bytes(e, g));
+    hash_word(&x, e->kv->state_bytes);
+    const char *be[2] = {e->backend->name, e->backend->variant ? e->backend->variant : ""};
+    for (int i = 0; i < 2; i++) {
+        for (const char *c = be[i]; *c; c++) hash_word(&x, (uint8_t)*c);
+        hash_word(&x, 0x100); /* the end of a name */
+    }
+    return x.h;
 }
 
 /* Copies n bytes between the file's buffer and host storage, the way to_store says. */

@@ -16,7 +16,9 @@
  *     random bytes flipped, and other bytes than a session file (CERA_ERR_FORMAT); a file
  *     from another model, with another adapter, the adapter at another scale, or none, or with
  *     another KV cache type (CERA_ERR_INVALID_ARG);
- *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL.
+ *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL;
+ *   - the engine's and adapters' fingerprints (equal for the same model, KV cache type and
+ *     adapter, different otherwise).
  * With the argument "cuda" (tests/cuda's build of this file; exit 77 without a GPU) the same on
  * the CUDA backend, whose blocks and conv states are copied from and to the device.
  */
@@ -267,6 +269,33 @@ out:
     cera_engine_close(other);
 }
 
+/* The fingerprints a store of saved sessions names its files by: equal for two engines on the
+ * same file and KV cache type, and for one adapter loaded twice; different for another KV cache
+ * type, another model, another adapter. */
+static void check_fingerprints(void) {
+    cera_engine *e = open_ctx("models/stories260K.gguf", 256), *e2 = open_ctx("models/stories260K.gguf", 128);
+    cera_engine *other = open_ctx("golden/synth-llama-f32.gguf", 256);
+    kv_k = CERA_KV_F32;
+    cera_engine *f32 = open_ctx("models/stories260K.gguf", 256);
+    kv_k = CERA_KV_F16;
+    if (!e || !e2 || !other || !f32) goto out;
+    const uint64_t fe = cera_engine_fingerprint(e);
+    CHECK(fe != 0 && fe == cera_engine_fingerprint(e2), "the same model and KV cache type: one fingerprint");
+    CHECK(fe != cera_engine_fingerprint(other), "another model: another fingerprint");
+    CHECK(fe != cera_engine_fingerprint(f32), "another KV cache type: another fingerprint");
+    CHECK(cera_engine_fingerprint(NULL) == 0 && cera_adapter_fingerprint(NULL) == 0, "NULL: 0");
+    cera_adapter *a = test_load_adapter(e, "golden/lora-stories-a.gguf");
+    cera_adapter *a2 = test_load_adapter(e2, "golden/lora-stories-a.gguf");
+    cera_adapter *b = test_load_adapter(e, "golden/lora-stories-b.gguf");
+    if (a && a2 && b) {
+        CHECK(cera_adapter_fingerprint(a) == cera_adapter_fingerprint(a2), "one adapter loaded twice");
+        CHECK(cera_adapter_fingerprint(a) != cera_adapter_fingerprint(b), "two adapters");
+    }
+    cera_adapter_free(a), cera_adapter_free(a2), cera_adapter_free(b);
+out:
+    cera_engine_close(e), cera_engine_close(e2), cera_engine_close(other), cera_engine_close(f32);
+}
+
 int main(int argc, char **argv) {
     const int dev = test_device_arg(argc, argv);
     if (dev < 0) return TEST_SKIP_CODE;
@@ -282,5 +311,6 @@ int main(int argc, char **argv) {
         kv_k = CERA_KV_F16, kv_v = CERA_KV_AS_K;
     }
     check_refused();
+    if (device == CERA_DEVICE_CPU) check_fingerprints();
     return test_finish();
 }
