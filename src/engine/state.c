@@ -285,28 +285,58 @@ static cera_status block_copy(cera_session *s, int g, int block, void *buf, bool
     return e->backend->kv_io(e->backend, g, block, buf, to_store, err);
 }
 
+/* Bytes of KV a save or a load copies in one turn of the engine's lock: the file is read and
+ * written outside it, so that other sessions' forward calls go on between the turns. */
+#define BODY_RUN_BYTES ((size_t)4 << 20)
+
 /* The session's recurrent state and each held block, through one buffer: read from storage
- * and written to the file, or read from the file into storage. */
+ * and written to the file, or read from the file into storage, a run of blocks per turn of
+ * the engine's lock (the session is its caller's alone, and blocks it shares with others are
+ * copied before anyone writes into them, so its blocks hold still between the turns). */
 static cera_status body_io(cera_session *s, stream *f, const header *h, cera_error *err) {
     const bool load = !f->write;
+    pthread_mutex_t *mu = &s->engine->forward_lock;
     size_t most = (size_t)h->state_bytes;
-    for (int g = 0; g < CERA_KV_GROUPS; g++)
-        most = h->block_bytes[g] > most ? (size_t)h->block_bytes[g] : most;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        const size_t b = (size_t)h->block_bytes[g];
+        const size_t run = b ? (BODY_RUN_BYTES > b ? BODY_RUN_BYTES / b * b : b) : 0;
+        most = run > most ? run : most;
+    }
     uint8_t *buf = malloc(most ? most : 1);
     if (!buf) return cera_fail(err, CERA_ERR_NO_MEMORY, "session file buffer of %zu bytes", most);
     cera_status st = CERA_OK;
     if (h->state_bytes) {
-        if (!load) st = state_copy(s, buf, false, err);
-        if (!st && io(f, buf, (size_t)h->state_bytes) && load) st = state_copy(s, buf, true, err);
+        if (!load) {
+            pthread_mutex_lock(mu);
+            st = state_copy(s, buf, false, err);
+            pthread_mutex_unlock(mu);
+        }
+        if (!st && io(f, buf, (size_t)h->state_bytes) && load) {
+            pthread_mutex_lock(mu);
+            st = state_copy(s, buf, true, err);
+            pthread_mutex_unlock(mu);
+        }
     }
     const int n_blocks = n_blocks_of(h->n_pos);
     for (int g = 0; g < CERA_KV_GROUPS && !st && !f->st; g++) {
-        if (!h->block_bytes[g]) continue;
+        const size_t b = (size_t)h->block_bytes[g];
+        if (!b) continue;
+        const int per_run = (int)(most / b);
         const int32_t *t = s->seq.blocks + (size_t)g * (size_t)s->seq.max_blocks;
-        for (int i = h->first[g]; i < n_blocks && !st && !f->st; i++) {
-            if (!load) st = block_copy(s, g, t[i], buf, false, err);
-            if (!st && io(f, buf, (size_t)h->block_bytes[g]) && load)
-                st = block_copy(s, g, t[i], buf, true, err);
+        for (int i = h->first[g]; i < n_blocks && !st && !f->st; i += per_run) {
+            const int k = n_blocks - i < per_run ? n_blocks - i : per_run;
+            if (!load) {
+                pthread_mutex_lock(mu);
+                for (int r = 0; r < k && !st; r++)
+                    st = block_copy(s, g, t[i + r], buf + (size_t)r * b, false, err);
+                pthread_mutex_unlock(mu);
+            }
+            if (!st && io(f, buf, (size_t)k * b) && load) {
+                pthread_mutex_lock(mu);
+                for (int r = 0; r < k && !st; r++)
+                    st = block_copy(s, g, t[i + r], buf + (size_t)r * b, true, err);
+                pthread_mutex_unlock(mu);
+            }
         }
     }
     free(buf);
@@ -340,11 +370,7 @@ cera_status cera_session_save(cera_session *s, const char *path, cera_error *err
     header_io(&f, &h);
     io(&f, s->tokens, sizeof(cera_token) * (size_t)h.n_pos);
     if (row) io(&f, (void *)row, sizeof(float) * (size_t)nv);
-    if (!f.st) {
-        pthread_mutex_lock(&s->engine->forward_lock);
-        st = body_io(s, &f, &h, err);
-        pthread_mutex_unlock(&s->engine->forward_lock);
-    }
+    if (!f.st) st = body_io(s, &f, &h, err);
     uint64_t sum = hash_end(&f.h);
     if (!st && !f.st && fwrite(&sum, 8, 1, f.f) != 1)
         f.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
@@ -443,9 +469,13 @@ cera_status cera_session_load(cera_session *s, const char *path, cera_error *err
     if ((st = cera_session_truncate(s, 0, err))) goto out;
     pthread_mutex_lock(&s->engine->forward_lock);
     st = cera_kv_seq_restore(&s->seq, h.n_pos, h.first, err);
-    if (!st) st = body_io(s, &f, &h, err);
-    if (st) cera_kv_seq_truncate(&s->seq, 0);
     pthread_mutex_unlock(&s->engine->forward_lock);
+    if (!st) st = body_io(s, &f, &h, err);
+    if (st) {
+        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_kv_seq_truncate(&s->seq, 0);
+        pthread_mutex_unlock(&s->engine->forward_lock);
+    }
     if (st) goto out;
     memcpy(s->tokens, tokens, sizeof(cera_token) * (size_t)h.n_pos);
     if (h.has_logits) memcpy(s->logits, row, sizeof(float) * (size_t)nv); /* room: one row at least */
