@@ -274,6 +274,14 @@ CERA_API cera_status cera_session_shift(cera_session *session, int n_keep, int n
 CERA_API cera_status cera_session_save(cera_session *session, const char *path, cera_error *err);
 CERA_API cera_status cera_session_load(cera_session *session, const char *path, cera_error *err);
 
+/* The timeline a saved session file holds, without loading it: *n_pos its length and its
+ * first min(n_pos, cap) tokens into tokens. Only the header is checked (the magic, the version,
+ * a length the file can hold), not the checksum, the model or the adapters (cera_session_load
+ * checks those): CERA_ERR_IO when it cannot be read, CERA_ERR_FORMAT when it is not a session
+ * file or is cut short. */
+CERA_API cera_status cera_session_file_tokens(const char *path, cera_token *tokens, size_t cap, int *n_pos,
+                                              cera_error *err);
+
 /* What saved sessions are tied to, as 64-bit fingerprints (0 for NULL). The engine's covers
  * its model (its tensors, hashed as cera_session_save hashes them), its KV cache type and
  * layout, the session file's version and the backend that computes, with what else decides

@@ -436,6 +436,30 @@ static cera_status check_file(cera_session *s, const char *path, header *h, cera
     return CERA_OK;
 }
 
+cera_status cera_session_file_tokens(const char *path, cera_token *tokens, size_t cap, int *n_pos,
+                                     cera_error *err) {
+    cera_error_clear(err);
+    if (!path || !n_pos || (!tokens && cap))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_file_tokens: NULL argument");
+    *n_pos = 0;
+    stream f;
+    stream_open(&f, path, false, err);
+    if (f.st) return f.st;
+    const long size = fseek(f.f, 0, SEEK_END) ? -1 : ftell(f.f);
+    header h;
+    if (size < 8 || fseek(f.f, 0, SEEK_SET)) {
+        f.st = cera_fail(err, CERA_ERR_FORMAT, "%s: not a cera session file", path);
+    } else if (header_io(&f, &h)) {
+        if (h.n_pos < 0 || (uint64_t)h.n_pos * sizeof(cera_token) + 8 > (uint64_t)size - f.done)
+            f.st =
+                cera_fail(err, CERA_ERR_FORMAT, "%s: the session file's header does not hold together", path);
+        const size_t n = (size_t)h.n_pos < cap ? (size_t)h.n_pos : cap;
+        if (!f.st && io(&f, tokens, n * sizeof(cera_token))) *n_pos = h.n_pos;
+    }
+    fclose(f.f);
+    return f.st;
+}
+
 cera_status cera_session_load(cera_session *s, const char *path, cera_error *err) {
     cera_error_clear(err);
     if (!s || !path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_load: NULL argument");

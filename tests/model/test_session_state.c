@@ -17,6 +17,8 @@
  *     from another model, with another adapter, the adapter at another scale, or none, or with
  *     another KV cache type (CERA_ERR_INVALID_ARG);
  *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL;
+ *   - cera_session_file_tokens: the timeline of a file without loading it, refused for cut
+ *     short and other files;
  *   - the engine's and adapters' fingerprints (equal for the same model, KV cache type and
  *     adapter, different otherwise).
  * With the argument "cuda" (tests/cuda's build of this file; exit 77 without a GPU) the same on
@@ -205,6 +207,26 @@ static void check_refused(void) {
         fails += refused(t, bad, CERA_ERR_FORMAT, before, nv, what), cases++;
     }
     free(copy);
+    /* the timeline read without loading: whole, a part, and refused for short or other files */
+    cera_token peek[64];
+    int n_pos = -1;
+    CHECK(!cera_session_file_tokens(path, peek, 64, &n_pos, &err) && n_pos == 40 &&
+              !memcmp(peek, prompt, sizeof(cera_token) * 40),
+          "the file's tokens: %d: %s", n_pos, err.message);
+    CHECK(!cera_session_file_tokens(path, peek, 5, &n_pos, &err) && n_pos == 40 && !memcmp(peek, prompt, 20),
+          "the file's first tokens: %s", err.message);
+    CHECK(cera_session_file_tokens("/nonexistent/cera-state.bin", peek, 64, &n_pos, &err) == CERA_ERR_IO &&
+              n_pos == 0,
+          "tokens of a missing file");
+    CHECK(cera_session_file_tokens(shared_path("models/stories260K.gguf"), peek, 64, &n_pos, &err) ==
+              CERA_ERR_FORMAT,
+          "tokens of a GGUF file");
+    for (size_t cut = 0; cut < 2700 && cut < n; cut += 97) {
+        CHECK(spill(bad, good, cut), "write %s", bad);
+        const cera_status st = cera_session_file_tokens(bad, peek, 64, &n_pos, &err);
+        CHECK(st == CERA_ERR_FORMAT || (st == CERA_OK && n_pos == 40 && !memcmp(peek, prompt, 160)),
+              "tokens of a file cut at %zu: %d", cut, (int)st);
+    }
     /* another file altogether */
     fails += refused(t, shared_path("models/stories260K.gguf"), CERA_ERR_FORMAT, before, nv, "a GGUF file"),
         cases++;
