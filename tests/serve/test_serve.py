@@ -975,7 +975,35 @@ def group_disk(cera, shared, models, corpus):
     else:
         print("note: no SmolLM2 (scripts/setup.sh fetches it): its part skipped")
     disk_stories(cera, shared, stories, la, tmp.name)
+    gemma = os.path.join(models, "gemma-3-270m-q4_k_m.gguf")
+    if os.path.exists(gemma):
+        disk_gemma(cera, gemma, tmp.name)
+    else:
+        print("note: no Gemma-3-270M (scripts/setup.sh fetches it): its part skipped")
     return 0
+
+
+def disk_gemma(cera, model, tmp):
+    """Gemma 3 (window 512 on most layers): a prompt past the window is written when it has been
+    read (the cut back to its last block boundary needs the window it still holds then), and a new
+    process loads it with the text of a fresh run."""
+    d = os.path.join(tmp, "gemma")
+    os.mkdir(d)
+    system = " ".join("The river ran past the old mill and the garden of the house where the children played "
+                      "every day." for _ in range(30))
+    ref = Server(cera, ["-m", model, "-c", "1024", "--cache-slots", "0"])
+    try:
+        want = complete(ref, system + " Suddenly it rained.", 6)[0]
+    finally:
+        ref.stop()
+    for k, ask in enumerate([" Then a dog came.", " Suddenly it rained."]):
+        sv = Server(cera, ["-m", model, "-c", "1024", "--cache-dir", d])
+        try:
+            t, c = complete(sv, system + ask, 6)
+            wait_for(lambda: ours(d))
+        finally:
+            sv.stop()
+    check(t == want and c > 512, "Gemma: past the window from disk, the text of a fresh run: %r %d / %r" % (t, c, want))
 
 
 def disk_smollm2(cera, model, tmp):

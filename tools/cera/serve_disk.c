@@ -1,27 +1,30 @@
 /*
  * serve_disk.c — the disk tier under `cera serve`'s prefix cache (--cache-dir DIR).
  *
- * When a sequence ends, its timeline cut back to its longest prefix of whole KV blocks is
- * saved (cera_session_save of a fork cut back there) as DIR/cera-CTX-TOK.session: CTX a hash
- * of the engine's fingerprint (model, KV format, backend and kernel tier), the adapters with
- * their scales and how the timeline was rounded (serve_cache.h's modes), TOK a hash of its
- * tokens. The index (serve_disk_index.c) registers each file under the key of every
- * block-boundary prefix it holds; a new request hashes its prompt's block-boundary prefixes the
- * same way and finds the file sharing the longest beginning with it (which may go on past
- * where the prompt departs from it: the same system prompt with another question). When that
- * gives clearly more than the RAM cache, the file is loaded into a new session on the reader
- * thread, while the scheduler goes on with the other sequences, cut back to what the prompt
- * can use, and the request continues as from a RAM hit. The rounding rules are the RAM
+ * When a prompt has been read, and again when its sequence ends, the timeline cut back to its
+ * longest prefix of whole KV blocks is saved (cera_session_save of a fork cut back there) as
+ * DIR/cera-CTX-TOK.session: CTX a hash of the engine's fingerprint (model, KV format, backend and kernel
+ * tier), the adapters with their scales and how the timeline was rounded (serve_cache.h's modes), TOK a hash
+ * of its tokens. The index (serve_disk_index.c) registers each file under the key of every block-boundary
+ * prefix it holds; a new request hashes its prompt's block-boundary prefixes the same way and finds the file
+ * sharing the longest beginning with it (which may go on past where the prompt departs from it: the same
+ * system prompt with another question). When that gives clearly more than the RAM cache, the file is loaded
+ * into a new session on the reader thread, while the scheduler goes on with the other sequences, cut back to
+ * what the prompt can use, and the request continues as from a RAM hit. The rounding rules are the RAM
  * cache's: an exact server reuses a prefix only as far as a fresh evaluation would round it
  * and the rest of the prompt as the file's timeline was.
  *
- * Why at the end of a sequence rather than when the RAM cache lets it go: a restart or a
- * crash then loses nothing that finished, nothing has to be written at shutdown, and the
- * RAM cache, which drops all its entries at once when the KV pool runs out, never has to
- * wait for the disk. A file is written only when a later prompt would take it over what the
- * folder already holds of that timeline (so the answers of many requests sharing a system
- * prompt do not each write it again unless they add enough), and only while the writer has
- * fewer than SERVE_DISK_WRITES timelines queued: the disk never holds up the scheduler.
+ * Why then rather than when the RAM cache lets an entry go: a prompt is on disk while its
+ * answer is still being generated (for the other processes on the folder, and for a sliding
+ * window that the answer would move past the cut), a restart or a crash loses nothing that
+ * finished, nothing has to be written at shutdown, and the RAM cache, which drops all its
+ * entries at once when the KV pool runs out, never waits for the disk. The end of the
+ * sequence adds what its answer gives (a narrow timeline is exact through its generated
+ * tokens, for the next turn of a chat). A file is written only when a later prompt would take
+ * it over what the folder already holds of that timeline (so the many requests sharing a
+ * system prompt do not each write it again unless they add enough), and only while the
+ * writer has fewer than SERVE_DISK_WRITES timelines queued: the disk never holds up the
+ * scheduler.
  *
  * Files are written under a unique temporary name (.cera-KEY.PID.N.tmp, created exclusively,
  * mode 0600: they hold prompts' tokens) and renamed into place, so a reader sees a whole file
@@ -97,6 +100,7 @@ struct serve_disk {
     void (*wake)(void *);
     void *wake_arg;
     unsigned tmp_seq; /* the writer's */
+    bool cut_failed;  /* the scheduler's: a timeline could not be cut back (said once) */
     /* under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv_write, cv_read;
@@ -427,7 +431,14 @@ void serve_disk_put(serve_disk *d, cera_session *s, const serve_adapter_set *set
     write_task *w = calloc(1, sizeof *w);
     cera_session *fork = NULL;
     bool ok = w && cera_session_fork(s, &fork, NULL) == CERA_OK;
+    const bool forked = ok;
     ok = ok && cera_session_truncate(fork, (int)n, NULL) == CERA_OK; /* a sliding window may refuse */
+    if (forked && !ok && (d->verbose || !d->cut_failed))
+        fprintf(stderr,
+                "cera serve: --cache-dir: a timeline past the model's sliding window cannot be cut back to "
+                "whole KV blocks: not written (such timelines stay in the RAM cache)%s\n",
+                d->verbose ? "" : "; said once");
+    d->cut_failed = d->cut_failed || (forked && !ok);
     pthread_mutex_lock(&d->mu);
     if (!ok) {
         sdx_remove(&d->x, id);

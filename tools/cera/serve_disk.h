@@ -49,10 +49,10 @@ cera_status serve_disk_open(cera_engine *e, const serve_disk_params *p, serve_di
  * cancelled). NULL: nothing. */
 void serve_disk_close(serve_disk *d);
 
-/* A sequence's timeline at its end: session s, attached to set, its first n_mode positions
- * rounded as mode (serve_mode_extent). Its longest prefix of whole KV blocks (usable as such)
- * is queued for writing, as a fork cut back to it, unless the folder holds it, or a prefix of
- * it that a later prompt would take as readily (see serve_disk_find), already. */
+/* A sequence's timeline (its prompt read, or at its end): session s, attached to set, its first
+ * n_mode positions rounded as mode (serve_mode_extent). Its longest prefix of whole KV blocks (usable as
+ * such) is queued for writing, as a fork cut back to it, unless the folder holds it, or a prefix of it that a
+ * later prompt would take as readily (see serve_disk_find), already. */
 void serve_disk_put(serve_disk *d, cera_session *s, const serve_adapter_set *set, int mode, size_t n_mode);
 
 /* A file to load for a prompt: its id, its positions, how many of them begin the prompt, and

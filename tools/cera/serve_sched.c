@@ -14,8 +14,9 @@
  * sequences that have logits are sampled together (cera_batch_sample: each with its own
  * sampler chain, seed and penalties) and their text is published to their connections. A
  * prompt whose beginning the disk tier holds (--cache-dir) waits out of the steps while the
- * disk's reader loads it, then reads the rest as after a RAM hit; every sequence's timeline
- * goes to the disk tier's writer when it ends.
+ * disk's reader loads it, then reads the rest as after a RAM hit; a sequence's timeline goes to
+ * the disk tier's writer when its prompt has been read and again, if it has grown enough, when
+ * it ends.
  */
 #include <math.h>
 #include <stdio.h>
@@ -670,6 +671,10 @@ void *serve_sched_main(void *arg) {
             if (s.prefill[i]) {
                 q->n_done += s.items[i].n_tokens;
                 if (q->n_done < q->n_prompt) continue;
+                /* the prompt read: to the disk tier now (the sequence's end may add its answer) */
+                if (q->first == q->index)
+                    serve_disk_put(sv->disk, q->s, &q->job->ad, q->mode,
+                                   serve_mode_extent(q->mode, q->n_prompt, q->n_prompt));
             }
             s.samp[s.n_samp] = q->s;
             s.samp_seq[s.n_samp++] = q;
