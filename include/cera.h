@@ -274,6 +274,24 @@ CERA_API cera_status cera_session_shift(cera_session *session, int n_keep, int n
 CERA_API cera_status cera_session_save(cera_session *session, const char *path, cera_error *err);
 CERA_API cera_status cera_session_load(cera_session *session, const char *path, cera_error *err);
 
+/* The timeline a saved session file holds, without loading it: *n_pos its length and its
+ * first min(n_pos, cap) tokens into tokens. Only the header is checked (the magic, the version,
+ * a length the file can hold), not the checksum, the model or the adapters (cera_session_load
+ * checks those): CERA_ERR_IO when it cannot be read, CERA_ERR_FORMAT when it is not a session
+ * file or is cut short. */
+CERA_API cera_status cera_session_file_tokens(const char *path, cera_token *tokens, size_t cap, int *n_pos,
+                                              cera_error *err);
+
+/* What saved sessions are tied to, as 64-bit fingerprints (0 for NULL). The engine's covers
+ * its model (its tensors, hashed as cera_session_save hashes them), its KV cache type and
+ * layout, the session file's version and the backend that computes, with what else decides
+ * its numbers (the CPU's kernel tier); an adapter's covers its factors. Engines of equal
+ * fingerprints load each other's files (with the same adapters at the same scales attached)
+ * and compute the same numbers, so that a store of saved sessions shared by several
+ * processes can name its files by them (`cera serve --cache-dir`). */
+CERA_API uint64_t cera_engine_fingerprint(const cera_engine *engine);
+/* (cera_adapter_fingerprint, with the adapters below.) */
+
 /* Appends tokens and evaluates them as one batch. With all_logits the logits of
  * every new position are kept (for cera_session_logits(session, i)); otherwise only
  * the last position's. Logits that are NaN or +Inf (corrupt weights, or an
@@ -548,6 +566,8 @@ CERA_API cera_status cera_adapter_load(cera_engine *engine, const char *path, ce
 /* Drops the caller's reference. Sessions hold their own: the adapter is freed when the
  * last session detaches it. */
 CERA_API void cera_adapter_free(cera_adapter *adapter);
+/* The adapter's fingerprint (its factors; 0 for NULL): see cera_engine_fingerprint. */
+CERA_API uint64_t cera_adapter_fingerprint(const cera_adapter *adapter);
 
 /* Attaches the adapter at a scale, or changes the scale when it is attached already.
  * A scale of 0 keeps it attached but inert (the same results as detached, bit for bit).

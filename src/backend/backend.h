@@ -76,6 +76,9 @@ typedef struct cera_backend cera_backend;
 
 struct cera_backend {
     const char *name; /* "cpu", "cuda" */
+    /* What else decides its numbers, where the same model and inputs may round otherwise (the
+     * CPU's kernel tier), or NULL: part of the engine's fingerprint (cera_engine_fingerprint). */
+    const char *variant;
     /* Whether KV blocks live in host memory (cera_kv_pool.data) or in the backend's own
      * storage (attached to cera_kv_pool.dev by kv_init). */
     bool kv_on_host;

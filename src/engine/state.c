@@ -14,7 +14,9 @@
  *   every layer); last a u64 checksum of everything before it.
  * The model fingerprint hashes the file's tensors (names, types, shapes and the first and
  * last bytes of each one's data), an adapter's its factors, so a file saved on another model
- * or with other adapters is refused by name rather than giving wrong logits. Loading reads
+ * or with other adapters is refused by name rather than giving wrong logits
+ * (cera_engine_fingerprint and cera_adapter_fingerprint give these hashes, with the KV format
+ * and the backend, to whoever names stored files by them). Loading reads
  * the file twice: once to check its header and checksum and the header against this engine
  * and session (nothing changes when that fails), once to fill the session.
  */
@@ -105,6 +107,8 @@ static uint64_t adapter_fingerprint(const cera_adapter *a) {
     hash_bytes(&x, a->data, a->used * sizeof(float));
     return hash_end(&x);
 }
+
+uint64_t cera_adapter_fingerprint(const cera_adapter *a) { return a ? adapter_fingerprint(a) : 0; }
 
 /* ---- The header --------------------------------------------------------------------- */
 
@@ -200,6 +204,20 @@ static bool header_io(stream *s, header *h) {
     return io(s, &h->rng.index, 4);
 }
 
+static uint32_t kv_type_word(const cera_engine *e) {
+    /* K's type, V's when it differs, whether each is rotated and whether a device's layout holds
+     * them, in one word (a host cache of one unrotated type has the type's number, as before V and
+     * rotation had a say); a device keeps the block types in a layout of its own (the same
+     * bytes, another order) */
+    const cera_kv_format *f = &e->kv->fmt;
+    uint32_t w = (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
+                 (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
+    const bool block_k = f->k == CERA_KV_Q8_0 || f->k == CERA_KV_Q4_0,
+               block_v = f->v == CERA_KV_Q8_0 || f->v == CERA_KV_Q4_0;
+    if (!e->backend->kv_on_host && (block_k || block_v)) w |= 1u << 12;
+    return w;
+}
+
 /* The header this session would write. */
 static void session_header(const cera_session *s, header *h) {
     const cera_engine *e = s->engine;
@@ -209,16 +227,7 @@ static void session_header(const cera_session *s, header *h) {
         h->adapter[h->n_adapters] = adapter_fingerprint(s->lora.e[i].adapter);
         h->scale[h->n_adapters++] = s->lora.e[i].scale;
     }
-    /* K's type, V's when it differs, whether each is rotated and whether a device's layout holds
-     * them, in one word (a host cache of one unrotated type has the type's number, as before V and
-     * rotation had a say) */
-    const cera_kv_format *f = &e->kv->fmt;
-    h->kv_type = (uint32_t)f->k | (f->v != f->k ? (uint32_t)(f->v + 1) << 4 : 0) |
-                 (uint32_t)(f->rot_k ? 1 : 0) << 8 | (uint32_t)(f->rot_v ? 1 : 0) << 9;
-    /* a device keeps the block types in a layout of its own (the same bytes, another order) */
-    const bool block_k = f->k == CERA_KV_Q8_0 || f->k == CERA_KV_Q4_0,
-               block_v = f->v == CERA_KV_Q8_0 || f->v == CERA_KV_Q4_0;
-    if (!e->backend->kv_on_host && (block_k || block_v)) h->kv_type |= 1u << 12;
+    h->kv_type = kv_type_word(e);
     for (int g = 0; g < CERA_KV_GROUPS; g++) {
         h->block_bytes[g] = block_bytes(e, g);
         h->first[g] = s->seq.first[g];
@@ -229,6 +238,26 @@ static void session_header(const cera_session *s, header *h) {
     h->n_vocab = (uint32_t)e->model.hp.n_vocab;
     h->has_logits = s->n_logit_rows > 0;
     cera_sampler_rng_get(s->sampler, &h->rng);
+}
+
+/* What a file's header ties it to, less the adapters and the timeline, with the file's version and
+ * the backend that computes (and what else decides its numbers). */
+uint64_t cera_engine_fingerprint(const cera_engine *e) {
+    if (!e) return 0;
+    hasher x;
+    hash_init(&x);
+    hash_word(&x, model_fingerprint(e));
+    hash_word(&x, VERSION);
+    hash_word(&x, kv_type_word(e));
+    hash_word(&x, (uint64_t)e->model.hp.n_vocab);
+    for (int g = 0; g < CERA_KV_GROUPS; g++) hash_word(&x, block_bytes(e, g));
+    hash_word(&x, e->kv->state_bytes);
+    const char *be[2] = {e->backend->name, e->backend->variant ? e->backend->variant : ""};
+    for (int i = 0; i < 2; i++) {
+        for (const char *c = be[i]; *c; c++) hash_word(&x, (uint8_t)*c);
+        hash_word(&x, 0x100); /* the end of a name */
+    }
+    return x.h;
 }
 
 /* Copies n bytes between the file's buffer and host storage, the way to_store says. */
@@ -262,28 +291,58 @@ static cera_status block_copy(cera_session *s, int g, int block, void *buf, bool
     return e->backend->kv_io(e->backend, g, block, buf, to_store, err);
 }
 
+/* Bytes of KV a save or a load copies in one turn of the engine's lock: the file is read and
+ * written outside it, so that other sessions' forward calls go on between the turns. */
+#define BODY_RUN_BYTES ((size_t)4 << 20)
+
 /* The session's recurrent state and each held block, through one buffer: read from storage
- * and written to the file, or read from the file into storage. */
+ * and written to the file, or read from the file into storage, a run of blocks per turn of
+ * the engine's lock (the session is its caller's alone, and blocks it shares with others are
+ * copied before anyone writes into them, so its blocks hold still between the turns). */
 static cera_status body_io(cera_session *s, stream *f, const header *h, cera_error *err) {
     const bool load = !f->write;
+    pthread_mutex_t *mu = &s->engine->forward_lock;
     size_t most = (size_t)h->state_bytes;
-    for (int g = 0; g < CERA_KV_GROUPS; g++)
-        most = h->block_bytes[g] > most ? (size_t)h->block_bytes[g] : most;
+    for (int g = 0; g < CERA_KV_GROUPS; g++) {
+        const size_t b = (size_t)h->block_bytes[g];
+        const size_t run = b ? (BODY_RUN_BYTES > b ? BODY_RUN_BYTES / b * b : b) : 0;
+        most = run > most ? run : most;
+    }
     uint8_t *buf = malloc(most ? most : 1);
     if (!buf) return cera_fail(err, CERA_ERR_NO_MEMORY, "session file buffer of %zu bytes", most);
     cera_status st = CERA_OK;
     if (h->state_bytes) {
-        if (!load) st = state_copy(s, buf, false, err);
-        if (!st && io(f, buf, (size_t)h->state_bytes) && load) st = state_copy(s, buf, true, err);
+        if (!load) {
+            pthread_mutex_lock(mu);
+            st = state_copy(s, buf, false, err);
+            pthread_mutex_unlock(mu);
+        }
+        if (!st && io(f, buf, (size_t)h->state_bytes) && load) {
+            pthread_mutex_lock(mu);
+            st = state_copy(s, buf, true, err);
+            pthread_mutex_unlock(mu);
+        }
     }
     const int n_blocks = n_blocks_of(h->n_pos);
     for (int g = 0; g < CERA_KV_GROUPS && !st && !f->st; g++) {
-        if (!h->block_bytes[g]) continue;
+        const size_t b = (size_t)h->block_bytes[g];
+        if (!b) continue;
+        const int per_run = (int)(most / b);
         const int32_t *t = s->seq.blocks + (size_t)g * (size_t)s->seq.max_blocks;
-        for (int i = h->first[g]; i < n_blocks && !st && !f->st; i++) {
-            if (!load) st = block_copy(s, g, t[i], buf, false, err);
-            if (!st && io(f, buf, (size_t)h->block_bytes[g]) && load)
-                st = block_copy(s, g, t[i], buf, true, err);
+        for (int i = h->first[g]; i < n_blocks && !st && !f->st; i += per_run) {
+            const int k = n_blocks - i < per_run ? n_blocks - i : per_run;
+            if (!load) {
+                pthread_mutex_lock(mu);
+                for (int r = 0; r < k && !st; r++)
+                    st = block_copy(s, g, t[i + r], buf + (size_t)r * b, false, err);
+                pthread_mutex_unlock(mu);
+            }
+            if (!st && io(f, buf, (size_t)k * b) && load) {
+                pthread_mutex_lock(mu);
+                for (int r = 0; r < k && !st; r++)
+                    st = block_copy(s, g, t[i + r], buf + (size_t)r * b, true, err);
+                pthread_mutex_unlock(mu);
+            }
         }
     }
     free(buf);
@@ -317,11 +376,7 @@ cera_status cera_session_save(cera_session *s, const char *path, cera_error *err
     header_io(&f, &h);
     io(&f, s->tokens, sizeof(cera_token) * (size_t)h.n_pos);
     if (row) io(&f, (void *)row, sizeof(float) * (size_t)nv);
-    if (!f.st) {
-        pthread_mutex_lock(&s->engine->forward_lock);
-        st = body_io(s, &f, &h, err);
-        pthread_mutex_unlock(&s->engine->forward_lock);
-    }
+    if (!f.st) st = body_io(s, &f, &h, err);
     uint64_t sum = hash_end(&f.h);
     if (!st && !f.st && fwrite(&sum, 8, 1, f.f) != 1)
         f.st = cera_fail(err, CERA_ERR_IO, "%s: cannot write the session file", path);
@@ -387,6 +442,30 @@ static cera_status check_file(cera_session *s, const char *path, header *h, cera
     return CERA_OK;
 }
 
+cera_status cera_session_file_tokens(const char *path, cera_token *tokens, size_t cap, int *n_pos,
+                                     cera_error *err) {
+    cera_error_clear(err);
+    if (!path || !n_pos || (!tokens && cap))
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_file_tokens: NULL argument");
+    *n_pos = 0;
+    stream f;
+    stream_open(&f, path, false, err);
+    if (f.st) return f.st;
+    const long size = fseek(f.f, 0, SEEK_END) ? -1 : ftell(f.f);
+    header h;
+    if (size < 8 || fseek(f.f, 0, SEEK_SET)) {
+        f.st = cera_fail(err, CERA_ERR_FORMAT, "%s: not a cera session file", path);
+    } else if (header_io(&f, &h)) {
+        if (h.n_pos < 0 || (uint64_t)h.n_pos * sizeof(cera_token) + 8 > (uint64_t)size - f.done)
+            f.st =
+                cera_fail(err, CERA_ERR_FORMAT, "%s: the session file's header does not hold together", path);
+        const size_t n = (size_t)h.n_pos < cap ? (size_t)h.n_pos : cap;
+        if (!f.st && io(&f, tokens, n * sizeof(cera_token))) *n_pos = h.n_pos;
+    }
+    fclose(f.f);
+    return f.st;
+}
+
 cera_status cera_session_load(cera_session *s, const char *path, cera_error *err) {
     cera_error_clear(err);
     if (!s || !path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_load: NULL argument");
@@ -420,9 +499,13 @@ cera_status cera_session_load(cera_session *s, const char *path, cera_error *err
     if ((st = cera_session_truncate(s, 0, err))) goto out;
     pthread_mutex_lock(&s->engine->forward_lock);
     st = cera_kv_seq_restore(&s->seq, h.n_pos, h.first, err);
-    if (!st) st = body_io(s, &f, &h, err);
-    if (st) cera_kv_seq_truncate(&s->seq, 0);
     pthread_mutex_unlock(&s->engine->forward_lock);
+    if (!st) st = body_io(s, &f, &h, err);
+    if (st) {
+        pthread_mutex_lock(&s->engine->forward_lock);
+        cera_kv_seq_truncate(&s->seq, 0);
+        pthread_mutex_unlock(&s->engine->forward_lock);
+    }
     if (st) goto out;
     memcpy(s->tokens, tokens, sizeof(cera_token) * (size_t)h.n_pos);
     if (h.has_logits) memcpy(s->logits, row, sizeof(float) * (size_t)nv); /* room: one row at least */

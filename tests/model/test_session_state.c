@@ -16,7 +16,11 @@
  *     random bytes flipped, and other bytes than a session file (CERA_ERR_FORMAT); a file
  *     from another model, with another adapter, the adapter at another scale, or none, or with
  *     another KV cache type (CERA_ERR_INVALID_ARG);
- *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL.
+ *   - a file of more positions than the loading engine's context: CERA_ERR_CONTEXT_FULL;
+ *   - cera_session_file_tokens: the timeline of a file without loading it, refused for cut
+ *     short and other files;
+ *   - the engine's and adapters' fingerprints (equal for the same model, KV cache type and
+ *     adapter, different otherwise).
  * With the argument "cuda" (tests/cuda's build of this file; exit 77 without a GPU) the same on
  * the CUDA backend, whose blocks and conv states are copied from and to the device.
  */
@@ -203,6 +207,26 @@ static void check_refused(void) {
         fails += refused(t, bad, CERA_ERR_FORMAT, before, nv, what), cases++;
     }
     free(copy);
+    /* the timeline read without loading: whole, a part, and refused for short or other files */
+    cera_token peek[64];
+    int n_pos = -1;
+    CHECK(!cera_session_file_tokens(path, peek, 64, &n_pos, &err) && n_pos == 40 &&
+              !memcmp(peek, prompt, sizeof(cera_token) * 40),
+          "the file's tokens: %d: %s", n_pos, err.message);
+    CHECK(!cera_session_file_tokens(path, peek, 5, &n_pos, &err) && n_pos == 40 && !memcmp(peek, prompt, 20),
+          "the file's first tokens: %s", err.message);
+    CHECK(cera_session_file_tokens("/nonexistent/cera-state.bin", peek, 64, &n_pos, &err) == CERA_ERR_IO &&
+              n_pos == 0,
+          "tokens of a missing file");
+    CHECK(cera_session_file_tokens(shared_path("models/stories260K.gguf"), peek, 64, &n_pos, &err) ==
+              CERA_ERR_FORMAT,
+          "tokens of a GGUF file");
+    for (size_t cut = 0; cut < 2700 && cut < n; cut += 97) {
+        CHECK(spill(bad, good, cut), "write %s", bad);
+        const cera_status st = cera_session_file_tokens(bad, peek, 64, &n_pos, &err);
+        CHECK(st == CERA_ERR_FORMAT || (st == CERA_OK && n_pos == 40 && !memcmp(peek, prompt, 160)),
+              "tokens of a file cut at %zu: %d", cut, (int)st);
+    }
     /* another file altogether */
     fails += refused(t, shared_path("models/stories260K.gguf"), CERA_ERR_FORMAT, before, nv, "a GGUF file"),
         cases++;
@@ -267,6 +291,33 @@ out:
     cera_engine_close(other);
 }
 
+/* The fingerprints a store of saved sessions names its files by: equal for two engines on the
+ * same file and KV cache type, and for one adapter loaded twice; different for another KV cache
+ * type, another model, another adapter. */
+static void check_fingerprints(void) {
+    cera_engine *e = open_ctx("models/stories260K.gguf", 256), *e2 = open_ctx("models/stories260K.gguf", 128);
+    cera_engine *other = open_ctx("golden/synth-llama-f32.gguf", 256);
+    kv_k = CERA_KV_F32;
+    cera_engine *f32 = open_ctx("models/stories260K.gguf", 256);
+    kv_k = CERA_KV_F16;
+    if (!e || !e2 || !other || !f32) goto out;
+    const uint64_t fe = cera_engine_fingerprint(e);
+    CHECK(fe != 0 && fe == cera_engine_fingerprint(e2), "the same model and KV cache type: one fingerprint");
+    CHECK(fe != cera_engine_fingerprint(other), "another model: another fingerprint");
+    CHECK(fe != cera_engine_fingerprint(f32), "another KV cache type: another fingerprint");
+    CHECK(cera_engine_fingerprint(NULL) == 0 && cera_adapter_fingerprint(NULL) == 0, "NULL: 0");
+    cera_adapter *a = test_load_adapter(e, "golden/lora-stories-a.gguf");
+    cera_adapter *a2 = test_load_adapter(e2, "golden/lora-stories-a.gguf");
+    cera_adapter *b = test_load_adapter(e, "golden/lora-stories-b.gguf");
+    if (a && a2 && b) {
+        CHECK(cera_adapter_fingerprint(a) == cera_adapter_fingerprint(a2), "one adapter loaded twice");
+        CHECK(cera_adapter_fingerprint(a) != cera_adapter_fingerprint(b), "two adapters");
+    }
+    cera_adapter_free(a), cera_adapter_free(a2), cera_adapter_free(b);
+out:
+    cera_engine_close(e), cera_engine_close(e2), cera_engine_close(other), cera_engine_close(f32);
+}
+
 int main(int argc, char **argv) {
     const int dev = test_device_arg(argc, argv);
     if (dev < 0) return TEST_SKIP_CODE;
@@ -282,5 +333,6 @@ int main(int argc, char **argv) {
         kv_k = CERA_KV_F16, kv_v = CERA_KV_AS_K;
     }
     check_refused();
+    if (device == CERA_DEVICE_CPU) check_fingerprints();
     return test_finish();
 }

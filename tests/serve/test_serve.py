@@ -17,6 +17,9 @@ its first stdout line), talks to it, and stops it (SIGTERM).
           free their KV blocks at once; RSS flat over 10 rounds of that load
   recurrent  prompts' snapshots at chunk boundaries reused exactly where sessions cannot be cut
           back: the synthetic LFM2 (a recurrent state), Gemma-3-270M (sliding windows)
+  disk    --cache-dir: a new process loads a long system prompt's KV from disk and answers as a
+          server without a cache; damaged and foreign files refused, the cap's LRU, adapters and
+          models apart, bad folders, concurrent loads (stories260K; SmolLM2 through the openai client)
   embed   /v1/embeddings through the openai client: cera embed's vectors (float, base64),
           every input shape, usage, adapters as model names, errors, a stream running beside
 (deploy/nginx's test: test_serve_nginx.py, over this file's helpers)
@@ -907,6 +910,298 @@ def group_recurrent(cera, shared, models, corpus):
     return 0
 
 
+# ---- disk -----------------------------------------------------------------------------
+
+def wait_for(pred, timeout=20):
+    """Polls pred until it holds (a server's writer works after the answer): its last value."""
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v or time.time() > end:
+            return v
+        time.sleep(0.05)
+
+
+def ours(d):
+    """The prefix files of a --cache-dir folder."""
+    return sorted(f for f in os.listdir(d) if f.startswith("cera-") and f.endswith(".session"))
+
+
+def complete(sv, prompt, n=8, **extra):
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0}
+    body.update(extra)
+    st, data = sv.request("POST", "/v1/completions", body, timeout=300)
+    check(st == 200, "a completion: %s %s" % (st, data[:300]))
+    r = json.loads(data) if st == 200 else {"choices": [{"text": None}], "usage": {"prompt_tokens_details": {}}}
+    return r["choices"][0]["text"], r["usage"]["prompt_tokens_details"].get("cached_tokens", 0)
+
+
+def wrote(sv, k):
+    """The name of the k-th file the --verbose server wrote (waiting for it)."""
+    def names():
+        return [l.split("wrote ")[1].split()[0] for l in sv.err_lines if "--cache-dir: wrote " in l]
+    got = wait_for(lambda: len(names()) > k)
+    return names()[k] if got else None
+
+
+def group_disk(cera, shared, models, corpus):
+    """The disk tier under the prefix cache (--cache-dir): a new process with the same long system
+    prompt loads its KV and answers as a server without any cache; damaged, cut short and foreign
+    files are refused (and deleted when ours) with the answer still right; the size cap evicts the
+    least recently used; other adapters, scales and models do not hit; bad folders are startup
+    errors; concurrent loads; no disk tier where sessions cannot be cut back."""
+    import tempfile
+    stories = os.path.join(shared, "models", "stories260K.gguf")
+    la = os.path.join(shared, "golden", "lora-stories-a.gguf")
+    if not all(os.path.exists(p) for p in (stories, la)):
+        print("skip: no stories260K or its adapter")
+        return SKIP
+    tmp = tempfile.TemporaryDirectory()
+    # bad folders: clear errors before the model loads
+    for bad, want in [(os.path.join(tmp.name, "missing"), "no such folder"), (stories, "not a folder")]:
+        p = subprocess.run([cera, "serve", "-m", stories, "--port", "0", "--cache-dir", bad], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode != 0 and want in p.stderr, "--cache-dir %s: %d %r" % (bad, p.returncode, p.stderr[-300:]))
+    if os.geteuid() != 0:
+        ro = os.path.join(tmp.name, "ro")
+        os.mkdir(ro, 0o500)
+        p = subprocess.run([cera, "serve", "-m", stories, "--port", "0", "--cache-dir", ro], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode != 0 and "cannot create files there" in p.stderr, "an unwritable folder: %r" % p.stderr)
+
+    smol = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.exists(smol):
+        disk_smollm2(cera, smol, tmp.name)
+    else:
+        print("note: no SmolLM2 (scripts/setup.sh fetches it): its part skipped")
+    disk_stories(cera, shared, stories, la, tmp.name)
+    gemma = os.path.join(models, "gemma-3-270m-q4_k_m.gguf")
+    if os.path.exists(gemma):
+        disk_gemma(cera, gemma, tmp.name)
+    else:
+        print("note: no Gemma-3-270M (scripts/setup.sh fetches it): its part skipped")
+    return 0
+
+
+def disk_gemma(cera, model, tmp):
+    """Gemma 3 (window 512 on most layers): a prompt past the window is written when it has been
+    read (the cut back to its last block boundary needs the window it still holds then), and a new
+    process loads it with the text of a fresh run."""
+    d = os.path.join(tmp, "gemma")
+    os.mkdir(d)
+    system = " ".join("The river ran past the old mill and the garden of the house where the children played "
+                      "every day." for _ in range(30))
+    ref = Server(cera, ["-m", model, "-c", "1024", "--cache-slots", "0"])
+    try:
+        want = complete(ref, system + " Suddenly it rained.", 6)[0]
+    finally:
+        ref.stop()
+    for k, ask in enumerate([" Then a dog came.", " Suddenly it rained."]):
+        sv = Server(cera, ["-m", model, "-c", "1024", "--cache-dir", d])
+        try:
+            t, c = complete(sv, system + ask, 6)
+            wait_for(lambda: ours(d))
+        finally:
+            sv.stop()
+    check(t == want and c > 512, "Gemma: past the window from disk, the text of a fresh run: %r %d / %r" % (t, c, want))
+
+
+def disk_smollm2(cera, model, tmp):
+    """A chat with a long system prompt, then a new process with another question."""
+    try:
+        import openai
+    except ImportError:
+        print("note: no openai client: the SmolLM2 part skipped")
+        return
+    d = os.path.join(tmp, "smol")
+    os.mkdir(d)
+    system = ("You are a careful assistant for a small bakery in Lyon. " +
+              " ".join("Rule %d: answer in one short sentence, name the bread, the price in euros and the day "
+                       "it is baked, and never promise a delivery." % i for i in range(1, 13)))
+    asks = ["What bread do you have on Monday?", "Is there rye bread?", "How much is a baguette?"]
+
+    def chat(sv, q):
+        cl = openai.OpenAI(base_url=sv.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        r = cl.chat.completions.create(model="m", temperature=0, max_tokens=10, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": q}])
+        return r.choices[0].message.content, r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
+
+    args = ["-m", model, "-c", "1024", "--alias", "m"]
+    ref = Server(cera, args + ["--cache-slots", "0"])
+    try:
+        want = [chat(ref, q) for q in asks]
+    finally:
+        ref.stop()
+    check(want[0][1] > 256, "a system prompt of several blocks: %d tokens" % want[0][1])
+    sv = Server(cera, args + ["--cache-dir", d, "--verbose"])
+    try:
+        got = chat(sv, asks[0])
+        check(got[0] == want[0][0] and got[2] == 0, "the first server computes: %s / %s" % (got, want[0]))
+        check(wrote(sv, 0) is not None, "the timeline is written: %s" % sv.log()[-800:])
+    finally:
+        sv.stop()
+    check(len(ours(d)) == 1, "one prefix file: %s" % os.listdir(d))
+    mtime = os.path.getmtime(os.path.join(d, ours(d)[0]))
+    # a new process: the system prompt from the file, the answer a server without a cache gives
+    sv = Server(cera, args + ["--cache-dir", d, "--verbose"])
+    try:
+        got = chat(sv, asks[1])
+        check(got[0] == want[1][0], "from the disk: %r, without a cache: %r" % (got[0], want[1][0]))
+        check(got[2] >= 256 and got[2] < got[1], "the system prompt came from disk: %d of %d" % (got[2], got[1]))
+        time.sleep(0.2)
+        line = "(%d cached, %d from disk)" % (got[2], got[2])
+        check(line in sv.log() and "loaded from the disk cache" in sv.log(),
+              "the --verbose lines: %r in %r" % (line, sv.log()[-1200:]))
+        check(sv.metric("cera_disk_cache_hits_total") == 1 and sv.metric("cera_disk_cache_tokens_total") == got[2],
+              "the disk metrics")
+        check(os.path.getmtime(os.path.join(d, ours(d)[0])) > mtime, "a hit touches the file (its last use)")
+    finally:
+        sv.stop()
+    # damaged files: a byte flipped in the KV, then a file cut short; beside them a file of our
+    # pattern that is no session file, a symlink of our pattern and a file of someone else's
+    junk = os.path.join(d, "cera-%016x-%016x.session" % (1, 2))
+    open(junk, "wb").write(b"not a session")
+    notes = os.path.join(d, "notes.txt")
+    open(notes, "w").write("not ours")
+    link = os.path.join(d, "cera-%016x-%016x.session" % (3, 4))
+    os.symlink(notes, link)
+    for how, said in [("flip", "checksum mismatch"), ("cut", "damaged")]:
+        files = ours(d)
+        check(len(files) >= 1, "prefix files to damage: %s" % os.listdir(d))
+        for f in files:
+            path = os.path.join(d, f)
+            if os.path.islink(path) or path == junk:
+                continue
+            data = bytearray(open(path, "rb").read())
+            if how == "flip":
+                data[len(data) * 3 // 5] ^= 0x40
+            else:
+                data = data[:len(data) * 3 // 5]
+            open(path, "wb").write(data)
+        sv = Server(cera, args + ["--cache-dir", d, "--verbose", "--cache-slots", "0"])
+        try:
+            got = chat(sv, asks[1])
+            check(got[0] == want[1][0] and got[2] == 0, "%s: refused, the answer still right: %s" % (how, got))
+            check(sv.metric("cera_disk_cache_refused_total") == 1 and said in sv.log(),
+                  "%s: the file refused and logged: %s" % (how, sv.log()[-1500:]))
+            # the timeline written anew, and the next question loads it
+            check(wait_for(lambda: any("--cache-dir: wrote" in l for l in sv.err_lines)), "%s: written anew" % how)
+            again = chat(sv, asks[2])
+            check(again[0] == want[2][0] and again[2] >= 256, "%s: a good file again: %s" % (how, again))
+        finally:
+            sv.stop()
+        if how == "flip":
+            check("1 damaged deleted" in sv.log(), "the junk file of our pattern is deleted at start: %s" %
+                  sv.log()[:600])
+    check(not os.path.exists(junk) and os.path.exists(notes) and os.path.islink(link),
+          "files that are not ours are left alone: %s" % os.listdir(d))
+
+
+def disk_stories(cera, shared, model, la, tmp):
+    """stories260K (token-id prompts): the cap's LRU, adapters, scales and models apart,
+    concurrent loads, the recurrent model's disk tier off."""
+    base = list(range(3, 3 + 190))  # six blocks: wide prompts (one chunk of 64 or more tokens)
+
+    def prompt(k, extra=4):
+        return [1] + [(t * (k + 7)) % 500 + 3 for t in base] + [5 + k] * extra
+
+    ref = Server(cera, ["-m", model, "-c", "512", "--lora", "a=" + la, "--cache-slots", "0"])
+    try:
+        want = {k: complete(ref, prompt(k))[0] for k in range(4)}
+        want_a = complete(ref, prompt(0), model="a")[0]
+        conc = [prompt(0, 3 + i) for i in range(6)]
+        want_conc = [complete(ref, p)[0] for p in conc]
+    finally:
+        ref.stop()
+    # the cap: files of three prompts, the first used again between, the second evicted
+    d = os.path.join(tmp, "lru")
+    os.mkdir(d)
+    args = ["-m", model, "-c", "512", "--cache-slots", "0", "--verbose", "--cache-dir", d]
+    sv = Server(cera, args)
+    try:
+        complete(sv, prompt(0))
+        f0 = wrote(sv, 0)
+        size = os.path.getsize(os.path.join(d, f0)) if f0 else 0
+    finally:
+        sv.stop()
+    check(size > 0, "a first file")
+    sv = Server(cera, args + ["--cache-dir-size", str(size * 5 // 2)])
+    try:
+        complete(sv, prompt(1))
+        f1 = wrote(sv, 0)
+        time.sleep(0.05)
+        t, c = complete(sv, prompt(0))
+        check(t == want[0] and c >= 64, "a disk hit touches the file: %s %d" % (t, c))
+        check(c == len(prompt(0)) - 64, "a wide prompt reuses what leaves a wide rest: %d" % c)
+        complete(sv, prompt(2))
+        f2 = wrote(sv, 1)
+        wait_for(lambda: f1 not in ours(d))
+        check(ours(d) == sorted([f0, f2]), "the least recently used goes: %s (wrote %s %s %s)" % (ours(d), f0, f1, f2))
+        check(("evicted %s" % f1) in sv.log(), "the eviction is logged")
+        check(sv.metric("cera_disk_cache_bytes") <= size * 5 // 2, "the folder within the cap")
+    finally:
+        sv.stop()
+    # a smaller cap at start: the least recently used go before anything runs
+    sv = Server(cera, args + ["--cache-dir-size", str(size * 3 // 2)])
+    try:
+        check(ours(d) == [f2], "a new process fits the cap: %s" % ours(d))
+        t, c = complete(sv, prompt(2))
+        check(t == want[2] and c >= 64, "the file kept still loads: %s %d" % (t, c))
+    finally:
+        sv.stop()
+    # adapters, scales and models apart: each finds its own files only
+    d = os.path.join(tmp, "apart")
+    os.mkdir(d)
+    args = ["-m", model, "-c", "512", "--cache-slots", "0", "--lora", "a=" + la, "--cache-dir", d]
+    sv = Server(cera, args)
+    try:
+        check(complete(sv, prompt(0)) == (want[0], 0), "nothing at first")
+        wait_for(lambda: len(ours(d)) == 1)
+        t, c = complete(sv, prompt(0), model="a")
+        check(t == want_a and c == 0, "another adapter does not hit: %d" % c)
+        wait_for(lambda: len(ours(d)) == 2)
+        t, c = complete(sv, prompt(0), lora=[{"id": 0, "scale": 0.5}])
+        check(c == 0, "the adapter at another scale does not hit: %d" % c)
+        t, c = complete(sv, prompt(0), model="a")
+        check(t == want_a and c >= 64, "the adapter's own file hits: %d" % c)
+    finally:
+        sv.stop()
+    for other in (["-m", os.path.join(shared, "golden", "synth-llama-q8_0.gguf")], ["-m", model, "--kv", "f32"]):
+        sv = Server(cera, other + ["-c", "512", "--cache-slots", "0", "--cache-dir", d])
+        try:
+            t, c = complete(sv, prompt(0))  # (synth-llama: stories260K's vocabulary size)
+            check(c == 0, "another model or KV cache type does not hit: %s %d" % (other, c))
+            check(sv.metric("cera_disk_cache_refused_total") == 0, "nothing refused: the names differ")
+        finally:
+            sv.stop()
+    # concurrent requests, each loading the shared beginning while the others run
+    sv = Server(cera, ["-m", model, "-c", "512", "--parallel", "4", "--cache-slots", "0", "--cache-dir", d])
+    try:
+        out = [None] * len(conc)
+
+        def one(i):
+            out[i] = complete(sv, conc[i])
+        th = [threading.Thread(target=one, args=(i,)) for i in range(len(conc))]
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+        check([o[0] for o in out] == want_conc, "concurrent loads give the texts of a server without a cache")
+        check(all(o[1] >= 64 for o in out), "each from disk: %s" % [o[1] for o in out])
+    finally:
+        sv.stop()
+    # a recurrent state: no cutting back to whole blocks, no disk tier (said at start)
+    lfm2 = os.path.join(shared, "golden", "synth-lfm2-f32.gguf")
+    if os.path.exists(lfm2):
+        sv = Server(cera, ["-m", lfm2, "-c", "256", "--cache-dir", d])
+        try:
+            t, c = complete(sv, [1, 5, 9, 13] * 20)
+            check(t is not None, "LFM2 answers")
+            check("the disk tier is off" in sv.log(), "LFM2: the disk tier is off: %s" % sv.log()[-500:])
+        finally:
+            sv.stop()
+
+
 # ---- embed ----------------------------------------------------------------------------
 
 def cli_embed(cera, args):
@@ -1054,7 +1349,7 @@ def group_embed(cera, shared, models, corpus):
 def main():
     group, cera, shared, models, corpus = sys.argv[1:6]
     groups = {"openai": group_openai, "tools": group_tools, "errors": group_errors, "batch": group_batch,
-              "recurrent": group_recurrent, "embed": group_embed}
+              "recurrent": group_recurrent, "embed": group_embed, "disk": group_disk}
     rc = groups[group](cera, shared, models, corpus)
     if rc == SKIP:
         return SKIP

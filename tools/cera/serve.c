@@ -3,12 +3,13 @@
  *
  *   cera serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [-c CTX]
  *              [--kv-size BYTES] [--chat-template FILE|NAME] [--lora NAME=PATH]...
- *              [--api-key KEY] [--device D]
+ *              [--api-key KEY] [--device D] [--cache-dir DIR [--cache-dir-size BYTES]]
  *
  * This file reads the options, opens the engine (n_seq_max = --parallel sessions sharing
  * one KV pool of --kv-size bytes), the chat template and the adapters (each served as a
  * model of its own name), starts the scheduler (serve_sched.c) and the HTTP daemon
- * (serve_http.c), prints the URL, and waits for SIGINT or SIGTERM.
+ * (serve_http.c), prints the URL, and waits for SIGINT or SIGTERM. With --cache-dir the prefix
+ * cache gets a disk tier (serve_disk.c) in that folder.
  */
 #include <ctype.h>
 #include <signal.h>
@@ -28,6 +29,8 @@
 #include "serve.h"
 
 #define SERVE_GROUPS CLI_G_MODEL
+/* --cache-dir-size unless given */
+#define SERVE_CACHE_DIR_SIZE ((size_t)10 << 30)
 
 typedef struct serve_opts {
     serve_server *sv;
@@ -82,7 +85,8 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
                                              "--conn-timeout",   "--max-tokens",
                                              "--cache-slots",    "--pooling",
                                              "--embd-normalize", "--itl-target",
-                                             "--keep",           NULL};
+                                             "--keep",           "--cache-dir",
+                                             "--cache-dir-size", NULL};
     if (!strcmp(a, "--cache-any")) {
         sv->cache_any = true;
         return 1;
@@ -151,6 +155,11 @@ static int extra_opt(const char *cmd, int argc, char **argv, int *i, void *user)
     } else if (!strcmp(a, "--cache-slots")) {
         ok = cli_parse_long(v, 0, 4096, &l);
         sv->cache_slots = (int)l;
+    } else if (!strcmp(a, "--cache-dir")) {
+        ok = *v != 0;
+        sv->cache_dir = v;
+    } else if (!strcmp(a, "--cache-dir-size")) {
+        ok = parse_size(v, &sv->cache_dir_size) && sv->cache_dir_size >= 1024;
     } else if (!strcmp(a, "--pooling")) {
         static const char *const names[] = {"none", "mean", "cls", "last"};
         ok = false;
@@ -187,7 +196,8 @@ static const char serve_help[] =
     "  --port N              the port (default 8080; 0 picks a free one)\n"
     "  --parallel, -np N     sequences at once (default 4); more requests wait in the queue\n"
     "  --kv-size BYTES       the KV cache shared by all sequences (K/M/G suffixes; default: room\n"
-    "                        for --parallel + --cache-slots + 4 (embeddings) full contexts)\n"
+    "                        for --parallel + --cache-slots + 4 (embeddings) full contexts, and 3\n"
+    "                        more with --cache-dir: its writer's and reader's sessions)\n"
     "  --chat-template F|N   a Jinja chat template file, or the model's template of that name\n"
     "                        (chatml: built in)\n"
     "  --lora NAME=PATH      an adapter, served as the model NAME (repeatable)\n"
@@ -211,8 +221,19 @@ static const char serve_help[] =
     "                        with --prefill-chunk 63 or less, less with larger chunks\n"
     "  --cache-any           reuse the longest cached prefix, even where its rounding differs\n"
     "                        (always on a GPU)\n"
+    "  --cache-dir DIR       a disk tier under the prefix cache, in the folder DIR (which must\n"
+    "                        exist): each prompt once read, and its answer's timeline at the end,\n"
+    "                        cut to whole KV blocks, is saved there, and a prompt that begins\n"
+    "                        with one (in this process or a later one) loads it instead of\n"
+    "                        computing it, by the same rules as the RAM cache. Files are named\n"
+    "                        by a hash of the model, the KV cache type, the adapters and their\n"
+    "                        scales and the tokens; a damaged or foreign one is refused and\n"
+    "                        deleted. Off for models whose sessions cannot be cut back (a\n"
+    "                        recurrent state)\n"
+    "  --cache-dir-size B    the most bytes the folder's prefix files may take (K/M/G suffixes;\n"
+    "                        default 10G); the least recently used go first\n"
     "  --verbose, -v         print a line per request that ran, when it ends: its tokens and\n"
-    "                        timings\n"
+    "                        timings (and what --cache-dir loads, writes, refuses and evicts)\n"
     "  --context-shift       when a sequence fills the context, keep its first --keep prompt\n"
     "                        tokens, drop half of what follows and go on (as llama-server's;\n"
     "                        default off: the answer ends there, finish_reason length)\n"
@@ -273,6 +294,15 @@ int cmd_serve(int argc, char **argv) {
         rc = cli_usage_error("serve", "-m MODEL is required (see --help)");
         goto out_args;
     }
+    if (sv->cache_dir_size && !sv->cache_dir) {
+        rc = cli_usage_error("serve", "--cache-dir-size needs --cache-dir");
+        goto out_args;
+    }
+    cera_error err = {0};
+    if (sv->cache_dir && serve_disk_check_dir(sv->cache_dir, &err)) { /* before the model loads */
+        rc = cli_fail(&err);
+        goto out_args;
+    }
     /* the signals reach only the main thread's sigwait, not the engine's or the daemon's */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -281,11 +311,11 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    cera_error err = {0};
     rc = 1;
     if (sv->cache_slots < 0) sv->cache_slots = sv->parallel;
-    /* the running sequences, the cached ones and those of /v1/embeddings */
-    a.ep.n_seq_max = sv->parallel + sv->cache_slots + SERVE_EMBED_SEQS;
+    /* the running sequences, the cached ones, those of /v1/embeddings and the disk tier's */
+    a.ep.n_seq_max =
+        sv->parallel + sv->cache_slots + SERVE_EMBED_SEQS + (sv->cache_dir ? SERVE_DISK_SEQS : 0);
     a.ep.kv_bytes = o.kv_bytes;
     if (a.ep.n_batch == 0) a.ep.n_batch = 512;
     if (a.ep.n_batch < sv->parallel) a.ep.n_batch = sv->parallel; /* a decode token of each fits a step */
@@ -336,6 +366,30 @@ int cmd_serve(int argc, char **argv) {
     if (!cpu_rounding) sv->cache_any = true; /* no exactness to keep: the longest prefix */
     serve_cache_init(&sv->cache, sv->cache_slots, (size_t)sv->prefill_chunk, sv->cache_any);
     sv->cache.whole_only = sv->cache.snapshots = !can_cut_back(sv->e);
+    if (sv->cache_dir && sv->cache.whole_only) {
+        /* a file is a prefix of whole blocks, and these sessions can be cut back only to 0 */
+        fprintf(stderr,
+                "cera serve: --cache-dir: %s sessions keep a recurrent state and cannot be cut back to whole "
+                "KV blocks: the disk tier is off (the RAM cache's snapshots still serve)\n",
+                cera_engine_arch(sv->e));
+    } else if (sv->cache_dir) {
+        cera_adapter *ads[SERVE_ADAPTERS_MAX];
+        for (int i = 0; i < sv->n_ad; i++) ads[i] = sv->ad[i].adapter;
+        const serve_disk_params dp = {.dir = sv->cache_dir,
+                                      .cap = sv->cache_dir_size ? sv->cache_dir_size : SERVE_CACHE_DIR_SIZE,
+                                      .chunk_max = (size_t)sv->prefill_chunk,
+                                      .n_ctx = (size_t)cera_engine_n_ctx(sv->e),
+                                      .any = sv->cache_any,
+                                      .verbose = sv->verbose,
+                                      .adapters = ads,
+                                      .n_adapters = sv->n_ad,
+                                      .wake = serve_sched_wake,
+                                      .wake_arg = sv};
+        if (serve_disk_open(sv->e, &dp, &sv->disk, &err)) {
+            serve_cache_free(&sv->cache);
+            goto fail;
+        }
+    }
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
     if (pthread_create(&sv->sched, NULL, serve_sched_main, sv)) {
@@ -369,6 +423,7 @@ fail_sync:
 fail:
     rc = cli_fail(&err);
 out:
+    serve_disk_close(sv->disk); /* after the scheduler: it writes what is queued */
     serve_pace_free(&sv->pace[0]);
     serve_pace_free(&sv->pace[1]);
     for (int i = 0; i < sv->n_ad; i++) cera_adapter_free(sv->ad[i].adapter);

@@ -19,6 +19,7 @@
 #include "cera.h"
 #include "serve_api.h"
 #include "serve_cache.h"
+#include "serve_disk.h"
 #include "serve_pace.h"
 
 #define SERVE_ADAPTERS_MAX 16
@@ -63,6 +64,8 @@ typedef struct serve_seq {
     int mode;          /* how its prompt was rounded (serve_cache.h) */
     bool slot;         /* it holds one of the --parallel sequences */
     bool fork_pending; /* a choice after the first: forked from the first once its prompt is read */
+    bool loading;      /* its prefix is being loaded from the disk cache (its session is the
+                        * reader's meanwhile: s is NULL) */
     size_t n_dropped;  /* positions context shifts dropped (--context-shift); such a session
                         * stays out of the prefix cache */
     cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
@@ -97,6 +100,7 @@ typedef struct serve_job {
     int logprobs; /* -1: none; else the alternatives reported per token */
     serve_adapter_set ad;
     size_t n_cached; /* prompt tokens the first choice of each prompt took from the prefix cache */
+    size_t n_disk;   /* of them, loaded from the disk cache */
     bool stream, include_usage, parse_tools;
     cera_chat_format parse_format; /* the syntax its reply's tool calls are parsed with */
     /* the grammar of its replies (response_format, or the tools' calls; lazy with triggers),
@@ -135,13 +139,15 @@ typedef struct serve_server {
     int timeout_s;      /* per request */
     int conn_timeout_s; /* idle or half-sent connections */
     int prefill_chunk;
-    int budget;           /* tokens per step */
-    double itl_target_ms; /* --itl-target: keep steps, the streams' gaps, under it (0: off) */
-    int cache_slots;      /* finished sessions kept for their prefixes (0: no prefix cache) */
-    bool cache_any;       /* reuse the longest prefix even where its rounding differs */
-    bool verbose;         /* a line per finished request: its tokens and timings */
-    bool ctx_shift;       /* --context-shift: a full context drops half of what follows keep */
-    int keep;             /* --keep: prompt tokens a shift keeps (-1: all) */
+    int budget;            /* tokens per step */
+    double itl_target_ms;  /* --itl-target: keep steps, the streams' gaps, under it (0: off) */
+    int cache_slots;       /* finished sessions kept for their prefixes (0: no prefix cache) */
+    bool cache_any;        /* reuse the longest prefix even where its rounding differs */
+    const char *cache_dir; /* --cache-dir: the disk tier's folder, or NULL */
+    size_t cache_dir_size; /* --cache-dir-size: its cap in bytes */
+    bool verbose;          /* a line per finished request: its tokens and timings */
+    bool ctx_shift;        /* --context-shift: a full context drops half of what follows keep */
+    int keep;              /* --keep: prompt tokens a shift keeps (-1: all) */
     const char *api_key;
     cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
     int embd_norm;
@@ -165,6 +171,7 @@ typedef struct serve_server {
     uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
     int n_cache_entries;
     serve_cache cache; /* the scheduler's alone */
+    serve_disk *disk;  /* the disk tier under it (--cache-dir), or NULL; its calls are the scheduler's */
     /* how long steps take: of decode tokens alone [0], with prompt chunks [1] (the
      * scheduler's alone) */
     serve_pace pace[2];
@@ -183,6 +190,8 @@ void serve_job_release_locked(serve_server *sv, serve_job *job);
 void serve_logprobs_of(const float *logits, int n_vocab, cera_token t, int n_top, serve_logprob *out);
 /* The scheduler thread. */
 void *serve_sched_main(void *arg);
+/* Wakes the scheduler (takes mu): the disk tier's call when a load has ended. */
+void serve_sched_wake(void *sv);
 
 /* serve_answer.c */
 struct MHD_Connection;

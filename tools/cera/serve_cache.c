@@ -17,7 +17,9 @@
  * where truncation cannot give it. A model with sliding-window layers can be cut back only
  * to where its window is still held: the first cut that fails turns the snapshots on, and
  * the request takes a whole entry instead. Entries go oldest first when the cache is full, and
- * all at once when the KV pool runs out of blocks.
+ * all at once when the KV pool runs out of blocks. With --cache-dir a disk tier sits under this
+ * cache (serve_disk.c): the scheduler asks it for a prefix when it gives clearly more than
+ * serve_cache_peek says this cache would.
  *
  * Only the scheduler thread calls these functions.
  */
@@ -38,6 +40,12 @@ int serve_plan_mode(size_t n, size_t chunk_max) {
     const size_t last = n - (n - 1) / c * c; /* the last chunk's length */
     const int m0 = c >= SERVE_ATTN_WIDE_MIN, m1 = last >= SERVE_ATTN_WIDE_MIN;
     return m0 == m1 ? m0 : SERVE_MODE_MIXED;
+}
+
+size_t serve_mode_extent(int mode, size_t n, size_t n_prompt) {
+    /* generated tokens come one at a time (narrow): a narrow prompt's timeline is narrow
+     * throughout, a wide one's only up to its end */
+    return mode == SERVE_MODE_NARROW ? n : mode == SERVE_MODE_WIDE ? (n_prompt < n ? n_prompt : n) : 0;
 }
 
 void serve_cache_init(serve_cache *c, int cap, size_t chunk_max, bool any) {
@@ -91,9 +99,7 @@ void serve_cache_put(serve_cache *c, cera_session *s, const cera_token *timeline
             if (c->e[i].last_use < c->e[old].last_use) old = i;
         entry_drop(c, old);
     }
-    /* generated tokens come one at a time (narrow): a narrow prompt's timeline is narrow
-     * throughout, a wide one's only up to its end */
-    const size_t n_mode = mode == SERVE_MODE_NARROW ? n : mode == SERVE_MODE_WIDE ? n_prompt : 0;
+    const size_t n_mode = serve_mode_extent(mode, n, n_prompt);
     c->e[c->n++] = (serve_cache_entry){
         .s = s, .tokens = t, .n = n, .set = *set, .mode = mode, .n_mode = n_mode, .last_use = ++c->clock};
 }
@@ -145,6 +151,13 @@ static int pick(const serve_cache *c, const cera_token *prompt, size_t n_prompt,
     }
     *use_out = best_use;
     return best_use > 0 ? best : -1;
+}
+
+size_t serve_cache_peek(const serve_cache *c, const cera_token *prompt, size_t n_prompt,
+                        const serve_adapter_set *set) {
+    size_t use = 0;
+    pick(c, prompt, n_prompt, set, serve_plan_mode(n_prompt, c->chunk_max), c->whole_only, &use);
+    return use;
 }
 
 size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt,

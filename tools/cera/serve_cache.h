@@ -35,6 +35,11 @@ enum { SERVE_MODE_MIXED = -1, SERVE_MODE_NARROW = 0, SERVE_MODE_WIDE = 1 };
 int serve_plan_mode(size_t n, size_t chunk_max);
 size_t serve_plan_chunk(size_t n, size_t chunk_max);
 
+/* How far a timeline of n positions (the first n_prompt its prompt's) is rounded as its prompt's
+ * mode says: all of it for a narrow prompt (its generated tokens came one at a time, narrow
+ * too), the prompt for a wide one, nothing for a mixed one. */
+size_t serve_mode_extent(int mode, size_t n, size_t n_prompt);
+
 typedef struct serve_cache_entry {
     cera_session *s;
     cera_token *tokens; /* the session's evaluated tokens */
@@ -80,5 +85,10 @@ void serve_cache_snapshot(serve_cache *c, cera_session *s, const cera_token *tim
 size_t serve_cache_get(serve_cache *c, const cera_token *prompt, size_t n_prompt,
                        const serve_adapter_set *set, const cera_sampler_params *sp, cera_session **out,
                        int *mode);
+
+/* The length serve_cache_get would give for prompt (the rounding rules and whole entries
+ * alike), without taking anything. */
+size_t serve_cache_peek(const serve_cache *c, const cera_token *prompt, size_t n_prompt,
+                        const serve_adapter_set *set);
 
 #endif

@@ -541,7 +541,7 @@ static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c, c
 static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c) {
     int used = 0, total = 0;
     cera_engine_kv_blocks(sv->e, &used, &total);
-    size_t cap = 4096, n = 0;
+    size_t cap = 8192, n = 0;
     char *t = malloc(cap);
     if (!t) return MHD_NO;
     pthread_mutex_lock(&sv->mu);
@@ -578,6 +578,27 @@ static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c
     P("# HELP cera_cache_sessions Finished sessions kept for their prefixes.\n"
       "# TYPE cera_cache_sessions gauge\ncera_cache_sessions %d\n",
       sv->n_cache_entries);
+    if (sv->disk) {
+        serve_disk_stats ds;
+        serve_disk_stats_get(sv->disk, &ds);
+        P("# HELP cera_disk_cache_files Prefix files of the disk tier (--cache-dir).\n"
+          "# TYPE cera_disk_cache_files gauge\ncera_disk_cache_files %llu\n"
+          "# HELP cera_disk_cache_bytes Bytes of those files (at most --cache-dir-size).\n"
+          "# TYPE cera_disk_cache_bytes gauge\ncera_disk_cache_bytes %llu\n",
+          (unsigned long long)ds.files, (unsigned long long)ds.bytes);
+        P("# HELP cera_disk_cache_hits_total Prompt prefixes loaded from the disk tier.\n"
+          "# TYPE cera_disk_cache_hits_total counter\ncera_disk_cache_hits_total %llu\n"
+          "# HELP cera_disk_cache_tokens_total Prompt tokens loaded from the disk tier.\n"
+          "# TYPE cera_disk_cache_tokens_total counter\ncera_disk_cache_tokens_total %llu\n",
+          (unsigned long long)ds.hits, (unsigned long long)ds.tokens);
+        P("# HELP cera_disk_cache_writes_total Prefix files written.\n"
+          "# TYPE cera_disk_cache_writes_total counter\ncera_disk_cache_writes_total %llu\n"
+          "# HELP cera_disk_cache_refused_total Files refused at a load (damaged or foreign) and deleted.\n"
+          "# TYPE cera_disk_cache_refused_total counter\ncera_disk_cache_refused_total %llu\n"
+          "# HELP cera_disk_cache_evicted_total Files deleted to keep the folder under its cap.\n"
+          "# TYPE cera_disk_cache_evicted_total counter\ncera_disk_cache_evicted_total %llu\n",
+          (unsigned long long)ds.writes, (unsigned long long)ds.refused, (unsigned long long)ds.evicted);
+    }
 #undef P
     pthread_mutex_unlock(&sv->mu);
     if (n >= cap) {

@@ -12,7 +12,11 @@
  * the CPU backend's batch invariance a request gets exactly the tokens it would get alone (on
  * a GPU a step's numerics follow its rows: the tensor cores' matmul up to 64, cuBLAS past). The
  * sequences that have logits are sampled together (cera_batch_sample: each with its own
- * sampler chain, seed and penalties) and their text is published to their connections.
+ * sampler chain, seed and penalties) and their text is published to their connections. A
+ * prompt whose beginning the disk tier holds (--cache-dir) waits out of the steps while the
+ * disk's reader loads it, then reads the rest as after a RAM hit; a sequence's timeline goes to
+ * the disk tier's writer when its prompt has been read and again, if it has grown enough, when
+ * it ends.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +31,13 @@ double serve_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void serve_sched_wake(void *arg) {
+    serve_server *sv = arg;
+    pthread_mutex_lock(&sv->mu);
+    pthread_cond_signal(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
 }
 
 serve_job *serve_job_new(int n) {
@@ -86,13 +97,20 @@ int serve_submit(serve_server *sv, serve_job *j) {
 
 /* ---- Sequences ------------------------------------------------------------------------ */
 
-/* The sequence's session goes to the prefix cache (which frees it when it cannot keep it). */
+/* The sequence's session goes to the prefix cache (which frees it when it cannot keep it),
+ * and its timeline to the disk tier; a load from the disk that is still going is cancelled. */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->slot) return;
-    if (q->s && q->n_dropped) /* shifted: its KV is not what its timeline's tokens give */
+    if (q->loading) {
+        cera_session_free(serve_disk_cancel(sv->disk, q));
+        q->loading = false;
+    } else if (q->s && q->n_dropped) { /* shifted: its KV is not what its timeline's tokens give */
         cera_session_free(q->s);
-    else if (q->s)
+    } else if (q->s) {
+        const size_t n = (size_t)cera_session_n_past(q->s);
+        serve_disk_put(sv->disk, q->s, &q->job->ad, q->mode, serve_mode_extent(q->mode, n, q->n_prompt));
         serve_cache_put(&sv->cache, q->s, q->hist, q->n_hist, &q->job->ad, q->mode, q->n_prompt);
+    }
     sv->n_cache_entries = sv->cache.n;
     q->s = NULL;
     q->slot = false;
@@ -155,10 +173,12 @@ static void log_job(const serve_job *j) {
     int n_gen = 0;
     for (int i = 0; i < j->n; i++) n_gen += j->seqs[i].n_gen;
     const double ms = 1e3;
+    char disk[48] = "";
+    if (j->n_disk) snprintf(disk, sizeof disk, ", %zu from disk", j->n_disk);
     fprintf(stderr,
-            "cera serve: %s: prompt %zu tokens (%zu cached), %d generated; read to queued %.1f ms, queued "
+            "cera serve: %s: prompt %zu tokens (%zu cached%s), %d generated; read to queued %.1f ms, queued "
             "%.1f ms",
-            j->id, j->n_prompt, j->n_cached, n_gen, (j->t_submit - j->t_recv) * ms,
+            j->id, j->n_prompt, j->n_cached, disk, n_gen, (j->t_submit - j->t_recv) * ms,
             (j->t_admit - j->t_submit) * ms);
     if (j->t_first > 0) {
         const double gen_s = j->t_last - j->t_first;
@@ -329,15 +349,108 @@ static void seq_token(serve_server *sv, serve_seq *q, cera_token t, serve_logpro
 
 /* ---- Admission -------------------------------------------------------------------------- */
 
+/* The HTTP status of a request whose session could not be set up: a grammar that does not
+ * load is the client's. */
+static int setup_status(cera_status st) {
+    return st == CERA_ERR_INVALID_ARG || st == CERA_ERR_FORMAT || st == CERA_ERR_UNSUPPORTED ? 400 : 500;
+}
+
+/* The first choice of a prompt starts from the longest prefix the caches give. A file of the
+ * disk tier that gives clearly more than the RAM cache is loaded into a new session on the
+ * disk's reader thread, and the sequence waits (loading, without a session; no step holds it)
+ * until collect_loads; otherwise it takes the RAM cache's prefix, or a new session. False
+ * (err set) on a failure. */
+static bool seq_start(serve_server *sv, serve_seq *q, bool disk, cera_error *err) {
+    serve_job *j = q->job;
+    const size_t nc = (size_t)sv->prefill_chunk;
+    cera_session_params p = cera_session_default_params();
+    p.sampler = j->sp; /* the first choice's draw */
+    serve_disk_hit hit = {0};
+    size_t from_disk = 0;
+    if (disk && sv->disk) {
+        const size_t have = serve_cache_peek(&sv->cache, q->prompt, q->n_prompt, &j->ad);
+        from_disk = serve_disk_find(sv->disk, q->prompt, q->n_prompt, &j->ad, have, &hit);
+    }
+    q->n_done = 0;
+    if (!from_disk) {
+        q->n_done = serve_cache_get(&sv->cache, q->prompt, q->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
+        sv->n_cache_entries = sv->cache.n;
+    } else {
+        q->mode = sv->cache_any ? SERVE_MODE_MIXED : serve_plan_mode(q->n_prompt, nc);
+    }
+    const bool made = !q->s; /* a new session (a RAM hit carries its adapters) */
+    if (!made) {
+        sv->n_cached_tokens += q->n_done;
+        j->n_cached += q->n_done;
+    } else if (cera_session_create(sv->e, &p, &q->s, err)) {
+        q->s = NULL;
+        if (from_disk) serve_disk_release(sv->disk, &hit);
+        return false;
+    }
+    q->slot = true;
+    sv->n_seqs++;
+    for (int k = 0; k < j->ad.n && made && !err->status; k++)
+        cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], err);
+    /* the job's grammar, or none (a cached session may carry an earlier request's); a load
+     * keeps it */
+    if (!err->status)
+        cera_session_set_grammar_lazy(q->s, j->gbnf, j->gbnf ? strlen(j->gbnf) : 0, j->triggers,
+                                      j->n_triggers, err);
+    if (err->status) {
+        if (from_disk) serve_disk_release(sv->disk, &hit);
+        return false;
+    }
+    if (from_disk && serve_disk_load(sv->disk, &hit, q->s, q->prompt, q)) {
+        q->s = NULL; /* the reader's until the load ends */
+        q->loading = true;
+        return true;
+    }
+    /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
+    q->chunk = serve_plan_chunk(q->n_prompt - q->n_done, nc);
+    return true;
+}
+
+/* Loads from the disk tier that have ended: the sequence goes on from the loaded prefix, as
+ * from a RAM hit (its sampler from the request's seed), or, when the file was refused or did
+ * not fit, starts again from what the RAM cache gives. */
+static void collect_loads(serve_server *sv) {
+    void *tag;
+    cera_session *s;
+    size_t n;
+    double ms;
+    while (serve_disk_done(sv->disk, &tag, &s, &n, &ms)) {
+        serve_seq *q = tag;
+        serve_job *j = q->job;
+        cera_error err = {0};
+        q->loading = false;
+        q->s = s;
+        bool ok = true;
+        if (n) {
+            ok = cera_session_set_sampler(s, &j->sp, &err) == CERA_OK;
+            q->n_done = n;
+            q->chunk = serve_plan_chunk(q->n_prompt - n, (size_t)sv->prefill_chunk);
+            j->n_cached += n;
+            j->n_disk += n;
+            sv->n_cached_tokens += n;
+            if (sv->verbose)
+                fprintf(stderr, "cera serve: %s: %zu prompt tokens loaded from the disk cache in %.1f ms\n",
+                        j->id, n, ms);
+        } else {
+            cera_session_free(s);
+            q->s = NULL;
+            q->slot = false;
+            sv->n_seqs--;
+            ok = seq_start(sv, q, false, &err);
+        }
+        if (!ok) job_fail(sv, j, setup_status(err.status), err.message);
+    }
+}
+
 static bool admit_one(serve_server *sv, serve_job *j) {
     cera_error err = {0};
     j->t_admit = serve_now();
-    const size_t nc = (size_t)sv->prefill_chunk;
     for (int i = 0; i < j->n; i++) {
         serve_seq *q = &j->seqs[i];
-        cera_session_params p = cera_session_default_params();
-        p.sampler = j->sp;
-        p.sampler.seed = j->sp.seed + (uint64_t)(i - q->first); /* n choices: n draws */
         for (size_t k = 0; k < q->n_prompt; k++)
             if (!hist_push(q, q->prompt[k])) {
                 err.status = CERA_ERR_NO_MEMORY;
@@ -352,38 +465,13 @@ static bool admit_one(serve_server *sv, serve_job *j) {
             sv->n_seqs++;
             continue;
         }
-        q->n_done = serve_cache_get(&sv->cache, q->prompt, q->n_prompt, &j->ad, &p.sampler, &q->s, &q->mode);
-        sv->n_cache_entries = sv->cache.n;
-        if (q->s) {
-            q->slot = true;
-            sv->n_seqs++;
-            sv->n_cached_tokens += q->n_done;
-            j->n_cached += q->n_done;
-        } else {
-            if (cera_session_create(sv->e, &p, &q->s, &err)) {
-                q->s = NULL;
-                break;
-            }
-            q->slot = true;
-            sv->n_seqs++;
-            for (int k = 0; k < j->ad.n && !err.status; k++)
-                cera_session_set_adapter(q->s, j->ad.adapter[k], j->ad.scale[k], &err);
-            if (err.status) break;
-        }
-        /* the job's grammar, or none (a cached session may carry an earlier request's) */
-        if (cera_session_set_grammar_lazy(q->s, j->gbnf, j->gbnf ? strlen(j->gbnf) : 0, j->triggers,
-                                          j->n_triggers, &err))
-            break;
-        /* the rest of the prompt in equal chunks, cut the same way whatever else runs */
-        q->chunk = serve_plan_chunk(q->n_prompt - q->n_done, nc);
+        if (!seq_start(sv, q, true, &err)) break;
     }
     if (err.status) {
         j->state = JOB_RUNNING;
         j->next = sv->running;
         sv->running = j;
-        const bool bad = err.status == CERA_ERR_INVALID_ARG || err.status == CERA_ERR_FORMAT ||
-                         err.status == CERA_ERR_UNSUPPORTED; /* a grammar that does not load */
-        job_fail(sv, j, bad ? 400 : 500, err.message);
+        job_fail(sv, j, setup_status(err.status), err.message);
         return false;
     }
     j->state = JOB_RUNNING;
@@ -562,6 +650,7 @@ void *serve_sched_main(void *arg) {
     pthread_mutex_lock(&sv->mu);
     for (;;) {
         release_done(sv);
+        if (sv->disk) collect_loads(sv);
         reap_and_admit(sv);
         if (sv->stopping) break;
         build_step(sv, &s);
@@ -582,6 +671,10 @@ void *serve_sched_main(void *arg) {
             if (s.prefill[i]) {
                 q->n_done += s.items[i].n_tokens;
                 if (q->n_done < q->n_prompt) continue;
+                /* the prompt read: to the disk tier now (the sequence's end may add its answer) */
+                if (q->first == q->index)
+                    serve_disk_put(sv->disk, q->s, &q->job->ad, q->mode,
+                                   serve_mode_extent(q->mode, q->n_prompt, q->n_prompt));
             }
             s.samp[s.n_samp] = q->s;
             s.samp_seq[s.n_samp++] = q;

@@ -551,6 +551,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return cera_fail(err, CERA_ERR_NO_MEMORY, "CPU backend");
     be->base.name = "cpu";
+    be->base.variant = cera_cpu_tier_name();
     be->base.kv_on_host = true;
     be->base.kv_rotates = true;
     be->base.forward = cpu_forward;
