@@ -8,11 +8,11 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve (default: tests
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve disk (default: tests
 #   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
 #   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); ppshort times short
 #   prompts (8-128 tokens) on the tensor cores and through cuBLAS (PP_TYPES); serve runs bench/serve/load.py against cera
-#   serve for each --itl-target of SERVE_ITL (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
+#   serve for each --itl-target of SERVE_ITL (disk: the prefix cache's disk tier and n-gram speculation, same file) (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
@@ -281,6 +281,25 @@ if has ppshort; then
                     tee -a "$OUT/ppshort.log" | grep "pp$p"
             done
         done
+    done
+fi
+if has disk; then
+    # the disk tier of cera serve's prefix cache (bench/serve/disk_ttft.py) on a llama2-7b-shape cera synth
+    # file (SERVE_TYPE, default q4_0): a cold prompt against a new process loading it from --cache-dir;
+    # then cera run with and without n-gram speculation on it (the same text? the speed)
+    t=${SERVE_TYPE:-q4_0} f=/tmp/l7-${SERVE_TYPE:-q4_0}.gguf
+    [ -s "$f" ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b "$t" -o "$f" 2>&1 | tail -1
+    log "disk tier: cold prefill against a disk hit"
+    for x in "" "--cache-any"; do
+        timeout 400 python3 "$ROOT/bench/serve/disk_ttft.py" "$C/bin/cera" "$f" --tokens 500,1500 --repeat 2 \
+            --threads 8 --text "$ROOT/README.md" --extra="--device cuda -c 4096 $x" 2>&1 | tee -a "$OUT/disk.log"
+    done
+    log "speculative decoding (n-gram) on the GPU"
+    for fl in "" "--spec-type ngram-simple --spec-ngram-simple-size-n 4"; do
+        "$C/bin/cera" run -m "$f" --device cuda -f "$ROOT/README.md" -c 8192 -n 256 --temp 0 $fl >"$OUT/spec.txt" \
+            2>"$OUT/spec.err"
+        echo "[$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
+            "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/disk.log"
     done
 fi
 if has serve; then
