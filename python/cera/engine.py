@@ -118,7 +118,27 @@ def sampler_params(logit_bias: Optional[Dict[int, float]] = None, **kw: Any) -> 
 # ---- engine --------------------------------------------------------------------------------
 
 
-class Engine:
+class Closable:
+    """What every object owning a cera handle shares: ``with`` closes it, and so does the garbage
+    collector (errors then swallowed, as at interpreter exit). Subclasses define ``close``."""
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Engine(Closable):
     """A loaded GGUF model (cera_engine). Sessions, adapters and chat templates come from it.
 
     Args:
@@ -170,18 +190,6 @@ class Engine:
                 c.close()
             lib.cera_engine_close(self._e)
             self._e = None
-
-    def __enter__(self) -> "Engine":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def closed(self) -> bool:
@@ -308,7 +316,7 @@ class Engine:
 # ---- adapters ------------------------------------------------------------------------------
 
 
-class Adapter:
+class Adapter(Closable):
     """A LoRA adapter loaded for an engine's model (cera_adapter); attach it to sessions with
     Session.set_adapter. Closing it drops this reference: sessions keep theirs."""
 
@@ -326,12 +334,6 @@ class Adapter:
         a, self._a = self._a, None
         if a is not None:
             lib.cera_adapter_free(a)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self) -> int:
         if self._a is None:
@@ -355,7 +357,7 @@ class GenerateResult:
         return "GenerateResult(%d tokens, %r, %s)" % (len(self.tokens), self.text[:40], self.finish_reason)
 
 
-class Session:
+class Session(Closable):
     """One timeline of an engine (cera_session): evaluate tokens, sample, generate.
 
     Keyword arguments set the sampler (cera_sampler_params' fields: temp, top_k, top_p, min_p,
@@ -387,18 +389,6 @@ class Session:
             if s is not None:
                 lib.cera_session_free(s)
             self._adapters.clear()
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def closed(self) -> bool:
@@ -860,7 +850,7 @@ def _messages(messages: Sequence[Dict[str, Any]]) -> Tuple[Any, List[Any]]:
     return arr, keep
 
 
-class ChatTemplate:
+class ChatTemplate(Closable):
     """A chat template (cera_chat_template): renders conversations with tools as the model was
     trained, and splits replies into reasoning, content and tool calls."""
 
@@ -883,12 +873,6 @@ class ChatTemplate:
         t, self._t = self._t, None
         if t is not None:
             lib.cera_chat_template_free(t)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self) -> int:
         if self._t is None:

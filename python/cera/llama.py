@@ -25,7 +25,7 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._lib import ChatFormat, Pooling, Status
-from .engine import ChatTemplate, Engine, json_schema_to_grammar
+from .engine import ChatTemplate, Closable, Engine, json_schema_to_grammar
 from .errors import CeraError, CeraValueError, bad_arg
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -97,7 +97,7 @@ def _log_softmax(logits: Sequence[float]) -> List[float]:
     return [x - lse for x in logits]
 
 
-class Llama:
+class Llama(Closable):
     """A model ready to complete, chat and embed, as llama-cpp-python's Llama.
 
     Args (llama-cpp-python's names):
@@ -252,18 +252,6 @@ class Llama:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-
-    def __enter__(self) -> "Llama":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def engine(self) -> Engine:
