@@ -48,6 +48,25 @@ _DEFAULT_ONLY_INIT = {"tensor_split": None, "vocab_only": False, "kv_overrides":
                       "chat_handler": None, "draft_model": None, "tokenizer": None}
 
 
+
+def _drain(gen: Iterator) -> Tuple[str, List[Tuple[int, Any]], int, str]:
+    """A whole answer from a generator of (token, bytes, logprob entry) ending with its result:
+    the text, the (token, entry) pairs with entries, the tokens generated, the finish reason."""
+    chunks: List[bytes] = []
+    entries: List[Tuple[int, Any]] = []
+    n_gen = 0
+    try:
+        while True:
+            t, b, e = next(gen)
+            chunks.append(b)
+            if t >= 0:
+                n_gen += 1
+                if e is not None:
+                    entries.append((t, e))
+    except StopIteration as fin:
+        finish = fin.value.finish_reason
+    return b"".join(chunks).decode("utf-8", "replace"), entries, n_gen, finish
+
 class LlamaGrammar:
     """A GBNF grammar for `grammar=` (llama-cpp-python's LlamaGrammar constructors)."""
 
@@ -445,20 +464,7 @@ class Llama(Closable):
         gen = self._run(n_max, stops, logprobs)
         if stream:
             return self._completion_stream(gen, head, prompt_text if echo else None, logprobs is not None)
-        chunks: List[bytes] = []
-        entries: List[Tuple[int, Any]] = []
-        n_gen = 0
-        try:
-            while True:
-                t, text, e = next(gen)
-                chunks.append(text)
-                if t >= 0:
-                    n_gen += 1
-                    if e is not None:
-                        entries.append((t, e))
-        except StopIteration as fin:
-            finish = fin.value.finish_reason
-        text = b"".join(chunks).decode("utf-8", "replace")
+        text, entries, n_gen, finish = _drain(gen)
         lp = None
         if logprobs is not None:
             lp = self._completion_logprobs(entries, len(prompt_text) if echo else 0)
@@ -626,20 +632,8 @@ class Llama(Closable):
         gen = self._run(n_max, stops, top)
         if stream:
             return self._chat_stream(gen, dict(head, object="chat.completion.chunk"), fmt, cid[9:])
-        chunks: List[bytes] = []
-        entries: List[Tuple[int, Any]] = []
-        n_gen = 0
-        try:
-            while True:
-                t, b, e = next(gen)
-                chunks.append(b)
-                if t >= 0:
-                    n_gen += 1
-                    if e is not None:
-                        entries.append((t, e))
-        except StopIteration as fin:
-            finish = fin.value.finish_reason
-        msg, n_calls = self._chat_message(b"".join(chunks).decode("utf-8", "replace"), fmt, cid[9:])
+        reply, entries, n_gen, finish = _drain(gen)
+        msg, n_calls = self._chat_message(reply, fmt, cid[9:])
         return dict(head, choices=[{"index": 0, "message": msg,
                                     "logprobs": self._chat_logprobs(entries) if logprobs else None,
                                     "finish_reason": "tool_calls" if n_calls else finish}],

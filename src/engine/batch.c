@@ -197,7 +197,7 @@ static void finish_run(item_run *r) {
     for (size_t i = 0; i < len; i++) {
         const cera_token t = stream_tok(r, i);
         s->tokens[r->n_past0 + (int)i] = t;
-        if (i == 0 && t == s->pending_sampled) continue; /* already recorded by sample */
+        if (s->unrecorded_eval || (i == 0 && t == s->pending_sampled)) continue; /* recorded by sample */
         cera_sampler_accept(s->sampler, t);
     }
     s->pending_sampled = -1;

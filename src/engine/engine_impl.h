@@ -77,6 +77,9 @@ struct cera_session {
     int last_eval_n;
     /* the token cera_session_sample recorded; the eval that appends it does not record it again */
     cera_token pending_sampled;
+    /* set around speculative decoding's batch (generate.c): its tokens enter the timeline
+     * without the sampler recording them (the draws that keep them do) */
+    bool unrecorded_eval;
     /* the last token cera_generate streamed without evaluating it (-1: none): the next
      * eval, sample or generate evaluates it first, so that a continuation equals one long
      * generation without a forward wasted when nothing follows */

@@ -14,8 +14,8 @@
  * Speculative decoding (cera.h, cera_generate_params): before the pending token goes in, up
  * to draft_max tokens are drafted (n-gram lookup in the timeline, else a draft model's
  * session, greedy); the pending token and the drafts are evaluated as one batch with every
- * row's logits, and the rows are drawn from in order by the session's own sampler, as it
- * was before that batch recorded the drafts: while a draw equals the next draft the draft
+ * row's logits (unrecorded by the sampler), and the rows are drawn from in order by the
+ * session's own sampler: while a draw equals the next draft the draft
  * is kept, and the first draw that differs is kept instead and ends the step, the drafts
  * after it cut from the timeline (cera_session_cut: the sampler and grammar never saw
  * them). So the draws, the RNG's included, are exactly plain decoding's.
@@ -162,8 +162,8 @@ static int draft_model(cera_session *d, const cera_token *h, int n, cera_token *
 }
 
 /* One speculative step for the pending token t: drafts after it, [t, drafts] evaluated with
- * every row's logits, then each row drawn from in order (the sampler as it was before the
- * eval, which recorded the drafts) and kept while it matches the next draft. Returns 0 when
+ * every row's logits, the sampler recording none of them, then each row drawn from in order
+ * and kept while it matches the next draft. Returns 0 when
  * no draft was tried (the caller decodes t plainly), 1 to go on, -1 when generation ends (st
  * set on an error). */
 static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *err) {
@@ -176,22 +176,22 @@ static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *e
     if (cap > e->params.n_ctx - n_past - 1) cap = e->params.n_ctx - n_past - 1;
     if (cap > e->params.n_batch - 1) cap = e->params.n_batch - 1;
     if (cap < dmin) return 0;
-    /* the history: the timeline and t */
-    cera_token *h = buf + dmax + 1;
-    memcpy(h, s->tokens, (size_t)n_past * sizeof *h);
+    /* the history: the timeline and t, in the session's token buffer (t's place: the batch below
+     * writes it there again) */
+    cera_token *h = s->tokens;
     h[n_past] = s->pending_eval;
     int k = draft_ngram(h, n_past + 1, p->spec_ngram, buf + 1, cap);
     if (k < dmin && p->draft) k = draft_model(p->draft, h, n_past + 1, buf + 1, cap);
     if (k < dmin) return 0;
     if (p->n_drafted) *p->n_drafted += k;
     buf[0] = s->pending_eval;
-    cera_sampler *before = NULL;
-    if ((*st = cera_sampler_clone(s->sampler, &before, err))) return -1;
-    if (s->pending_sampled != buf[0]) cera_sampler_accept(before, buf[0]); /* as the eval records it */
-    s->pending_eval = -1; /* t goes in with the drafts (recorded by its sample already) */
+    /* t goes in with the drafts; the sampler records t (when its sample has not) and none of
+     * the drafts: each is recorded when a draw keeps it */
+    if (s->pending_sampled != buf[0]) cera_sampler_accept(s->sampler, buf[0]);
+    s->pending_eval = -1;
+    s->unrecorded_eval = true;
     *st = cera_session_eval(s, buf, (size_t)k + 1, true, err);
-    cera_sampler_free(s->sampler);
-    s->sampler = before;
+    s->unrecorded_eval = false;
     if (*st) return -1;
     int ret = 1;
     for (int i = 0;; i++) {
@@ -264,9 +264,9 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     const size_t held_cap = g.max_stop + g.piece_cap;
     g.piece = malloc(g.piece_cap);
     g.held = malloc(held_cap);
-    /* speculation's batch [t, drafts] and the history it drafts from */
+    /* speculation's batch [t, drafts] */
     const int dmax = p.draft_max > 0 ? p.draft_max : 16;
-    cera_token *sbuf = spec ? malloc(((size_t)dmax + 2 + (size_t)e->params.n_ctx) * sizeof *sbuf) : NULL;
+    cera_token *sbuf = spec ? malloc(((size_t)dmax + 1) * sizeof *sbuf) : NULL;
     if (!g.piece || !g.held || (spec && !sbuf)) {
         free(g.piece);
         free(g.held);
