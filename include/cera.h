@@ -409,6 +409,11 @@ typedef struct cera_batch_item {
     const cera_token *tokens;
     size_t n_tokens;
     bool all_logits;
+    /* Speculative decoding: the last n_draft of the tokens are drafts (fewer than n_tokens:
+     * the token before the first draft is in the item), which cera_session_verify then checks. Every row from
+     * the one before the first draft on is kept (as with all_logits), and the sampler's penalty history
+     * leaves the drafts out until a draw keeps them. */
+    int n_draft;
 } cera_batch_item;
 
 /* Evaluates the tokens of several sessions of one engine together: prompt chunks and
@@ -428,6 +433,48 @@ CERA_API cera_status cera_batch_eval(cera_engine *engine, const cera_batch_item 
  * allows no token gets -1 without an error (cera_session_grammar_state says so). */
 CERA_API cera_status cera_batch_sample(cera_session *const *sessions, int n, cera_token *out,
                                        cera_error *err);
+
+/* ---- Speculative decoding on the batch API ----------------------------------- */
+/*
+ * A step of speculative decoding for a session whose next token `next` was just sampled
+ * (cera_session_sample, cera_batch_sample or cera_session_verify): cera_session_draft
+ * guesses the tokens after it; a batch item {session, [next, drafts...], 1 + k, false,
+ * n_draft = k} evaluates them with the step's other items; cera_session_verify then draws
+ * from each row in order, as plain decoding would draw one token at a time (the same
+ * grammar, penalties and RNG), and keeps the drafts it picks. The tokens it returns are those
+ * plain decoding would give (on the CPU bit for bit: drafting never makes a sequence's run
+ * long enough to round otherwise; on a GPU a batch may round differently from a step), and
+ * the sampled distribution is the target's.
+ */
+
+/* The n-gram lookup rule that drafts only where it pays: the longest earlier occurrence of
+ * the text's ending (at least two tokens), and as many of the tokens that followed it as the
+ * expected gain pays for: the session's recent acceptance rate for matches of that length,
+ * against the engine's measured time of a forward call by its token count. */
+#define CERA_SPEC_AUTO (-1)
+
+/* Writes up to max drafts of what follows the session's timeline and then next into out:
+ * with n_match > 0, what followed the most recent earlier occurrence of the last n_match
+ * tokens; with CERA_SPEC_AUTO the rule above, n_step being the tokens the step carries
+ * besides this item (other sequences' decode tokens); failing those (or with n_match 0),
+ * the greedy tokens of draft, a session of a model with the same vocabulary, which is cut
+ * back and fed to follow the timeline (NULL: none). Returns how many (0: none, also for a
+ * model whose timeline cannot be cut back, or no room in the context). Never more than
+ * keeps the item's run within the engine's batch and, on the CPU, short of the attention's
+ * other rounding. */
+CERA_API int cera_session_draft(cera_session *session, cera_token next, int n_match, cera_session *draft,
+                                int n_step, cera_token *out, int max);
+
+/* After an eval whose item had n_draft drafts: draws the token after the one before the
+ * first draft, then while each draw equals the next draft the token after it, into out (room
+ * for n_draft + 1): the drafts kept, then the first draw that differs or the draw after the
+ * last draft; *n_out their count (1 + the drafts kept). The timeline is cut after the last
+ * draft kept; the last token of out is sampled but not evaluated (the next step's, as after
+ * cera_session_sample), and cera_session_logits(session, i) still gives the row each token
+ * of out was drawn from (i = the eval's index of that row; -1: the last one's). A draw the
+ * grammar leaves nothing for ends out with -1. CERA_ERR_INVALID_ARG without drafts to
+ * verify. */
+CERA_API cera_status cera_session_verify(cera_session *session, cera_token *out, int *n_out, cera_error *err);
 
 /* ---- Embeddings ------------------------------------------------------------ */
 /*
@@ -517,12 +564,13 @@ typedef struct cera_generate_params {
      * token it picks otherwise is kept instead and the rest dropped. The target's
      * distribution is unchanged, and on the CPU the tokens are those of plain decoding (on a
      * GPU a batch may round differently from a step, so a near tie can go the other way).
-     * Drafts come from the text so far (n-gram lookup: the most recent earlier occurrence of
-     * its last spec_ngram tokens, and what followed it) or, failing that, from a draft
+     * Drafts come from the text so far (n-gram lookup, cera_session_draft: what followed the
+     * most recent earlier occurrence of its last spec_ngram tokens, or with CERA_SPEC_AUTO
+     * of its longest repeated ending, as far as pays) or, failing that, from a draft
      * model's session (greedy): a session of another engine with the same vocabulary, which
      * cera_generate keeps in step with this one. Models that cannot cut a timeline back
      * (recurrent state) generate without speculation. */
-    int spec_ngram;      /* n-gram lookup length (0: none) */
+    int spec_ngram;      /* n-gram lookup length (0: none; CERA_SPEC_AUTO) */
     cera_session *draft; /* a draft model's session (NULL: none) */
     int draft_max;       /* most tokens drafted at a time; 0 = 16 */
     int draft_min;       /* fewer drafts than this are not tried; 0 = 1 */

@@ -8,11 +8,11 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve disk (default: tests
+#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve disk spec (default: tests
 #   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
 #   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); ppshort times short
 #   prompts (8-128 tokens) on the tensor cores and through cuBLAS (PP_TYPES); serve runs bench/serve/load.py against cera
-#   serve for each --itl-target of SERVE_ITL (disk: the prefix cache's disk tier and n-gram speculation, same file) (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
+#   serve for each --itl-target of SERVE_ITL (disk: the prefix cache's disk tier and n-gram speculation, same file; spec: speculative decoding, stories260K and a 7B F16 target with its Q4_0 copy as the draft) (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
 #   times the tensor-core batched matmul (test_cuda_mma, test_cuda_ops, compute-sanitizer memcheck and racecheck over
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
@@ -300,6 +300,30 @@ if has disk; then
             2>"$OUT/spec.err"
         echo "[$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
             "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/disk.log"
+    done
+fi
+if has spec; then
+    # speculative decoding on the GPU: stories260K (a real model, small enough to carry) with n-gram
+    # lookup (none, ngram-auto, ngram-simple 4) on a story prompt, and a llama2-7b-shape cera synth
+    # F16 file (SPEC_TARGET) drafted for by its Q4_0 copy (SPEC_DRAFT: the same random weights,
+    # quantized) with -md; each text's md5 with and without speculation
+    log "speculative decoding on the GPU"
+    sm=$C/shared/models/stories260K.gguf
+    for fl in "--spec-type none" "" "--spec-type ngram-simple --spec-ngram-simple-size-n 4"; do
+        "$C/bin/cera" run -m "$sm" --device cuda -p "Once upon a time" -n 400 --temp 0 --ignore-eos $fl \
+            >"$OUT/spec.txt" 2>"$OUT/spec.err"
+        echo "stories260K [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
+            "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/spec.log"
+    done
+    tt=${SPEC_TARGET:-f16} dt=${SPEC_DRAFT:-q4_0}
+    for x in $tt $dt; do
+        [ -s /tmp/l7-$x.gguf ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b $x -o /tmp/l7-$x.gguf 2>&1 | tail -1
+    done
+    for fl in "--spec-type none" "" "--spec-type none -md /tmp/l7-$dt.gguf" "-md /tmp/l7-$dt.gguf --draft-max 4"; do
+        timeout 200 "$C/bin/cera" run -m /tmp/l7-$tt.gguf --device cuda -f "$ROOT/README.md" -c 8192 -n 128 --temp 0 \
+            --ignore-eos $fl >"$OUT/spec.txt" 2>"$OUT/spec.err"
+        echo "l7-$tt [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
+            "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/spec.log"
     done
 fi
 if has serve; then

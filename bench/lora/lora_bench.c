@@ -143,7 +143,7 @@ static double batched(cera_engine *e, cera_adapter **ad, int B, int mode, int n_
             const cera_token t0 = 1 + i;
             if (cera_session_eval(s[i], &t0, 1, false, &err)) die(&err);
             tok[i] = 2 + i;
-            items[i] = (cera_batch_item){s[i], &tok[i], 1, false};
+            items[i] = (cera_batch_item){s[i], &tok[i], 1, false, 0};
         }
         const double t0 = now_s();
         for (int step = 0; step < n_steps; step++)

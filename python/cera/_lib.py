@@ -183,6 +183,7 @@ class BatchItem(Structure):
         ("tokens", POINTER(c_token)),
         ("n_tokens", c_size_t),
         ("all_logits", c_bool),
+        ("n_draft", c_int),
     ]
 
 
@@ -308,6 +309,8 @@ FUNCTIONS: Dict[str, Tuple[Any, list]] = {
     "cera_session_grammar_state": (c_enum, [_ptr]),
     "cera_batch_eval": (c_enum, [_ptr, POINTER(BatchItem), c_int, _err]),
     "cera_batch_sample": (c_enum, [_pptr, c_int, _toks, _err]),
+    "cera_session_draft": (c_int, [_ptr, c_token, c_int, _ptr, c_int, POINTER(c_token), c_int]),
+    "cera_session_verify": (c_enum, [_ptr, POINTER(c_token), POINTER(c_int), _err]),
     "cera_engine_n_embd": (c_int, [_ptr]),
     "cera_engine_pooling": (c_enum, [_ptr]),
     "cera_embd_normalize": (c_bool, [POINTER(c_float), c_int, c_int]),

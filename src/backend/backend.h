@@ -85,6 +85,11 @@ struct cera_backend {
     /* Whether it rotates block-type K/V caches as llama.cpp (cera_kv_format's rot_k, rot_v);
      * without it the engine gives it a pool that is never rotated. */
     bool kv_rotates;
+    /* The longest run of one sequence's tokens in a forward call that computes each token as
+     * a call of that token alone would (the CPU's attention changes its rounding for longer
+     * runs), or 0 where no length does exactly (a GPU's matmuls): speculative drafts stay
+     * within it. */
+    int exact_run_max;
     /* The engine's pool: storage for its blocks and a logits row per sequence slot. */
     cera_status (*kv_init)(cera_backend *be, const cera_kv_pool *pool, cera_error *err); /* may be NULL */
     void (*kv_free)(cera_backend *be);                                                   /* may be NULL */

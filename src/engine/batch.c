@@ -21,6 +21,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
@@ -31,6 +32,7 @@ typedef struct item_run {
     const cera_token *tok; /* the new tokens */
     size_t n;
     bool all;          /* every new position's logits */
+    int n_draft;       /* the last n_draft new tokens are drafts (not recorded by the sampler) */
     cera_token pend;   /* the pending token evaluated first, or -1 */
     int n_past0;       /* the sequence's length before the batch */
     size_t next;       /* the stream's next position (0 = the pending token when there is one) */
@@ -77,6 +79,9 @@ static cera_status check_items(cera_engine *e, const cera_batch_item *items, int
         for (int j = 0; j < i; j++)
             if (items[j].session == it->session)
                 return cera_fail(err, CERA_ERR_INVALID_ARG, "batch items %d and %d: the same session", j, i);
+        if (it->n_draft < 0 || (it->n_draft > 0 && (size_t)it->n_draft >= it->n_tokens))
+            return cera_fail(err, CERA_ERR_INVALID_ARG, "batch item %d: %d drafts of %zu tokens", i,
+                             it->n_draft, it->n_tokens);
         const cera_session *s = it->session;
         const size_t need = it->n_tokens + (s->pending_eval >= 0 ? 1 : 0);
         if (need > (size_t)(e->params.n_ctx - s->seq.n_pos))
@@ -197,9 +202,11 @@ static void finish_run(item_run *r) {
     for (size_t i = 0; i < len; i++) {
         const cera_token t = stream_tok(r, i);
         s->tokens[r->n_past0 + (int)i] = t;
-        if (s->unrecorded_eval || (i == 0 && t == s->pending_sampled)) continue; /* recorded by sample */
+        if (i + (size_t)r->n_draft >= len || (i == 0 && t == s->pending_sampled))
+            continue; /* a draft (recorded when a draw keeps it), or recorded by sample */
         cera_sampler_accept(s->sampler, t);
     }
+    s->n_draft_eval = r->n_draft;
     s->pending_sampled = -1;
     s->pending_eval = -1;
     if (r->embd) { /* embeddings leave no logits */
@@ -290,7 +297,8 @@ cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_i
         *r = (item_run){s,
                         items[i].tokens,
                         items[i].n_tokens,
-                        embd || items[i].all_logits,
+                        embd || items[i].all_logits || items[i].n_draft > 0,
+                        embd ? 0 : items[i].n_draft,
                         s->pending_eval,
                         s->seq.n_pos,
                         0,
@@ -303,7 +311,16 @@ cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_i
         if (!embd) st = reserve_logits(s, r->all && r->n ? r->n : 1, err);
         n_runs++;
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!st) st = run_all(e, runs, n_runs, embd != NULL, err);
+    if (!st && !embd && n_runs > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        size_t n_tok = 0;
+        for (int i = 0; i < n_runs; i++) n_tok += stream_len(&runs[i]);
+        cera_spec_step_time(e, n_tok,
+                            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    }
     bool reset = false;
     for (int i = 0; i < n_runs; i++) {
         if (!st) {
@@ -327,6 +344,7 @@ cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_i
             reset = true;
         }
         s->n_logit_rows = 0;
+        s->n_draft_eval = 0;
     }
     pthread_mutex_unlock(&e->forward_lock);
     return st;

@@ -132,6 +132,6 @@ cera_status cera_session_embed(cera_session *s, const cera_token *tokens, size_t
     cera_error_clear(err);
     if (!s || (!tokens && n_tokens) || !out)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_embed: NULL argument");
-    const cera_batch_item it = {s, tokens, n_tokens, false};
+    const cera_batch_item it = {s, tokens, n_tokens, false, 0};
     return cera_batch_embed(s->engine, &it, 1, pooling, norm, &out, err);
 }

@@ -27,6 +27,9 @@
 
 /* The largest n_ctx and n_batch an engine accepts (cera.h): positions + a batch stay far from INT_MAX. */
 #define CERA_MAX_CTX (1 << 24)
+/* spec.c's classes: of n-gram match lengths, and of batch token counts (1..16, then powers of two) */
+#define CERA_SPEC_CLASSES 4
+#define CERA_STEP_CLASSES 24
 
 struct cera_engine {
     gguf_file *file;
@@ -53,6 +56,9 @@ struct cera_engine {
     /* the vocabulary's byte trie for grammar masks: built by the first grammar a session
      * sets (under forward_lock), read-only afterwards */
     cera_grammar_tokens *gtok;
+    /* the measured time of a batch by its token count (spec.c's classes; 0: not seen yet), a
+     * decayed mean in ms, for CERA_SPEC_AUTO's cost of drafts (written under forward_lock) */
+    double step_ms[CERA_STEP_CLASSES];
 };
 
 /* A parsed grammar shared by the sessions forked from one that set it (refcounted:
@@ -77,9 +83,13 @@ struct cera_session {
     int last_eval_n;
     /* the token cera_session_sample recorded; the eval that appends it does not record it again */
     cera_token pending_sampled;
-    /* set around speculative decoding's batch (generate.c): its tokens enter the timeline
-     * without the sampler recording them (the draws that keep them do) */
-    bool unrecorded_eval;
+    /* speculative decoding (spec.c): the drafts the last eval ended with (their draws record
+     * them in the penalty history, not the eval), the match length class of the last n-gram
+     * draft (-1: another kind), and per class the decayed counts of drafts kept and of rounds
+     * that ended on a draft the sampler did not pick (CERA_SPEC_AUTO's acceptance rate) */
+    int n_draft_eval;
+    int spec_class;
+    float spec_kept[CERA_SPEC_CLASSES], spec_missed[CERA_SPEC_CLASSES];
     /* the last token cera_generate streamed without evaluating it (-1: none): the next
      * eval, sample or generate evaluates it first, so that a continuation equals one long
      * generation without a forward wasted when nothing follows */
@@ -100,12 +110,19 @@ struct cera_session {
     size_t gbuf_len, gbuf_cap;
 };
 
-/* Speculative decoding's two steps (generate.c): a draw from row i of the last eval's logits
- * (all rows kept), as cera_session_sample's host path (grammar, penalties, RNG); and the
+/* Speculative decoding's steps (spec.c, generate.c): a draw from row i of the last eval's
+ * logits (all rows kept), as cera_session_sample's host path (grammar, penalties, RNG); the
  * timeline cut back to n_keep positions (the caller has checked cera_kv_seq_can_truncate)
- * leaving the sampler and the grammar as they are (they saw only the tokens kept). */
+ * leaving the sampler and the grammar as they are (they saw only the tokens kept); drafts
+ * after the history h[0..n) (the timeline, a pending token and the next one), at most cap,
+ * as cera_session_draft; how a round of drafts went (kept of drafted); and a batch's time,
+ * by its token count, for the cost of drafts (under forward_lock). */
 cera_status cera_session_sample_row(cera_session *s, int i, cera_token *out, cera_error *err);
 void cera_session_cut(cera_session *s, int n_keep);
+int cera_spec_draft(cera_session *s, const cera_token *h, int n, int n_match, cera_session *draft, int n_step,
+                    cera_token *out, int cap);
+void cera_spec_observe(cera_session *s, int drafted, int kept);
+void cera_spec_step_time(cera_engine *e, size_t n_tokens, double ms);
 
 /* The checksum a session file (state.c) ends with, over its first n bytes (the fuzz harness
  * makes files the checksum lets through). */

@@ -118,49 +118,6 @@ static bool emit(gen_out *g, cera_token t, int n_pos, bool *kept) {
 
 /* ---- speculative decoding ------------------------------------------------------- */
 
-/* Up to cap drafts after the history h[0..n): what followed the most recent earlier
- * occurrence of its last k tokens. */
-static int draft_ngram(const cera_token *h, int n, int k, cera_token *out, int cap) {
-    if (k <= 0 || n <= k) return 0;
-    for (int j = n - k - 1; j >= 0; j--) {
-        if (memcmp(h + j, h + n - k, (size_t)k * sizeof *h)) continue;
-        int m = 0;
-        while (m < cap && j + k + m < n) out[m] = h[j + k + m], m++;
-        return m;
-    }
-    return 0;
-}
-
-/* Up to cap greedy drafts of the draft session d after the history h[0..n): d is first cut
- * back to what it shares with h (to nothing when its sliding window has moved past that) and
- * given the rest. 0 when it cannot follow. */
-static int draft_model(cera_session *d, const cera_token *h, int n, cera_token *out, int cap) {
-    const cera_token *dt = cera_session_tokens(d);
-    int c = 0;
-    const int dn = d->seq.n_pos;
-    while (c < dn && c < n && dt[c] == h[c]) c++;
-    if (c == n) c = n - 1;                             /* the last token again: its logits */
-    if (c < dn && cera_session_truncate(d, c, NULL)) { /* a window already past c: from the start */
-        if (cera_session_truncate(d, 0, NULL)) return 0;
-        c = 0;
-    }
-    if (cera_session_eval(d, h + c, (size_t)(n - c), false, NULL)) return 0;
-    const int nv = cera_engine_n_vocab(d->engine);
-    int m = 0;
-    for (; m < cap && d->seq.n_pos < d->engine->params.n_ctx; m++) {
-        const float *l = cera_session_logits(d, -1);
-        if (!l) break;
-        int best = 0;
-        for (int i = 1; i < nv; i++) best = l[i] > l[best] ? i : best;
-        out[m] = best;
-        if (m + 1 < cap && cera_session_eval(d, &out[m], 1, false, NULL)) {
-            m++;
-            break;
-        }
-    }
-    return m;
-}
-
 /* One speculative step for the pending token t: drafts after it, [t, drafts] evaluated with
  * every row's logits, the sampler recording none of them, then each row drawn from in order
  * and kept while it matches the next draft. Returns 0 when
@@ -174,26 +131,22 @@ static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *e
     const int n_past = s->seq.n_pos;
     int cap = dmax;
     if (cap > e->params.n_ctx - n_past - 1) cap = e->params.n_ctx - n_past - 1;
-    if (cap > e->params.n_batch - 1) cap = e->params.n_batch - 1;
     if (cap < dmin) return 0;
     /* the history: the timeline and t, in the session's token buffer (t's place: the batch below
      * writes it there again) */
     cera_token *h = s->tokens;
     h[n_past] = s->pending_eval;
-    int k = draft_ngram(h, n_past + 1, p->spec_ngram, buf + 1, cap);
-    if (k < dmin && p->draft) k = draft_model(p->draft, h, n_past + 1, buf + 1, cap);
+    int k = cera_spec_draft(s, h, n_past + 1, p->spec_ngram, NULL, 0, buf + 1, cap);
+    if (k < dmin && p->draft) k = cera_spec_draft(s, h, n_past + 1, 0, p->draft, 0, buf + 1, cap);
     if (k < dmin) return 0;
     if (p->n_drafted) *p->n_drafted += k;
     buf[0] = s->pending_eval;
-    /* t goes in with the drafts; the sampler records t (when its sample has not) and none of
-     * the drafts: each is recorded when a draw keeps it */
-    if (s->pending_sampled != buf[0]) cera_sampler_accept(s->sampler, buf[0]);
+    /* t goes in with the drafts (the sampler records t, when its sample has not, and none of
+     * the drafts: each is recorded when a draw keeps it) */
     s->pending_eval = -1;
-    s->unrecorded_eval = true;
-    *st = cera_session_eval(s, buf, (size_t)k + 1, true, err);
-    s->unrecorded_eval = false;
-    if (*st) return -1;
-    int ret = 1;
+    const cera_batch_item it = {s, buf, (size_t)k + 1, true, k};
+    if ((*st = cera_batch_eval(e, &it, 1, err))) return -1;
+    int ret = 1, n_kept = 0;
     for (int i = 0;; i++) {
         cera_token x;
         if ((*st = cera_session_sample_row(s, i, &x, err))) {
@@ -207,6 +160,7 @@ static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *e
         bool kept;
         const bool go_on = emit(g, x, n_past + i + 1, &kept);
         const bool match = i < k && x == buf[i + 1];
+        n_kept += match;
         if (match && p->n_accepted) ++*p->n_accepted;
         if (!go_on || !match) {
             /* the drafts after row i go; x stays pending, as plain decoding leaves it */
@@ -216,6 +170,7 @@ static int spec_step(gen_out *g, cera_token *buf, cera_status *st, cera_error *e
             break;
         }
     }
+    cera_spec_observe(s, k, n_kept);
     return ret;
 }
 
@@ -233,7 +188,8 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
                          p.n_predict);
     if (p.n_stop < 0 || (p.n_stop > 0 && !p.stop))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_generate: bad stop strings");
-    if (p.spec_ngram < 0 || p.draft_max < 0 || p.draft_min < 0 || p.spec_ngram > 1024 || p.draft_max > 1024)
+    if (p.spec_ngram < CERA_SPEC_AUTO || p.draft_max < 0 || p.draft_min < 0 || p.spec_ngram > 1024 ||
+        p.draft_max > 1024)
         return cera_fail(err, CERA_ERR_INVALID_ARG,
                          "cera_generate: spec_ngram %d, draft_max %d, draft_min %d", p.spec_ngram,
                          p.draft_max, p.draft_min);
@@ -247,7 +203,7 @@ cera_status cera_generate(cera_session *s, const cera_token *prompt, size_t n_pr
     if (p.n_drafted) *p.n_drafted = 0;
     if (p.n_accepted) *p.n_accepted = 0;
     /* speculation cuts timelines back: not for a recurrent state (a draft's neither) */
-    const bool spec = (p.spec_ngram > 0 || p.draft) && !e->kv->state_bytes &&
+    const bool spec = (p.spec_ngram != 0 || p.draft) && !e->kv->state_bytes &&
                       !(p.draft && p.draft->engine->kv->state_bytes);
     /* a token the last generation streamed is evaluated first (by the prompt's eval) */
     st = n_prompt ? cera_session_eval(s, prompt, n_prompt, false, err) : cera_session_flush_pending(s, err);

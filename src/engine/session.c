@@ -51,6 +51,7 @@ static cera_status session_alloc(cera_engine *e, const cera_kv_seq *fork_of, cer
     if (!s) return cera_fail(err, CERA_ERR_NO_MEMORY, "session");
     s->engine = e;
     s->pending_sampled = -1;
+    s->spec_class = -1;
     s->pending_eval = -1;
     s->logit_cap_rows = 1;
     s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
@@ -177,6 +178,7 @@ cera_status cera_session_truncate(cera_session *s, int n_keep, cera_error *err) 
     cera_sampler_reset(s->sampler);
     for (int i = 0; i < n_keep; i++) cera_sampler_accept(s->sampler, s->tokens[i]);
     s->n_logit_rows = 0;
+    s->n_draft_eval = 0;
     return CERA_OK;
 }
 
@@ -187,11 +189,12 @@ void cera_session_cut(cera_session *s, int n_keep) {
         pthread_mutex_unlock(&s->engine->forward_lock);
     }
     s->n_logit_rows = 0;
+    s->n_draft_eval = 0;
 }
 
 cera_status cera_session_flush_pending(cera_session *s, cera_error *err) {
     if (s->pending_eval < 0) return CERA_OK;
-    const cera_batch_item it = {s, NULL, 0, false};
+    const cera_batch_item it = {s, NULL, 0, false, 0};
     return cera_batch_eval(s->engine, &it, 1, err);
 }
 
@@ -200,7 +203,7 @@ cera_status cera_session_eval(cera_session *s, const cera_token *tokens, size_t 
     cera_error_clear(err);
     if (!s || (!tokens && n_tokens))
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_eval: NULL argument");
-    const cera_batch_item it = {s, tokens, n_tokens, all_logits};
+    const cera_batch_item it = {s, tokens, n_tokens, all_logits, 0};
     return cera_batch_eval(s->engine, &it, 1, err);
 }
 

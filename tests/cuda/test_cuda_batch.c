@@ -114,7 +114,7 @@ static void test_decode(const char *rel, int n_seq, double bound) {
     int bad = 0, n = 0;
     for (int k = 0; k < STEPS; k++) {
         cera_batch_item it[N_SEQ];
-        for (int i = 0; i < n_seq; i++) it[i] = (cera_batch_item){s[i], &tok[i][5 + i + k], 1, false};
+        for (int i = 0; i < n_seq; i++) it[i] = (cera_batch_item){s[i], &tok[i][5 + i + k], 1, false, 0};
         CHECK(!cera_batch_eval(e, it, n_seq, &err), "step %d: %s", k, err.message);
         for (int i = 0; i < n_seq; i++) {
             CHECK(!cera_session_eval(r[i], &tok[i][5 + i + k], 1, false, &err), "alone: %s", err.message);
@@ -154,11 +154,11 @@ static void test_mixed_and_fork(const char *rel, double bound, int l0, int l1, b
         CHECK(!cera_session_eval(s[i], t[i], 10, false, &err) &&
                   !cera_session_eval(r[i], t[i], 10, false, &err),
               "history");
-    const cera_batch_item it[5] = {{s[0], t[0], (size_t)l0, true},
-                                   {s[1], t[1], (size_t)l1, true},
-                                   {s[2], t[2] + 10, 1, false},
-                                   {s[3], t[3] + 10, 1, false},
-                                   {s[4], t[4] + 10, 1, false}};
+    const cera_batch_item it[5] = {{s[0], t[0], (size_t)l0, true, 0},
+                                   {s[1], t[1], (size_t)l1, true, 0},
+                                   {s[2], t[2] + 10, 1, false, 0},
+                                   {s[3], t[3] + 10, 1, false, 0},
+                                   {s[4], t[4] + 10, 1, false, 0}};
     CHECK(!cera_batch_eval(e, it, 5, &err), "mixed batch: %s", err.message);
     double worst = 0;
     int top = 0, rows = 0;
@@ -195,7 +195,7 @@ static void test_mixed_and_fork(const char *rel, double bound, int l0, int l1, b
     memcpy(a, t[1], sizeof a);
     memcpy(c, t[1], (size_t)l1 * sizeof *c);
     make_tokens(c + l1, 15, 77, nv);
-    const cera_batch_item go[2] = {{s[1], a + l1, 15, true}, {f, c + l1, 15, true}};
+    const cera_batch_item go[2] = {{s[1], a + l1, 15, true, 0}, {f, c + l1, 15, true, 0}};
     CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
     cera_session *fa = NULL, *fc = NULL;
     CHECK(!cera_session_create(e, NULL, &fa, &err) && !cera_session_create(e, NULL, &fc, &err), "fresh");

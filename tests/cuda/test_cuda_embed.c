@@ -55,7 +55,7 @@ static float *embed(cera_engine *e, const char *lora, cera_pooling pooling, int 
     for (int i = 0; i <= N_TEXTS; i++) {
         cera_session_create(e, NULL, &s[i], &err);
         if (ad) cera_session_set_adapter(s[i], ad, 1.0f, &err);
-        it[i] = (cera_batch_item){s[i], tok[i], n[i], false};
+        it[i] = (cera_batch_item){s[i], tok[i], n[i], false, 0};
         out[i] = v + off * (size_t)d;
         off += pooling == CERA_POOLING_NONE ? n[i] : 1;
     }

@@ -189,7 +189,7 @@ static void run_case(const embed_case *c, char **texts, int n_texts) {
     for (int i = 0; i < n_texts; i++) {
         CHECK(cera_session_create(e, NULL, &s[i], &err) == CERA_OK, "%s: session: %s", c->name, err.message);
         if (ad) cera_session_set_adapter(s[i], ad, 1.0f, &err);
-        items[i] = (cera_batch_item){s[i], tok[i], n_tok[i], false};
+        items[i] = (cera_batch_item){s[i], tok[i], n_tok[i], false, 0};
         out[i] = got + off * (size_t)d;
         off += c->pooling == CERA_POOLING_NONE ? n_tok[i] : 1;
     }

@@ -104,7 +104,7 @@ static void check_case(const char *model, const char *name, float scale, double 
     cera_session *sa = NULL, *sb = NULL;
     const bool made = !cera_session_create(e, NULL, &sa, &err) && !cera_session_create(e, NULL, &sb, &err) &&
                       !cera_session_set_adapter(sa, a, scale, &err);
-    const cera_batch_item items[2] = {{sa, g.tokens, n, true}, {sb, g.tokens + 5, n - 5, true}};
+    const cera_batch_item items[2] = {{sa, g.tokens, n, true, 0}, {sb, g.tokens + 5, n - 5, true, 0}};
     CHECK(made && !cera_batch_eval(e, items, 2, &err), "%s: batch: %s", name, err.message);
     int bad = 0;
     for (size_t i = 0; made && got && i < n; i++)

@@ -93,7 +93,7 @@ static void test_invariance(int n_batch) {
     CHECK(!cera_generate(s[3], NULL, 0, &gp, NULL, NULL, NULL, &err), "generate: %s", err.message);
     CHECK(!cera_generate(ref[3], NULL, 0, &gp, NULL, NULL, NULL, &err), "generate: %s", err.message);
     cera_batch_item items[4];
-    for (int i = 0; i < 4; i++) items[i] = (cera_batch_item){s[i], tok[i] + hist[i], part[i], all[i]};
+    for (int i = 0; i < 4; i++) items[i] = (cera_batch_item){s[i], tok[i] + hist[i], part[i], all[i], 0};
     CHECK(cera_batch_eval(e, items, 4, &err) == CERA_OK, "batch (n_batch %d): %s", n_batch, err.message);
     int bad = 0, rows = 0;
     for (int i = 0; i < 4; i++) {
@@ -140,7 +140,7 @@ static void test_fork(void) {
           e->kv->group[0].n_free);
     CHECK(cera_session_n_past(fork) == 45, "fork n_past %d", cera_session_n_past(fork));
     CHECK(same_row(cera_session_logits(fork, -1), cera_session_logits(src, -1), nv), "fork's logits");
-    const cera_batch_item items[2] = {{src, a + 45, 45, true}, {fork, b + 45, 45, true}};
+    const cera_batch_item items[2] = {{src, a + 45, 45, true, 0}, {fork, b + 45, 45, true, 0}};
     CHECK(!cera_batch_eval(e, items, 2, &err), "both continue: %s", err.message);
     cera_session *ra = new_session(e), *rb = new_session(e);
     if (!ra || !rb) return;
@@ -213,7 +213,7 @@ static void test_pool_churn(void) {
                 if (cera_session_n_past(live[i]) > 200) continue;
                 make_tokens(tok[n], 8, seed + (unsigned)i, nv);
                 items[n] =
-                    (cera_batch_item){live[i], tok[n], 1 + (size_t)((seed >> 9) + (unsigned)i) % 8, false};
+                    (cera_batch_item){live[i], tok[n], 1 + (size_t)((seed >> 9) + (unsigned)i) % 8, false, 0};
                 n++;
             }
             CHECK(cera_batch_eval(e, items, n, &err) == CERA_OK, "batch: %s", err.message);
@@ -284,7 +284,7 @@ static void test_lfm2(const char *rel, const char *label) {
         CHECK(!cera_session_eval(k ? r[1] : s[1], t[1], 10, false, &err), "history");
     }
     const cera_batch_item items[3] = {
-        {s[0], t[0] + 10, 1, false}, {s[1], t[1] + 10, 20, true}, {s[2], t[2], 7, true}};
+        {s[0], t[0] + 10, 1, false, 0}, {s[1], t[1] + 10, 20, true, 0}, {s[2], t[2], 7, true, 0}};
     CHECK(!cera_batch_eval(e, items, 3, &err), "batch: %s", err.message);
     CHECK(!cera_session_eval(r[0], t[0] + 10, 1, false, &err) &&
               !cera_session_eval(r[1], t[1] + 10, 20, true, &err) &&
@@ -303,7 +303,7 @@ static void test_lfm2(const char *rel, const char *label) {
     memcpy(c, t[1], 30 * sizeof *c);
     make_tokens(a + 30, 10, 1, nv);
     make_tokens(c + 30, 10, 2, nv);
-    const cera_batch_item go[2] = {{s[1], a + 30, 10, true}, {f, c + 30, 10, true}};
+    const cera_batch_item go[2] = {{s[1], a + 30, 10, true, 0}, {f, c + 30, 10, true, 0}};
     CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
     cera_session *fa = new_session(e), *fc = new_session(e);
     if (!fa || !fc || !f) return;
@@ -371,7 +371,7 @@ static void test_gemma3(void) {
     /* a fork of s goes on differently in one batch with s; both equal fresh sessions */
     cera_session *f = NULL;
     CHECK(!cera_session_fork(s, &f, &err), "fork: %s", err.message);
-    const cera_batch_item go[2] = {{s, a + 150, 10, true}, {f, c + 150, 10, true}};
+    const cera_batch_item go[2] = {{s, a + 150, 10, true, 0}, {f, c + 150, 10, true, 0}};
     CHECK(f && !cera_batch_eval(e, go, 2, &err), "fork batch: %s", err.message);
     for (int i = 0; i < N; i += 32) {
         const size_t m = N - i < 32 ? (size_t)(N - i) : 32;

@@ -231,7 +231,7 @@ static void test_two_sequences(void) {
     }
     const int nv = cera_engine_n_vocab(e);
     float *alone_a = eval_logits(e, ta, na, 0), *alone_b = eval_logits(e, tb, nb, 0);
-    const cera_batch_item items[2] = {{sa, ta, na, true}, {sb, tb, nb, true}};
+    const cera_batch_item items[2] = {{sa, ta, na, true, 0}, {sb, tb, nb, true, 0}};
     CHECK(cera_batch_eval(e, items, 2, &err) == CERA_OK, "two-session batch: %s", err.message);
     if (alone_a && alone_b) {
         int diff = 0;

@@ -800,7 +800,50 @@ def group_batch(cera, shared, models, corpus):
         sv.stop()
         tmp.cleanup()
     check_context_shift(cera, model)
+    check_speculative(cera, model)
     return 0
+
+
+def check_speculative(cera, model):
+    """Speculative decoding in the steps: three requests at once (greedy, sampled with a seed,
+    sampled with logprobs) on a repetitive prompt answer the same, logprobs included, with
+    2-gram lookup, with the default ngram-auto, and with a draft model (the same file), as
+    with --spec-type none; the lookup and the draft model draft and keep drafts
+    (cera_draft_tokens_total, cera_draft_tokens_accepted_total)."""
+    prompt = "Once upon a time, there was a little girl. Once upon a time, there was a"
+    bodies = [{"prompt": prompt, "max_tokens": 48, "temperature": 0},
+              {"prompt": prompt, "max_tokens": 48, "temperature": 0.9, "seed": 5, "top_k": 40},
+              {"prompt": prompt, "max_tokens": 40, "temperature": 0.8, "seed": 9, "logprobs": 3}]
+
+    def answers(args):
+        sv = Server(cera, ["-m", model, "-c", "256", "--parallel", "3"] + args)
+        try:
+            out = [None] * len(bodies)
+
+            def one(i):
+                st, data = sv.request("POST", "/v1/completions", bodies[i])
+                out[i] = json.loads(data)["choices"][0] if st == 200 else (st, data[:200])
+
+            ts = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            return out, sv.metric("cera_draft_tokens_total"), sv.metric("cera_draft_tokens_accepted_total")
+        finally:
+            sv.stop()
+
+    plain, d0, _ = answers(["--spec-type", "none"])
+    check(d0 == 0, "--spec-type none drafts nothing (%s)" % d0)
+    for name, args, must_draft in [("2-gram", ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2"], True),
+                                   ("ngram-auto", [], False),
+                                   ("draft model", ["--spec-type", "none", "-md", model, "--draft-max", "6"], True)]:
+        got, drafted, kept = answers(args)
+        for i in range(len(bodies)):
+            check(got[i] == plain[i], "speculative (%s), request %d: the answer without drafts: %r vs %r"
+                  % (name, i, str(got[i])[:300], str(plain[i])[:300]))
+        check(not must_draft or (drafted > 0 and kept > 0), "speculative (%s): drafted %s, kept %s" % (name, drafted, kept))
+        print("speculative (%s): %s drafted, %s kept; answers as without" % (name, drafted, kept))
 
 
 def check_context_shift(cera, model):

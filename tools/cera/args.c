@@ -50,6 +50,7 @@ typedef enum opt_id {
     O_DRAFT_MAX,
     O_DRAFT_MIN,
     O_SPEC_TYPE,
+    O_SPEC_DEFAULT,
     O_SPEC_NGRAM,
     O_SYSTEM,
     O_TEMPLATE,
@@ -141,27 +142,29 @@ static const opt opts[] = {
      NULL,
      "when the context is full, drop half of what follows --keep and go on (default: run off, chat on)"},
     {CLI_G_GEN, O_NO_CTX_SHIFT, {"--no-context-shift"}, NULL, "stop at a full context"},
-    {CLI_G_GEN,
+    {CLI_G_SPEC,
      O_MODEL_DRAFT,
      {"-md", "--model-draft", "--spec-draft-model"},
      "FILE",
      "speculative decoding with this draft model (the same vocabulary; greedy drafts)"},
-    {CLI_G_GEN,
+    {CLI_G_SPEC,
      O_SPEC_TYPE,
      {"--spec-type"},
      "TYPE",
-     "ngram-simple: draft what followed the text's last n-gram earlier in it (none: off, the default)"},
-    {CLI_G_GEN,
+     "ngram-auto (the default): draft what followed the longest earlier occurrence of the text's "
+     "ending, as far as its measured cost pays; ngram-simple: what followed the last n-gram; none: off"},
+    {CLI_G_SPEC, O_SPEC_DEFAULT, {"--spec-default"}, NULL, "ngram-auto (llama.cpp's flag)"},
+    {CLI_G_SPEC,
      O_SPEC_NGRAM,
      {"--spec-ngram-simple-size-n"},
      "N",
      "the n-gram ngram-simple looks up (default 12)"},
-    {CLI_G_GEN,
+    {CLI_G_SPEC,
      O_DRAFT_MAX,
      {"--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"},
      "N",
      "most tokens drafted at a time (default 16)"},
-    {CLI_G_GEN,
+    {CLI_G_SPEC,
      O_DRAFT_MIN,
      {"--draft-min", "--draft-n-min", "--spec-draft-n-min"},
      "N",
@@ -202,6 +205,7 @@ void cli_args_init(cli_args *a) {
     a->seed = -1;
     a->n_predict = -1;
     a->ctx_shift = -1;
+    a->spec_type = CLI_SPEC_NGRAM_AUTO;
     a->spec_ngram_n = 12; /* llama.cpp's ngram-simple size_n */
 }
 
@@ -302,12 +306,15 @@ static bool apply(const char *cmd, const opt *o, const char *v, cli_args *a) {
     case O_SPEC_NGRAM: return parse_int(v, 1, 1024, &a->spec_ngram_n);
     case O_SPEC_TYPE:
         if (!strcmp(v, "none"))
-            a->spec_ngram = false;
+            a->spec_type = CLI_SPEC_NONE;
         else if (!strcmp(v, "ngram-simple"))
-            a->spec_ngram = true;
+            a->spec_type = CLI_SPEC_NGRAM_SIMPLE;
+        else if (!strcmp(v, "ngram-auto"))
+            a->spec_type = CLI_SPEC_NGRAM_AUTO;
         else
             return false;
         return true;
+    case O_SPEC_DEFAULT: a->spec_type = CLI_SPEC_NGRAM_AUTO; return true;
     case O_SYSTEM: a->system = v; return true;
     case O_TEMPLATE: a->chat_template = v; return true;
     case O_KWARGS: a->chat_kwargs = v; return true;
@@ -535,13 +542,23 @@ int cli_take_value(const char *cmd, int argc, char **argv, int *i, const char **
     return 1;
 }
 
+int cli_spec_ngram(const cli_args *a) {
+    return a->spec_type == CLI_SPEC_NGRAM_SIMPLE ? a->spec_ngram_n
+           : a->spec_type == CLI_SPEC_NGRAM_AUTO ? CERA_SPEC_AUTO
+                                                 : 0;
+}
+
+void cli_spec_apply(const cli_args *a, cera_generate_params *gp) {
+    gp->spec_ngram = cli_spec_ngram(a);
+    gp->draft_max = a->draft_max;
+    gp->draft_min = a->draft_min;
+}
+
 cera_status cli_spec_open(const cli_args *a, cera_engine *e, cera_generate_params *gp, cera_engine **de,
                           cera_session **ds, cera_error *err) {
     *de = NULL;
     *ds = NULL;
-    gp->spec_ngram = a->spec_ngram ? a->spec_ngram_n : 0;
-    gp->draft_max = a->draft_max;
-    gp->draft_min = a->draft_min;
+    cli_spec_apply(a, gp);
     if (!a->model_draft) return CERA_OK;
     cera_engine_params ep = a->ep; /* the same context, threads, device and cache */
     ep.progress = NULL;

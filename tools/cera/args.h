@@ -25,7 +25,11 @@ enum {
     CLI_G_LORA = 1 << 4,    /* --lora --lora-scaled */
     CLI_G_CHAT = 1 << 5,    /* -sys --template --chat-template-kwargs */
     CLI_G_GRAMMAR = 1 << 6, /* --grammar --grammar-file -j/--json-schema -jf --json */
+    CLI_G_SPEC = 1 << 7,    /* -md --spec-type --spec-default --spec-ngram-simple-size-n --draft-max ... */
 };
+
+/* --spec-type: what drafts for speculative decoding */
+enum { CLI_SPEC_NONE, CLI_SPEC_NGRAM_SIMPLE, CLI_SPEC_NGRAM_AUTO };
 
 #define CLI_STOP_MAX 16
 
@@ -48,9 +52,10 @@ typedef struct cli_args {
     bool ignore_eos;
     int keep;      /* --keep: prompt tokens a context shift keeps (-1: all) */
     int ctx_shift; /* -1: the command's default, 0 off, 1 on */
-    /* speculative decoding (cera_generate_params): a draft model, n-gram lookup */
+    /* CLI_G_SPEC: speculative decoding (cera_generate_params): a draft model, n-gram lookup
+     * (CLI_SPEC_*; the default ngram-auto, which drafts only where it pays) */
     const char *model_draft;
-    bool spec_ngram;
+    int spec_type;
     int spec_ngram_n, draft_max, draft_min;
     /* CLI_G_LORA */
     cli_lora_list lora;
@@ -93,6 +98,10 @@ int cli_args_finish(const char *cmd, unsigned groups, cli_args *a);
  * the buffer to free (NULL for -p). */
 const char *cli_args_prompt(const cli_args *a, size_t *len, char **owned, cera_error *err);
 
+/* The options' n-gram lookup (cera_generate_params.spec_ngram), and gp's speculation fields
+ * but the draft session set from them. */
+int cli_spec_ngram(const cli_args *a);
+void cli_spec_apply(const cli_args *a, cera_generate_params *gp);
 /* Speculative decoding as the options ask: gp's fields set, and with -md a draft engine and
  * session opened beside e (*de, *ds; freed with cli_spec_close). */
 cera_status cli_spec_open(const cli_args *a, cera_engine *e, cera_generate_params *gp, cera_engine **de,

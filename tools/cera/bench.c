@@ -232,7 +232,7 @@ static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool 
         cera_token *p = prompts + (size_t)i * P;
         for (int j = 0; j < P; j++) p[j] = next_token(&rng, n_vocab);
         if (bos >= 0) p[0] = bos;
-        it[i] = (cera_batch_item){s[i], p, (size_t)P, false};
+        it[i] = (cera_batch_item){s[i], p, (size_t)P, false, 0};
     }
     if (!st) {
         const uint64_t t0 = now_ns();
@@ -246,7 +246,7 @@ static cera_status run_parallel(cera_engine *e, bench_result *r, int reps, bool 
         for (int k = 0; k < steps && !st; k++) {
             for (int i = 0; i < N; i++) {
                 step[i] = next_token(&rng, n_vocab);
-                it[i] = (cera_batch_item){s[i], &step[i], 1, false};
+                it[i] = (cera_batch_item){s[i], &step[i], 1, false, 0};
             }
             st = cera_batch_eval(e, it, N, err);
         }

@@ -29,7 +29,8 @@
 #include "gen.h"
 #include "prompt.h"
 
-#define CHAT_GROUPS    (CLI_G_MODEL | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_CHAT | CLI_G_GRAMMAR)
+#define CHAT_GROUPS                                                                                          \
+    (CLI_G_MODEL | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_CHAT | CLI_G_GRAMMAR | CLI_G_SPEC)
 #define CHAT_MAX_TURNS 4096
 
 typedef struct chat {
@@ -138,10 +139,8 @@ static cera_status turn(chat *c, const cli_args *a, bool tty, cera_error *err) {
     gp.cancel = &cli_cancel_flag;
     gp.context_shift = a->ctx_shift != 0; /* on unless --no-context-shift */
     gp.n_keep = cli_keep_positions(c->e, a->keep, c->hist, c->n_hist);
-    gp.spec_ngram = a->spec_ngram ? a->spec_ngram_n : 0;
+    cli_spec_apply(a, &gp);
     gp.draft = c->ds;
-    gp.draft_max = a->draft_max;
-    gp.draft_min = a->draft_min;
     int drafted = 0, accepted = 0;
     gp.n_drafted = &drafted;
     gp.n_accepted = &accepted;

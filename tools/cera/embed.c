@@ -190,7 +190,7 @@ static cera_status embed_all(cera_engine *e, const cli_args *o, embed_text *text
         for (int i = 0; i < m && !st; i++) {
             st = cera_session_create(e, NULL, &s[i], err);
             if (!st) st = cli_lora_attach(e, s[i], &o->lora, err);
-            items[i] = (cera_batch_item){s[i], texts[first + i].tok, texts[first + i].n, false};
+            items[i] = (cera_batch_item){s[i], texts[first + i].tok, texts[first + i].n, false, 0};
             out[i] = v;
             v += (pooling == CERA_POOLING_NONE ? texts[first + i].n : 1) * (size_t)d;
         }

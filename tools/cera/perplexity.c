@@ -305,7 +305,7 @@ int cmd_perplexity(int argc, char **argv) {
             memcpy(c, toks + (size_t)(i + q) * (size_t)n_ctx, sizeof *c * (size_t)n_ctx);
             if (add_bos) c[0] = cera_engine_bos(e);
             if (cera_session_truncate(ss[q], 0, &err)) goto done;
-            items[q] = (cera_batch_item){ss[q], c, (size_t)n_ctx, true};
+            items[q] = (cera_batch_item){ss[q], c, (size_t)n_ctx, true, 0};
         }
         if (cera_batch_eval(e, items, k, &err)) goto done;
         for (int q = 0; q < k; q++) {

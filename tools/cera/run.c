@@ -20,7 +20,8 @@
 #include "gen.h"
 #include "prompt.h"
 
-#define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_GRAMMAR)
+#define RUN_GROUPS                                                                                           \
+    (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLE | CLI_G_GEN | CLI_G_LORA | CLI_G_GRAMMAR | CLI_G_SPEC)
 
 typedef struct run_state {
     bool ids;

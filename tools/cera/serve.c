@@ -28,7 +28,7 @@
 #include "prompt.h"
 #include "serve.h"
 
-#define SERVE_GROUPS CLI_G_MODEL
+#define SERVE_GROUPS (CLI_G_MODEL | CLI_G_SPEC)
 /* --cache-dir-size unless given */
 #define SERVE_CACHE_DIR_SIZE ((size_t)10 << 30)
 
@@ -239,6 +239,8 @@ static const char serve_help[] =
     "                        default off: the answer ends there, finish_reason length)\n"
     "  --keep N              prompt tokens a context shift keeps (default 0, -1 = all; the BOS\n"
     "                        token is always kept)\n"
+    "  (speculative decoding, above: drafts for each sequence in every step, its tokens those\n"
+    "                        without drafts, on the CPU bit for bit)\n"
     "  --pooling P           /v1/embeddings: none, mean, cls or last (default: the model's own;\n"
     "                        mean when it has none; none refuses the endpoint, as llama-server)\n"
     "  --embd-normalize N    /v1/embeddings: -1 none, 0 max absolute, 1 taxicab, 2 euclidean\n"
@@ -350,6 +352,22 @@ int cmd_serve(int argc, char **argv) {
             cera_fail(&err, CERA_ERR_INVALID_ARG, "the adapter name '%s' is the model's name", name);
             goto fail;
         }
+    /* speculative decoding: a draft model's engine with a sequence for each running one */
+    sv->spec_ngram = cli_spec_ngram(&a);
+    sv->draft_max = a.draft_max > 0 ? a.draft_max : 16;
+    sv->draft_min = a.draft_min > 0 ? a.draft_min : 1;
+    if (a.model_draft) {
+        cera_engine_params dp = a.ep;
+        dp.n_seq_max = sv->parallel;
+        dp.kv_bytes = 0;
+        dp.progress = NULL;
+        if (cera_engine_open(a.model_draft, &dp, &sv->draft_e, &err)) goto fail;
+        if (cera_engine_n_vocab(sv->draft_e) != cera_engine_n_vocab(sv->e)) {
+            cera_fail(&err, CERA_ERR_INVALID_ARG, "%s: a vocabulary of %d tokens, the model's has %d",
+                      a.model_draft, cera_engine_n_vocab(sv->draft_e), cera_engine_n_vocab(sv->e));
+            goto fail;
+        }
+    }
     const int n_ctx = cera_engine_n_ctx(sv->e);
     sv->lim = (serve_limits){.max_depth = 64,
                              .max_tokens = o.max_tokens ? o.max_tokens : n_ctx,
@@ -428,6 +446,7 @@ out:
     serve_pace_free(&sv->pace[1]);
     for (int i = 0; i < sv->n_ad; i++) cera_adapter_free(sv->ad[i].adapter);
     cera_chat_template_free(sv->tmpl);
+    cera_engine_close(sv->draft_e);
     cera_engine_close(sv->e);
 out_args:
     for (int i = 0; i < o.n_lora; i++) free((char *)o.lora_name[i]);

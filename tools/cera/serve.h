@@ -68,6 +68,7 @@ typedef struct serve_seq {
                         * reader's meanwhile: s is NULL) */
     size_t n_dropped;  /* positions context shifts dropped (--context-shift); such a session
                         * stays out of the prefix cache */
+    cera_session *ds;  /* its draft model's session (-md), or NULL */
     cera_token *hist;  /* the timeline: the prompt, then every sampled token (for the prefix cache) */
     size_t n_hist, cap_hist;
     serve_logprob *lp; /* one per generated token whose text is kept (when the job asks) */
@@ -149,6 +150,12 @@ typedef struct serve_server {
     bool ctx_shift;        /* --context-shift: a full context drops half of what follows keep */
     int keep;              /* --keep: prompt tokens a shift keeps (-1: all) */
     const char *api_key;
+    /* speculative decoding (--spec-type, -md, --draft-max/--draft-min): cera_session_draft's
+     * n_match (0: off), the draft model's engine (NULL: none), at most / at least this many
+     * drafts per sequence per step */
+    int spec_ngram;
+    cera_engine *draft_e;
+    int draft_max, draft_min;
     cera_pooling pooling; /* /v1/embeddings: --pooling (never MODEL) and --embd-normalize */
     int embd_norm;
     pthread_mutex_t embed_mu; /* one embeddings request computes at a time */
@@ -167,8 +174,9 @@ typedef struct serve_server {
     uint64_t n_req[16]; /* by endpoint (serve_http.c's table) */
     uint64_t n_errors;
     uint64_t n_prompt_tokens, n_gen_tokens;
-    double busy_s;            /* seconds spent in steps */
-    uint64_t n_cached_tokens; /* prompt tokens taken from the prefix cache */
+    double busy_s;                    /* seconds spent in steps */
+    uint64_t n_cached_tokens;         /* prompt tokens taken from the prefix cache */
+    uint64_t n_drafted, n_draft_kept; /* speculative drafts evaluated, and kept */
     int n_cache_entries;
     serve_cache cache; /* the scheduler's alone */
     serve_disk *disk;  /* the disk tier under it (--cache-dir), or NULL; its calls are the scheduler's */

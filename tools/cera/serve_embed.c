@@ -212,7 +212,7 @@ static cera_status embed_all(serve_server *sv, const embed_req *r, float *v, cer
         }
         for (int k = 0; k < m && !st; k++) {
             st = new_session(sv, r, &s[k], err);
-            items[k] = (cera_batch_item){s[k], r->in[i + k].tok, r->in[i + k].n, false};
+            items[k] = (cera_batch_item){s[k], r->in[i + k].tok, r->in[i + k].n, false, 0};
             out[k] = v + (size_t)(i + k) * d;
         }
         if (!st) st = cera_batch_embed(sv->e, items, m, sv->pooling, sv->embd_norm, out, err);

@@ -557,6 +557,12 @@ static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c
     P("# HELP cera_generated_tokens_total Tokens generated.\n# TYPE cera_generated_tokens_total counter\n"
       "cera_generated_tokens_total %llu\n",
       (unsigned long long)sv->n_gen_tokens);
+    P("# HELP cera_draft_tokens_total Speculative drafts evaluated.\n# TYPE cera_draft_tokens_total counter\n"
+      "cera_draft_tokens_total %llu\n",
+      (unsigned long long)sv->n_drafted);
+    P("# HELP cera_draft_tokens_accepted_total Speculative drafts kept.\n"
+      "# TYPE cera_draft_tokens_accepted_total counter\ncera_draft_tokens_accepted_total %llu\n",
+      (unsigned long long)sv->n_draft_kept);
     P("# HELP cera_tokens_per_second Generated tokens per second of batch work.\n"
       "# TYPE cera_tokens_per_second gauge\ncera_tokens_per_second %.3f\n",
       sv->busy_s > 0 ? (double)sv->n_gen_tokens / sv->busy_s : 0.0);

@@ -101,6 +101,14 @@ int serve_submit(serve_server *sv, serve_job *j) {
  * and its timeline to the disk tier; a load from the disk that is still going is cancelled. */
 static void seq_close(serve_server *sv, serve_seq *q) {
     if (!q->slot) return;
+    cera_session_free(q->ds);
+    q->ds = NULL;
+    /* an end inside a step's kept drafts: the timeline back to the tokens the answer took */
+    if (q->s && !q->loading && (size_t)cera_session_n_past(q->s) > q->n_hist &&
+        cera_session_truncate(q->s, (int)q->n_hist, NULL) != CERA_OK) {
+        cera_session_free(q->s);
+        q->s = NULL;
+    }
     if (q->loading) {
         cera_session_free(serve_disk_cancel(sv->disk, q));
         q->loading = false;
@@ -539,9 +547,15 @@ typedef struct step {
     serve_seq **samp_seq;
     cera_token *out;
     serve_logprob *lp; /* the sampled tokens' log-probabilities (tok -1: not asked for) */
+    /* speculative decoding: item i's [next, drafts] at spec + i * (draft_max + 1), and after the
+     * eval the tokens cera_session_verify drew there too, with their log-probabilities at
+     * spec_lp + the same offset; n_ver[i] how many */
+    cera_token *spec;
+    serve_logprob *spec_lp;
+    int *n_ver;
     int n, n_samp;
     int n_tok;    /* tokens in the step */
-    int n_decode; /* of them decode tokens (the rest prompt chunks') */
+    int n_decode; /* of them decode tokens and their drafts (the rest prompt chunks') */
 } step;
 
 /* The step's items: every decode token, then prompt chunks that fit the budget (mu held).
@@ -550,17 +564,35 @@ typedef struct step {
  * on each step); a step of prompts alone holds up no stream and takes whole chunks. */
 static void build_step(serve_server *sv, step *s) {
     s->n = 0;
-    int budget = sv->budget, n_reading = 0;
+    int budget = sv->budget, n_reading = 0, n_dec = 0;
+    for (serve_job *j = sv->running; j; j = j->next)
+        for (int i = 0; i < j->n; i++) {
+            const serve_seq *q = &j->seqs[i];
+            n_dec += q->s && !q->finish && q->next >= 0;
+        }
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             serve_seq *q = &j->seqs[i];
             if (!q->s || q->finish || q->next < 0 || budget < 1) continue;
-            s->items[s->n] = (cera_batch_item){q->s, &q->next, 1, false};
+            cera_token *buf = s->spec + (size_t)s->n * (size_t)(sv->draft_max + 1);
+            buf[0] = q->next;
+            /* drafts from what budget the decode tokens still to come leave */
+            int cap = budget - (n_dec - s->n), k = 0;
+            if (cap > sv->draft_max) cap = sv->draft_max;
+            if (q->job->max_tokens > 0 && cap > q->job->max_tokens - q->n_gen)
+                cap = q->job->max_tokens - q->n_gen;
+            if ((sv->spec_ngram || sv->draft_e) && cap >= sv->draft_min && cap > 0) {
+                if (sv->draft_e && !q->ds && cera_session_create(sv->draft_e, NULL, &q->ds, NULL) != CERA_OK)
+                    q->ds = NULL; /* (then n-gram lookup alone) */
+                k = cera_session_draft(q->s, q->next, sv->spec_ngram, q->ds, n_dec - 1, buf + 1, cap);
+                if (k < sv->draft_min) k = 0;
+            }
+            s->items[s->n] = (cera_batch_item){q->s, buf, (size_t)k + 1, false, k};
             s->prefill[s->n] = false;
             s->seqs[s->n++] = q;
-            budget--;
+            budget -= k + 1;
         }
-    const int n_decoding = s->n;
+    const int n_decoding = s->n, n_decode_tok = sv->budget - budget;
     for (serve_job *j = sv->running; j; j = j->next)
         for (int i = 0; i < j->n; i++) {
             const serve_seq *q = &j->seqs[i];
@@ -579,13 +611,13 @@ static void build_step(serve_server *sv, step *s) {
                 len = room > 0 ? (size_t)room : 1;
             }
             if ((int)len > budget) continue;
-            s->items[s->n] = (cera_batch_item){q->s, q->prompt + q->n_done, len, false};
+            s->items[s->n] = (cera_batch_item){q->s, q->prompt + q->n_done, len, false, 0};
             s->prefill[s->n] = true;
             s->seqs[s->n++] = q;
             budget -= (int)len;
         }
     s->n_tok = sv->budget - budget;
-    s->n_decode = n_decoding;
+    s->n_decode = n_decode_tok;
 }
 
 /* Evaluates the step's items; on a failure each one again alone, to find which fail
@@ -602,7 +634,14 @@ static void eval_step(serve_server *sv, step *s) {
     }
     for (int i = 0; i < s->n; i++) s->st[i] = st;
     if (st == CERA_OK) return;
-    for (int i = 0; i < s->n; i++) s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
+    for (int i = 0; i < s->n; i++) {
+        s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
+        if (s->st[i] && s->items[i].n_draft > 0) { /* no room for its drafts: the token alone */
+            s->items[i].n_tokens = 1;
+            s->items[i].n_draft = 0;
+            s->st[i] = cera_batch_eval(sv->e, &s->items[i], 1, &err);
+        }
+    }
 }
 
 /* The first choice of a prompt has read it: the other choices of that prompt start as forks
@@ -631,6 +670,26 @@ static void fork_choices(serve_seq *first, step *s) {
     }
 }
 
+/* A decode item with drafts: cera_session_verify's tokens (the drafts kept, then the next
+ * token) into the item's place in s->spec, with their log-probabilities when the job asks,
+ * for seq_token to take in order. A failure fails the item. */
+static void verify_drafts(serve_server *sv, step *s, int i) {
+    serve_seq *q = s->seqs[i];
+    const size_t at = (size_t)i * (size_t)(sv->draft_max + 1);
+    cera_token *out = s->spec + at;
+    int n = 0;
+    cera_error err = {0};
+    if ((s->st[i] = cera_session_verify(q->s, out, &n, &err))) return;
+    s->n_ver[i] = n;
+    const int k = q->job->logprobs;
+    for (int m = 0; m < n; m++) {
+        serve_logprob *lp = &s->spec_lp[at + (size_t)m];
+        lp->tok = -1;
+        const float *l = k >= 0 && out[m] >= 0 ? cera_session_logits(q->s, m) : NULL;
+        if (l) serve_logprobs_of(l, cera_engine_n_vocab(sv->e), out[m], k, lp);
+    }
+}
+
 void *serve_sched_main(void *arg) {
     serve_server *sv = arg;
     const int cap = sv->parallel;
@@ -643,7 +702,11 @@ void *serve_sched_main(void *arg) {
     s.samp_seq = calloc((size_t)cap, sizeof *s.samp_seq);
     s.out = calloc((size_t)cap, sizeof *s.out);
     s.lp = calloc((size_t)cap, sizeof *s.lp);
-    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out || !s.lp) {
+    s.spec = calloc((size_t)cap * (size_t)(sv->draft_max + 1), sizeof *s.spec);
+    s.spec_lp = calloc((size_t)cap * (size_t)(sv->draft_max + 1), sizeof *s.spec_lp);
+    s.n_ver = calloc((size_t)cap, sizeof *s.n_ver);
+    if (!s.items || !s.seqs || !s.prefill || !s.st || !s.samp || !s.samp_seq || !s.out || !s.lp || !s.spec ||
+        !s.spec_lp || !s.n_ver) {
         fprintf(stderr, "cera serve: out of memory for the scheduler\n");
         abort();
     }
@@ -667,7 +730,12 @@ void *serve_sched_main(void *arg) {
         s.n_samp = 0;
         for (int i = 0; i < s.n; i++) {
             serve_seq *q = s.seqs[i];
+            s.n_ver[i] = 0;
             if (s.st[i]) continue;
+            if (s.items[i].n_draft > 0) { /* drafts: drawn row by row, as far as they are kept */
+                verify_drafts(sv, &s, i);
+                continue;
+            }
             if (s.prefill[i]) {
                 q->n_done += s.items[i].n_tokens;
                 if (q->n_done < q->n_prompt) continue;
@@ -735,6 +803,19 @@ void *serve_sched_main(void *arg) {
             q->next = -1;
             seq_token(sv, q, s.out[i], s.lp[i].tok >= 0 ? &s.lp[i] : NULL);
         }
+        for (int i = 0; i < s.n; i++) {
+            if (s.n_ver[i] == 0) continue;
+            serve_seq *q = s.seqs[i];
+            const size_t at = (size_t)i * (size_t)(sv->draft_max + 1);
+            sv->n_drafted += (uint64_t)s.items[i].n_draft;
+            sv->n_draft_kept += (uint64_t)(s.n_ver[i] - 1);
+            for (int m = 0; m < s.n_ver[i]; m++) {
+                if (q->finish || q->job->state == JOB_DONE || q->job->cancelled) break;
+                q->next = -1;
+                seq_token(sv, q, s.spec[at + (size_t)m],
+                          s.spec_lp[at + (size_t)m].tok >= 0 ? &s.spec_lp[at + (size_t)m] : NULL);
+            }
+        }
     }
     /* shutting down: every job ends */
     while (sv->running) job_fail(sv, sv->running, 503, "the server is shutting down");
@@ -760,5 +841,8 @@ void *serve_sched_main(void *arg) {
     free(s.samp_seq);
     free(s.out);
     free(s.lp);
+    free(s.spec);
+    free(s.spec_lp);
+    free(s.n_ver);
     return NULL;
 }

@@ -554,6 +554,7 @@ cera_status cera_cpu_backend_open(const cera_model *m, const cera_engine_params 
     be->base.variant = cera_cpu_tier_name();
     be->base.kv_on_host = true;
     be->base.kv_rotates = true;
+    be->base.exact_run_max = CERA_ATTN_F32_MIN_TOKENS - 1;
     be->base.forward = cpu_forward;
     be->base.free = cpu_free;
     be->m = m;
