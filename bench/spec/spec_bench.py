@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
 """spec_bench.py — speculative decoding's speed, cera serve next to llama-server.
 
-usage: spec_bench.py [--runs 3] [--tokens 200] [--json OUT] -- NAME=COMMAND ...
+usage: spec_bench.py [--runs 3] [--tokens 200] [--json OUT] NAME=COMMAND ...
 
 Each NAME=COMMAND is a server command line (cera serve ... or llama-server ...) without its
 port; the script adds `--port P`, waits for /health, and sends each prompt (the code-editing
-prompt of bench/spec/code.txt, and a free-text one) --runs times, one request at a time,
-greedy, as a streamed OpenAI completion of --tokens tokens with the end-of-generation token
-ignored. It reports the decode rate the client sees, (completion tokens - 1) / (time from the
-first streamed piece to the last), the median of the runs, and the drafts drawn and kept as
-the server's own counters give them: cera's /metrics (cera_draft_tokens_total,
-cera_draft_tokens_accepted_total), llama-server's `timings` (draft_n, draft_n_accepted) of a
-non-streamed copy of the last run. Both servers get the same text, sampling and tokens.
+prompt of bench/spec/code.txt, and a free-text one) --runs times, one request at a time, as a
+greedy OpenAI completion (/v1/completions) of --tokens tokens with the end-of-generation token
+ignored. Both servers answer with llama-server's "timings" object; the script reports, per
+prompt, the median of predicted_per_second (the decode rate from the first generated token
+on) and the drafts drawn and kept (draft_n, draft_n_accepted) of the runs, and whether the runs
+gave one text.
 """
 import argparse
 import http.client
@@ -47,52 +46,13 @@ def request(port, path, body=None, method="POST", timeout=600):
     return c, r
 
 
-def stream_rate(port, prompt, n):
-    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+def complete(port, prompt, n):
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True}
     c, r = request(port, "/v1/completions", body)
-    t_first = t_last = None
-    tokens = None
-    text = []
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        d = json.loads(line[6:])
-        if d.get("usage"):
-            tokens = d["usage"]["completion_tokens"]
-        piece = "".join(ch.get("text") or "" for ch in d.get("choices", []))
-        if piece:
-            now = time.perf_counter()
-            t_first = t_first or now
-            t_last = now
-            text.append(piece)
-    c.close()
-    if tokens is None or t_first is None or t_last <= t_first:
-        raise RuntimeError("no usage or pieces in the stream")
-    return (tokens - 1) / (t_last - t_first), "".join(text), tokens
-
-
-def metric(port, name):
-    c, r = request(port, "/metrics", method="GET")
-    data = r.read().decode()
-    c.close()
-    for line in data.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
-def llama_drafts(port, prompt, n):
-    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True}
-    c, r = request(port, "/completion", body)
     d = json.loads(r.read())
     c.close()
-    t = d.get("timings", {})
-    return t.get("draft_n", 0), t.get("draft_n_accepted", 0)
+    t = d["timings"]
+    return t["predicted_per_second"], d["choices"][0]["text"], t.get("draft_n", 0), t.get("draft_n_accepted", 0)
 
 
 def run_server(cmd, runs, n):
@@ -113,22 +73,16 @@ def run_server(cmd, runs, n):
         else:
             raise RuntimeError("the server did not start: " + cmd)
         out = {}
-        is_cera = metric(port, "cera_draft_tokens_total") is not None
         for name, prompt in PROMPTS.items():
-            d0 = metric(port, "cera_draft_tokens_total") if is_cera else 0
-            k0 = metric(port, "cera_draft_tokens_accepted_total") if is_cera else 0
-            rates, texts = [], set()
+            rates, texts, drafts, kept = [], set(), [], []
             for _ in range(runs):
-                rate, text, _ = stream_rate(port, prompt, n)
+                rate, text, d, k = complete(port, prompt, n)
                 rates.append(rate)
                 texts.add(text)
-            if is_cera:
-                drafted = (metric(port, "cera_draft_tokens_total") - d0) / runs
-                kept = (metric(port, "cera_draft_tokens_accepted_total") - k0) / runs
-            else:
-                drafted, kept = llama_drafts(port, prompt, n)
-            out[name] = {"tok_s": statistics.median(rates), "runs": rates, "drafted": drafted, "kept": kept,
-                         "text": texts.pop() if len(texts) == 1 else None}
+                drafts.append(d)
+                kept.append(k)
+            out[name] = {"tok_s": statistics.median(rates), "runs": rates, "drafted": statistics.median(drafts),
+                         "kept": statistics.median(kept), "text": texts.pop() if len(texts) == 1 else None}
         return out
     finally:
         p.terminate()

@@ -314,10 +314,16 @@ cera_status cera_batch_run(cera_engine *e, const cera_batch_item *items, int n_i
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!st) st = run_all(e, runs, n_runs, embd != NULL, err);
-    if (!st && !embd && n_runs > 0) {
+    /* the time of a batch of decode tokens and drafts (a prompt chunk costs otherwise: on a GPU
+     * it takes another path) for speculation's cost model */
+    bool decode_like = !st && !embd && n_runs > 0;
+    size_t n_tok = 0;
+    for (int i = 0; i < n_runs && decode_like; i++) {
+        decode_like = runs[i].n <= 1 || runs[i].n_draft > 0;
+        n_tok += stream_len(&runs[i]);
+    }
+    if (decode_like) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        size_t n_tok = 0;
-        for (int i = 0; i < n_runs; i++) n_tok += stream_len(&runs[i]);
         cera_spec_step_time(e, n_tok,
                             (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6);
     }

@@ -88,7 +88,7 @@ struct cera_session {
      * draft (-1: another kind), and per class the decayed counts of drafts kept and of rounds
      * that ended on a draft the sampler did not pick (CERA_SPEC_AUTO's acceptance rate) */
     int n_draft_eval;
-    int spec_class;
+    int spec_class, spec_idle; /* (spec_idle: CERA_SPEC_AUTO's declined rounds since a draft) */
     float spec_kept[CERA_SPEC_CLASSES], spec_missed[CERA_SPEC_CLASSES];
     /* the last token cera_generate streamed without evaluating it (-1: none): the next
      * eval, sample or generate evaluates it first, so that a continuation equals one long

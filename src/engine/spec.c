@@ -13,10 +13,13 @@
  * where p is the session's recent rate of drafts kept for matches of that length class (each
  * draft kept with probability p until the first that is not) and T(n) the engine's measured
  * time of a forward batch of n tokens (B: the step's tokens without the drafts). It drafts
- * nothing when no k gains. A class nothing has been drafted for starts at p = 1/2, and a batch
- * size not measured yet costs what the measured sizes around it give by linear interpolation
- * (what the nearest smaller one cost, above the largest measured), so that both get measured. On free text short matches soon stop paying; on text that repeats (code being
- * edited, quoted documents) long matches keep drafting.
+ * nothing when no k gains, but for one round in SPEC_PROBE_EVERY declined ones, which drafts
+ * the best k anyway so that stale estimates get measured again. Only batches of decode tokens
+ * and drafts are timed (a prompt chunk takes other kernels). A class nothing has been drafted
+ * for starts at p = 1/2, and a batch size not measured yet costs what the measured sizes
+ * around it give by linear interpolation (what the nearest smaller one cost, above the largest
+ * measured), so that both get measured. On free text short matches soon stop paying; on text
+ * that repeats (code being edited, quoted documents) long matches keep drafting.
  */
 #include <math.h>
 #include <string.h>
@@ -30,8 +33,10 @@
 /* The decay of the acceptance counts per round, and of the step times per observation. */
 #define SPEC_DECAY 0.9f
 #define STEP_DECAY 0.8
-/* The least gain (expected tokens per unit of time over plain decoding) worth a draft. */
-#define SPEC_MIN_GAIN 1.05
+/* The least gain (expected tokens per unit of time over plain decoding) worth a draft, and how
+ * many declined rounds (with a match) a probe comes after. */
+#define SPEC_MIN_GAIN    1.05
+#define SPEC_PROBE_EVERY 32
 
 static int match_class(int len) { return len < 4 ? 0 : len < 8 ? 1 : len < 16 ? 2 : 3; }
 
@@ -103,17 +108,22 @@ static int draft_auto(cera_session *s, const cera_token *h, int n, int n_step, c
     const cera_engine *e = s->engine;
     const size_t b = (size_t)n_step + 1;
     const double t0 = step_time(e, b);
-    int k_best = 0;
-    double gain_best = SPEC_MIN_GAIN, expect = 1, pk = 1;
+    int k_best = 0, k_probe = 1;
+    double gain_best = SPEC_MIN_GAIN, gain_probe = 0, expect = 1, pk = 1;
     for (int k = 1; k <= avail; k++) {
         pk *= p;
         expect += pk;
         const double t = step_time(e, b + (size_t)k);
         const double cost = t0 > 0 && t > t0 ? t / t0 : 1.0;
         if (expect / cost > gain_best) gain_best = expect / cost, k_best = k;
+        if (expect / cost > gain_probe) gain_probe = expect / cost, k_probe = k;
         if (pk < 1e-3) break;
     }
+    /* now and then a round that does not pay by the estimates, to measure them again (a batch
+     * time taken in a slow moment, an acceptance rate from another kind of text) */
+    if (k_best == 0 && ++s->spec_idle >= SPEC_PROBE_EVERY) k_best = k_probe;
     if (k_best == 0) return 0;
+    s->spec_idle = 0;
     memcpy(out, h + at, (size_t)k_best * sizeof *out);
     s->spec_class = c;
     return k_best;
@@ -156,7 +166,7 @@ int cera_spec_draft(cera_session *s, const cera_token *h, int n, int n_match, ce
     if (run_max > 0 && cap > run_max - 1) cap = run_max - 1; /* the run: the token before and the drafts */
     if (cap > s->engine->params.n_batch - 1) cap = s->engine->params.n_batch - 1;
     if (cap < 1) return 0;
-    int k = n_match > 0 ? draft_ngram(h, n, n_match, out, cap)
+    int k = n_match > 0                 ? draft_ngram(h, n, n_match, out, cap)
             : n_match == CERA_SPEC_AUTO ? draft_auto(s, h, n, n_step, out, cap)
                                         : 0;
     if (k == 0 && draft) k = draft_model(draft, h, n, out, cap);
@@ -190,7 +200,8 @@ int cera_session_draft(cera_session *s, cera_token next, int n_match, cera_sessi
 cera_status cera_session_verify(cera_session *s, cera_token *out, int *n_out, cera_error *err) {
     cera_error_clear(err);
     if (n_out) *n_out = 0;
-    if (!s || !out || !n_out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_verify: NULL argument");
+    if (!s || !out || !n_out)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_verify: NULL argument");
     const int k = s->n_draft_eval;
     if (k <= 0 || s->n_logit_rows == 0)
         return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_session_verify: the last eval had no drafts");

@@ -23,6 +23,8 @@
  *     (7 rows: the several-row matvec). The two numerics are not mixed within one comparison:
  *     where they were (a 78-row batch against 45-token prompts alone), random weights' near
  *     ties flipped LFM2's top tokens and lfm2moe's routing (bench/RESULTS.md);
+ *   - speculative decoding's verify batch: 5 tokens of one session with every row's logits beside
+ *     two decode tokens (the several-row decode step), each row bit for bit the token alone;
  *   - fork at 45 (inside a block), both continued differently (30 rows): within the same
  *     bound of fresh sessions fed the whole 60 tokens, top tokens as above, the source
  *     unchanged by the fork's writes (gemma3: a block copied in each KV group; at 60 positions
@@ -136,6 +138,46 @@ static void test_decode(const char *rel, int n_seq, double bound) {
     cera_engine_close(e);
 }
 
+/* Speculative decoding's verify batch: a run of 5 tokens of one session with every row's
+ * logits (4 of them drafts), beside two other sessions' decode tokens (7 rows: the several-row
+ * decode step), against the same tokens evaluated one at a time: every row bit for bit. */
+static void test_spec_run(const char *rel) {
+    cera_engine *e = open_cuda(rel, 6);
+    if (!e) return;
+    const int nv = cera_engine_n_vocab(e);
+    cera_token t[3][16];
+    cera_session *s[3], *r[3];
+    cera_error err = {0};
+    for (int i = 0; i < 3; i++) {
+        make_tokens(t[i], 16, 5 + 3 * (unsigned)i, nv);
+        CHECK(!cera_session_create(e, NULL, &s[i], &err) && !cera_session_create(e, NULL, &r[i], &err),
+              "sessions: %s", err.message);
+        CHECK(!cera_session_eval(s[i], t[i], 9, false, &err) &&
+                  !cera_session_eval(r[i], t[i], 9, false, &err),
+              "prompt: %s", err.message);
+    }
+    const cera_batch_item it[3] = {
+        {s[0], t[0] + 9, 5, false, 4}, {s[1], t[1] + 9, 1, false, 0}, {s[2], t[2] + 9, 1, false, 0}};
+    CHECK(!cera_batch_eval(e, it, 3, &err), "verify batch: %s", err.message);
+    int bad = 0;
+    for (int k = 0; k < 5; k++) {
+        CHECK(!cera_session_eval(r[0], t[0] + 9 + k, 1, false, &err), "alone: %s", err.message);
+        const float *a = cera_session_logits(s[0], k), *b = cera_session_logits(r[0], -1);
+        bad += !a || !b || memcmp(a, b, (size_t)nv * sizeof(float)) != 0;
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(!cera_session_eval(r[i], t[i] + 9, 1, false, &err), "alone: %s", err.message);
+        const float *a = cera_session_logits(s[i], -1), *b = cera_session_logits(r[i], -1);
+        bad += !a || !b || memcmp(a, b, (size_t)nv * sizeof(float)) != 0;
+    }
+    printf("%s: a verify run of 5 tokens beside 2 decode tokens: %d of 7 rows differ from the tokens alone\n",
+           rel, bad);
+    CHECK(bad == 0, "%s: %d rows of the verify batch differ from the tokens alone", rel, bad);
+    for (int i = 0; i < 3; i++) cera_session_free(s[i]), cera_session_free(r[i]);
+    CHECK(pool_idle(e->kv), "blocks left taken");
+    cera_engine_close(e);
+}
+
 /* Prompts of l0 and l1 tokens and three decode steps in one batch against the same evals
  * alone; with fork, session 1 is then forked at l1 and both continued by 15 tokens. */
 static void test_mixed_and_fork(const char *rel, double bound, int l0, int l1, bool fork) {
@@ -240,6 +282,9 @@ int main(void) {
     test_decode("golden/synth-lfm2-q8_0.gguf", 16, 1e-1);
     test_decode("golden/synth-gemma3-q8_0.gguf", 6, 0);
     test_decode("golden/synth-gemma3-q8_0.gguf", 16, 5e-2);
+    test_spec_run("models/stories260K.gguf");
+    test_spec_run("golden/synth-llama-q4_0.gguf");
+    test_spec_run("golden/synth-gemma3-q8_0.gguf");
     /* a batch of at most 64 rows (forward.c's PREFILL_MMA_MAX): Q4_0/Q8_0 on the tensor cores
      * with int8 activations, as the prompts (10, 45), the fork's continuation and the fresh
      * sessions' 60 tokens alone; a longer one (70 + 90 + 3) through cuBLAS, as its prompts alone */

@@ -102,6 +102,7 @@ typedef struct serve_job {
     serve_adapter_set ad;
     size_t n_cached; /* prompt tokens the first choice of each prompt took from the prefix cache */
     size_t n_disk;   /* of them, loaded from the disk cache */
+    int n_drafted, n_draft_kept; /* speculative drafts evaluated for its choices, and kept */
     bool stream, include_usage, parse_tools;
     cera_chat_format parse_format; /* the syntax its reply's tool calls are parsed with */
     /* the grammar of its replies (response_format, or the tools' calls; lazy with triggers),
@@ -178,8 +179,10 @@ typedef struct serve_server {
     uint64_t n_cached_tokens;         /* prompt tokens taken from the prefix cache */
     uint64_t n_drafted, n_draft_kept; /* speculative drafts evaluated, and kept */
     int n_cache_entries;
-    serve_cache cache; /* the scheduler's alone */
-    serve_disk *disk;  /* the disk tier under it (--cache-dir), or NULL; its calls are the scheduler's */
+    serve_cache cache;  /* the scheduler's alone */
+    serve_disk *disk;   /* the disk tier under it (--cache-dir), or NULL; its calls are the scheduler's */
+    double disk_ms_tok; /* its loads' measured time per token (a decayed mean; 0: none yet) */
+    uint64_t n_disk_skipped; /* disk hits not loaded: the prefill was predicted faster (under mu) */
     /* how long steps take: of decode tokens alone [0], with prompt chunks [1] (the
      * scheduler's alone) */
     serve_pace pace[2];

@@ -168,6 +168,29 @@ static void add_usage(cJSON *o, const serve_job *j) {
     cJSON_AddNumberToObject(d, "cached_tokens", (double)j->n_cached);
 }
 
+/* llama-server's "timings" beside the usage: the prompt part (from admission to the first
+ * token, the tokens the caches did not give), the generated part (from the first token to the
+ * last, over the tokens after the first) and speculative decoding's drafts. */
+static void add_timings(cJSON *o, const serve_job *j) {
+    int gen = 0;
+    for (int i = 0; i < j->n; i++) gen += j->seqs[i].n_gen;
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    const double p_ms = j->t_first > 0 ? (j->t_first - j->t_admit) * 1e3 : 0;
+    const double g_ms = j->t_first > 0 ? (j->t_last - j->t_first) * 1e3 : 0;
+    const double p_n = (double)(j->n_prompt - j->n_cached);
+    cJSON_AddNumberToObject(t, "cache_n", (double)j->n_cached);
+    cJSON_AddNumberToObject(t, "prompt_n", p_n);
+    cJSON_AddNumberToObject(t, "prompt_ms", p_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_second", p_ms > 0 ? p_n * 1e3 / p_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", gen);
+    cJSON_AddNumberToObject(t, "predicted_ms", g_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_second", g_ms > 0 && gen > 1 ? (gen - 1) * 1e3 / g_ms : 0);
+    if (j->n_drafted > 0) {
+        cJSON_AddNumberToObject(t, "draft_n", j->n_drafted);
+        cJSON_AddNumberToObject(t, "draft_n_accepted", j->n_draft_kept);
+    }
+}
+
 static cJSON *answer_head(const serve_job *j, const char *object) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
@@ -204,6 +227,7 @@ cJSON *serve_answer_full(serve_server *sv, serve_job *j) {
         cJSON_AddItemToArray(choices, ch);
     }
     add_usage(o, j);
+    add_timings(o, j);
     return o;
 }
 
@@ -355,6 +379,7 @@ static void stream_events(stream_ctx *s) {
             cJSON *o = answer_head(j, chat ? "chat.completion.chunk" : "text_completion");
             cJSON_AddArrayToObject(o, "choices");
             add_usage(o, j);
+            add_timings(o, j);
             emit(s, o);
         }
         emit_raw(s, "data: [DONE]\n\n");

@@ -541,7 +541,7 @@ static enum MHD_Result handle_lora(serve_server *sv, struct MHD_Connection *c, c
 static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c) {
     int used = 0, total = 0;
     cera_engine_kv_blocks(sv->e, &used, &total);
-    size_t cap = 8192, n = 0;
+    size_t cap = 16384, n = 0;
     char *t = malloc(cap);
     if (!t) return MHD_NO;
     pthread_mutex_lock(&sv->mu);
@@ -604,6 +604,10 @@ static enum MHD_Result handle_metrics(serve_server *sv, struct MHD_Connection *c
           "# HELP cera_disk_cache_evicted_total Files deleted to keep the folder under its cap.\n"
           "# TYPE cera_disk_cache_evicted_total counter\ncera_disk_cache_evicted_total %llu\n",
           (unsigned long long)ds.writes, (unsigned long long)ds.refused, (unsigned long long)ds.evicted);
+        P("# HELP cera_disk_cache_skipped_total Disk hits not loaded: computing the prompt was predicted "
+          "faster.\n"
+          "# TYPE cera_disk_cache_skipped_total counter\ncera_disk_cache_skipped_total %llu\n",
+          (unsigned long long)sv->n_disk_skipped);
     }
 #undef P
     pthread_mutex_unlock(&sv->mu);

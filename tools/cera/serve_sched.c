@@ -363,6 +363,20 @@ static int setup_status(cera_status st) {
     return st == CERA_ERR_INVALID_ARG || st == CERA_ERR_FORMAT || st == CERA_ERR_UNSUPPORTED ? 400 : 500;
 }
 
+static const serve_pace *pace_of(const serve_server *sv, bool prompt);
+
+/* Whether loading n tokens from the disk tier is predicted to take less time than computing
+ * the n - have of them the RAM cache does not give (on a fast GPU a large model's KV can take
+ * longer to read than to recompute): by the loads and prompt steps timed so far, true until
+ * both have been seen. */
+static bool disk_pays(const serve_server *sv, size_t n, size_t have) {
+    if (!(sv->disk_ms_tok > 0) || n <= have) return true;
+    const size_t left = n - have, chunk = left < (size_t)sv->prefill_chunk ? left : (size_t)sv->prefill_chunk;
+    const double step = serve_pace_predict(pace_of(sv, true), (int)chunk);
+    if (!(step > 0)) return true;
+    return sv->disk_ms_tok * (double)n < step * (double)((left + chunk - 1) / chunk);
+}
+
 /* The first choice of a prompt starts from the longest prefix the caches give. A file of the
  * disk tier that gives clearly more than the RAM cache is loaded into a new session on the
  * disk's reader thread, and the sequence waits (loading, without a session; no step holds it)
@@ -378,6 +392,11 @@ static bool seq_start(serve_server *sv, serve_seq *q, bool disk, cera_error *err
     if (disk && sv->disk) {
         const size_t have = serve_cache_peek(&sv->cache, q->prompt, q->n_prompt, &j->ad);
         from_disk = serve_disk_find(sv->disk, q->prompt, q->n_prompt, &j->ad, have, &hit);
+        if (from_disk && !disk_pays(sv, from_disk, have)) {
+            serve_disk_release(sv->disk, &hit);
+            from_disk = 0;
+            sv->n_disk_skipped++;
+        }
     }
     q->n_done = 0;
     if (!from_disk) {
@@ -440,6 +459,8 @@ static void collect_loads(serve_server *sv) {
             j->n_cached += n;
             j->n_disk += n;
             sv->n_cached_tokens += n;
+            sv->disk_ms_tok =
+                sv->disk_ms_tok > 0 ? 0.7 * sv->disk_ms_tok + 0.3 * ms / (double)n : ms / (double)n;
             if (sv->verbose)
                 fprintf(stderr, "cera serve: %s: %zu prompt tokens loaded from the disk cache in %.1f ms\n",
                         j->id, n, ms);
@@ -809,6 +830,8 @@ void *serve_sched_main(void *arg) {
             const size_t at = (size_t)i * (size_t)(sv->draft_max + 1);
             sv->n_drafted += (uint64_t)s.items[i].n_draft;
             sv->n_draft_kept += (uint64_t)(s.n_ver[i] - 1);
+            q->job->n_drafted += s.items[i].n_draft;
+            q->job->n_draft_kept += s.n_ver[i] - 1;
             for (int m = 0; m < s.n_ver[i]; m++) {
                 if (q->finish || q->job->state == JOB_DONE || q->job->cancelled) break;
                 q->next = -1;

@@ -45,6 +45,11 @@
  * launches), bucket B - 1 a step of B tokens of B sequences (forward.c: RUN_ROWS). */
 #define DEC_ROWS_MAX 64
 #define DEC_BUCKETS  DEC_ROWS_MAX
+/* Decode steps of at least this many rows run their Q4_0/Q8_0 projections without a bias on
+ * the tensor cores (cu_mma_q8), fewer through cu_matvec_rows (each row the one-row kernel's
+ * bits): measured on the H200 (bench/RESULTS.md), mma at 8 rows about matches the several-row
+ * matvec and from 16 rows on beats it 2-4x. */
+#define MMA_MIN_ROWS 8
 
 /* Room for attention partials: (token, split) pairs per query head in one launch (a
  * decode step of DEC_ROWS_MAX rows may need more: init.c sizes them for both). */

@@ -9,7 +9,8 @@
  *     B·t where the plan put it (the next kernel that reads the output, or right after the
  *     matmul). The token and its position are read from device memory, so the whole step is
  *     captured once into a CUDA graph and replayed.
- *   - B tokens of B sequences (decode, no adapter, B up to the plan's rows_max): the same
+ *   - B tokens of B sequences (decode, no adapter, B up to the plan's rows_max; or several
+ *     tokens of a sequence with every row's logits, speculative decoding's drafts): the same
  *     steps over B rows: cu_matvec_rows reads each weight once for all of them and gives each
  *     row the one-row kernel's bits, Q4_0/Q8_0 go to the tensor cores from MMA_MIN_ROWS rows,
  *     a graph per B, so that a sequence decoded among others gets the logits it gets alone.
@@ -26,12 +27,6 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_state.h"
-
-/* Decode steps of at least this many sequences run their Q4_0/Q8_0 projections without a
- * bias on the tensor cores (cu_mma_q8), fewer through cu_matvec_rows: measured on the H200
- * (bench/RESULTS.md), mma at 8 rows about matches the several-row matvec and from 16 rows on
- * beats it 2-4x. */
-#define MMA_MIN_ROWS 8
 
 /* Prompt chunks (prefill) of at most this many tokens run their Q4_0/Q8_0 projections on
  * the tensor cores too (one cu_mma_q8 launch reads each weight once for all of them), with
@@ -594,14 +589,19 @@ static cera_status step_launches(cera_cuda_state *s, int n, cera_error *err) {
     return run_plan(&r, err);
 }
 
-/* Whether a batch takes the several-sequence decode step: n tokens of n sequences, no
- * adapter, and few enough rows (the plan's rows_max, plan.c) that the several-row kernels
- * beat dequantizing every weight for cuBLAS. */
-static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl) {
+/* Whether a batch takes the several-sequence decode step: no adapter, few enough rows (the
+ * plan's rows_max, plan.c) that the several-row kernels beat dequantizing every weight for
+ * cuBLAS, and n tokens of n sequences, or several tokens of a sequence whose rows all want
+ * their logits (speculative decoding's drafts: each row at its own position, attending to its
+ * sequence's keys up to it, written by the step's own rope) where no recurrent state runs
+ * through the tokens. Below MMA_MIN_ROWS rows each row then gets the logits its token gets
+ * alone, bit for bit (cuda_backend's exact_run_max); a prompt chunk, whose rows but the last
+ * want none, keeps the prefill path. */
+static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl, int n_out) {
     if (n < 2 || n > s->rows_max || s->lora_mask || s->prm.force_gemm) return false;
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
-            if (tok_tbl[i] == tok_tbl[j]) return false; /* two tokens of one sequence: a prompt chunk */
+            if (tok_tbl[i] == tok_tbl[j]) return n_out == n && s->n_conv == 0;
     return true;
 }
 
@@ -825,7 +825,7 @@ cera_status cu_forward(cera_cuda_state *s, const int32_t *tokens, const int32_t 
     CERA_TRY(cu_lora_prepare(s, lora, n, err));
     if (n == 1 && !s->embd) {
         CERA_TRY(run_decode(s, pos[0], err));
-    } else if (!s->embd && use_decode_rows(s, n, tok_tbl)) {
+    } else if (!s->embd && use_decode_rows(s, n, tok_tbl, n_out)) {
         CERA_TRY(run_decode_rows(s, n, err));
         CERA_TRY(compact_logits(s, out_rows, n_out, err));
     } else {
