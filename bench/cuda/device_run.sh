@@ -27,7 +27,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 C=/tmp/devcarry-unpacked
-PACK=$ROOT/${CARRY:-.devcarry}/pack.tar.xz
+PACK=${PACK:-$ROOT/${CARRY:-.devcarry}/pack.tar.xz} # (PACK: a pack left on the device by an earlier call)
 rm -rf "$C" && mkdir -p "$C"
 tar -C "$C" -xJf "$PACK" 2>/dev/null ||
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK" "$C" || exit 1
@@ -315,11 +315,24 @@ if has spec; then
         echo "stories260K [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
             "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/spec.log"
     done
+    # real models brought to the device (SPEC_MODELS, GGUF paths there): the code-editing and the
+    # free-text prompt of bench/spec, with each kind of n-gram lookup
+    for m in ${SPEC_MODELS:-}; do
+        for pr in code free; do
+            if [ $pr = code ]; then P=(-f "$ROOT/bench/spec/code.txt"); else P=(-p "The history of the city of Lyon begins"); fi
+            for fl in "--spec-type none" "" "--spec-type ngram-simple --draft-max 48" "--spec-type ngram-simple --spec-ngram-simple-size-n 4 --draft-max 6"; do
+                "$C/bin/cera" run -m "$m" --device cuda "${P[@]}" -n 200 --temp 0 --ignore-eos $fl >"$OUT/spec.txt" 2>"$OUT/spec.err"
+                echo "$(basename "$m") $pr [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
+                    "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/spec.log"
+            done
+        done
+    done
     tt=${SPEC_TARGET:-f16} dt=${SPEC_DRAFT:-q4_0}
+    [ "${SPEC_L7:-1}" = 1 ] || tt= dt=
     for x in $tt $dt; do
         [ -s /tmp/l7-$x.gguf ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b $x -o /tmp/l7-$x.gguf 2>&1 | tail -1
     done
-    for fl in "--spec-type none" "" "--spec-type none -md /tmp/l7-$dt.gguf" "-md /tmp/l7-$dt.gguf --draft-max 4"; do
+    [ -n "$tt" ] && for fl in "--spec-type none" "" "--spec-type none -md /tmp/l7-$dt.gguf" "-md /tmp/l7-$dt.gguf --draft-max 4"; do
         timeout 200 "$C/bin/cera" run -m /tmp/l7-$tt.gguf --device cuda -f "$ROOT/README.md" -c 8192 -n 128 --temp 0 \
             --ignore-eos $fl >"$OUT/spec.txt" 2>"$OUT/spec.err"
         echo "l7-$tt [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
