@@ -4,9 +4,10 @@
 #   1. PCRE2, utf8proc and cJSON from Debian's source packages (wasm/build-deps.sh);
 #   2. the CPU kernel table and its tests (tests/cpu/standalone), run under node: every simd128
 #      kernel against the scalar reference on fresh random inputs;
-#   3. libcera + the JS API (wasm/), and wasm/tests/test_node.mjs: stories260K and SmolLM2 greedy
-#      tokens (generate and chat) equal to the native build's (build/tools/cera/cera when it is
-#      there, else the committed wasm/tests/expected.json), corrupt GGUFs as JS exceptions;
+#   3. libcera + the JS API (wasm/), with the simd128 kernels and without (the scalar fallback),
+#      and wasm/tests/test_node.mjs on each: stories260K and SmolLM2 greedy tokens (generate and
+#      chat) equal to the native build's (build/tools/cera/cera when it is there, else the
+#      committed wasm/tests/expected.json), corrupt GGUFs as JS exceptions;
 #   4. the demo page (wasm/demo) in headless Chromium, driven by its URL parameters: an answer
 #      must appear; the screenshot goes to build-wasm/demo.png.
 # Installs emscripten, chromium-headless-shell and dpkg-dev with apt-get when they are missing.
@@ -53,10 +54,18 @@ echo "== test-wasm: libcera and the JS API ($((SECONDS - start)) s)"
 emcmake cmake -S wasm -B "$dir/lib" -DCMAKE_BUILD_TYPE=Release -DCERA_DEPS_DIR="$PWD/$dir/deps" >/dev/null
 cmake --build "$dir/lib" -j"$jobs" >/dev/null
 
+# the scalar build, which cera.mjs falls back to where WebAssembly has no SIMD, beside it
+emcmake cmake -S wasm -B "$dir/lib-scalar" -DCMAKE_BUILD_TYPE=Release -DCERA_DEPS_DIR="$PWD/$dir/deps" \
+    -DCERA_WASM_SIMD=OFF >/dev/null
+cmake --build "$dir/lib-scalar" -j"$jobs" --target cera_wasm >/dev/null
+cp "$dir/lib-scalar/cera-core-scalar.mjs" "$dir/lib-scalar/cera-core-scalar.wasm" "$dir/lib/"
+
 echo "== test-wasm: node test ($((SECONDS - start)) s)"
 native=build/tools/cera/cera
 [ -x "$native" ] || native=""
 node wasm/tests/test_node.mjs "$dir/lib" $native
+echo "== test-wasm: node test of the scalar fallback ($((SECONDS - start)) s)"
+CERA_WASM_SCALAR=1 node wasm/tests/test_node.mjs "$dir/lib" $native
 
 echo "== test-wasm: the demo page in headless Chromium ($((SECONDS - start)) s)"
 node wasm/tests/check_demo.mjs "$chromium" . "/$dir/lib/demo/index.html" "/$smol" "$dir/demo.png" 180

@@ -129,6 +129,7 @@ const yieldNow = isNode ? () => new Promise((r) => setImmediate(r))
     })();
 
 let nextHandle = 1;
+const YIELD_MS = 50; // generation's work between two turns of the event loop
 
 export class Engine {
   constructor(mod, ptr, weights) {
@@ -257,15 +258,20 @@ export class Engine {
     const t0 = performance.now();
     let t1 = t0;
     try {
-      // one token per call (cera_generate continues after the pending token, giving the tokens
-      // of one long call), so that the event loop runs between tokens
-      let first = true;
+      // a few tokens per call, about YIELD_MS of work (cera_generate continues after the pending
+      // token, so the calls give the tokens of one long call), and the event loop runs between
+      // calls: a page repaints the streamed text, and a caller can stop
+      let first = true, chunk = 1;
       while (!stop && (o.nPredict < 0 || tokens.length < o.nPredict)) {
-        const n = m._cw_generate(s, first ? pp : 0, first ? ids.length : 0, 1, handle);
-        if (first) t1 = performance.now();
+        const want = o.nPredict < 0 ? chunk : Math.min(chunk, o.nPredict - tokens.length);
+        const tc = performance.now();
+        const n = m._cw_generate(s, first ? pp : 0, first ? ids.length : 0, want, handle);
+        const now = performance.now();
+        if (first) t1 = now;
+        else chunk = Math.max(1, Math.min(64, Math.floor(YIELD_MS / Math.max(0.01, (now - tc) / Math.max(1, n)))));
         first = false;
         if (n < 0) throw this._error();
-        if (n === 0) break; // end of generation
+        if (n < want) break; // an end of generation (or the callback's stop)
         if (o.signal && o.signal.aborted) break;
         await yieldNow();
       }

@@ -1,12 +1,15 @@
 // test_node.mjs — the WebAssembly build under node, through the JS API (wasm/cera.mjs):
 //   - greedy generation from stories260K and SmolLM2-135M gives the native build's token ids
 //     (`cera run --temp 0 --ids -t 1`, run here when the native binary exists, else the ids
-//     committed in expected.json, which that command made);
+//     committed in expected.json, which that command made); the scalar build's are the native
+//     scalar tier's (CERA_CPU_TIER=scalar: the same C code sums the same way);
 //   - a chat turn with SmolLM2 (its GGUF's template, rendered in wasm) gives the tokens of the
 //     native `cera template` + `cera run` on the same conversation;
 //   - tokenize matches the tokens the generation started from; a corrupt or truncated GGUF is a
 //     CeraError with the library's message, and the module still works afterwards.
 // usage: node test_node.mjs LIBDIR [NATIVE_CERA]   (LIBDIR: cera.mjs + cera-core.* from the build)
+// With CERA_WASM_SCALAR=1 in the environment it tests the scalar build (cera-core-scalar.*, the
+// fallback for engines without SIMD) instead, and checks that it is the one running.
 // Prints prompt and decode tok/s of each run (bench/RESULTS.md quotes them).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, existsSync, writeFileSync, mkdtempSync } from 'node:fs';
@@ -25,6 +28,8 @@ const { Cera, CeraError } = await import(pathToFileURL(path.resolve(libDir, 'cer
 const native = nativeArg && existsSync(nativeArg) ? nativeArg : null;
 const expected = JSON.parse(readFileSync(path.join(here, 'expected.json'), 'utf8'));
 const sharedDir = process.env.CERA_SHARED_DIR || path.resolve(root, '../shared');
+const forceScalar = process.env.CERA_WASM_SCALAR === '1';
+const loadOpts = (o) => ({ ...o, forceScalar });
 
 let passed = 0, failed = 0;
 function check(cond, what) {
@@ -37,8 +42,10 @@ function check(cond, what) {
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 function nativeIds(model, args) {
+  // the scalar build against the native scalar tier (the same C code: the same sums)
+  const env = forceScalar ? { ...process.env, CERA_CPU_TIER: 'scalar' } : process.env;
   const out = execFileSync(native, ['run', '-m', model, ...args, '--temp', '0', '--ids', '-t', '1'],
-    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], env });
   return out.trim().split(/\s+/).filter(Boolean).map(Number);
 }
 
@@ -60,9 +67,11 @@ for (const c of cases) {
   }
   const bytes = readFileSync(c.file);
   const t0 = performance.now();
-  const engine = await Cera.load(bytes, { nCtx: 512 });
+  const engine = await Cera.load(bytes, loadOpts({ nCtx: 512 }));
+  check(engine.tier === (forceScalar ? 'scalar' : 'simd128'), `${c.name}: kernels ${engine.tier}`);
   const loadMs = performance.now() - t0;
-  const want = native ? nativeIds(c.file, ['-p', c.prompt, '-n', String(c.n)]) : expected[c.name].ids;
+  const want = native ? nativeIds(c.file, ['-p', c.prompt, '-n', String(c.n)])
+    : expected[c.name][forceScalar ? 'ids_scalar' : 'ids'];
   const streamed = [];
   const r = await engine.generate(c.prompt, { nPredict: c.n, temperature: 0, onToken: (t, id) => streamed.push(id) });
   check(same(r.tokens, want), `${c.name}: wasm greedy ids ${r.tokens.join(' ')} != native ${want.join(' ')}`);
@@ -74,7 +83,7 @@ for (const c of cases) {
     `decode ${r.timings.decodeTokPerS.toFixed(1)} tok/s; text: ${JSON.stringify(r.text.slice(0, 80))}`);
   if (c.chat) {
     const msgs = [{ role: 'user', content: c.chat }];
-    let wantChat = expected[c.name].chat_ids;
+    let wantChat = expected[c.name][forceScalar ? 'chat_ids_scalar' : 'chat_ids'];
     if (native) {
       const dir = mkdtempSync(path.join(tmpdir(), 'cera-wasm-'));
       writeFileSync(path.join(dir, 'case.json'), JSON.stringify({ messages: msgs, add_generation_prompt: true }));
@@ -94,7 +103,7 @@ for (const c of cases) {
 // Corrupt input: clear exceptions, and the module keeps working.
 async function rejects(bytes, what, needle) {
   try {
-    const e = await Cera.load(bytes);
+    const e = await Cera.load(bytes, loadOpts({}));
     e.free();
     check(false, `${what}: loaded`);
   } catch (e) {
@@ -109,7 +118,7 @@ const bad = Uint8Array.from(smol.subarray(0, 1 << 20));
 bad.fill(0xff, 8, 16); // the tensor count
 await rejects(bad, 'a GGUF with a corrupt tensor count', '<memory>');
 await rejects(new Uint8Array(0), 'no bytes', 'no bytes');
-const again = await Cera.load(smol, { nCtx: 256 });
+const again = await Cera.load(smol, loadOpts({ nCtx: 256 }));
 check(again.tokenize('Hello').length > 0, 'the module works after the errors');
 again.free();
 

@@ -119,10 +119,12 @@ static int tier_index(const char *name) {
     return -1;
 }
 
+#if CERA_X86 || CERA_ARM || (defined(__wasm__) && defined(CERA_WASM_SIMD128))
 static void build_tier(int tier, int below) {
     memcpy(tables[tier], tables[below], sizeof tables[tier]);
     tier_ok[tier] = true;
 }
+#endif
 
 #if CERA_X86
 /* Whether a tier's gemm_tile for type t gives vec_dot's bits for every (row, column) of

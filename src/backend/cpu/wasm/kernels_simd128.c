@@ -55,46 +55,95 @@ static inline void nibbles(const uint8_t *p, v128_t *lo, v128_t *hi) {
 
 /* ---- 32-element blocks ---- */
 
+/* [sum(p0), sum(p1), sum(p2), sum(p3)]: four blocks' int32 lanes reduced at once. */
+static inline v128_t hsum4_i32(v128_t p0, v128_t p1, v128_t p2, v128_t p3) {
+    const v128_t a =
+        wasm_i32x4_add(wasm_i32x4_shuffle(p0, p1, 0, 4, 1, 5), wasm_i32x4_shuffle(p0, p1, 2, 6, 3, 7));
+    const v128_t b =
+        wasm_i32x4_add(wasm_i32x4_shuffle(p2, p3, 0, 4, 1, 5), wasm_i32x4_shuffle(p2, p3, 2, 6, 3, 7));
+    return wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 1, 4, 5), wasm_i32x4_shuffle(a, b, 2, 3, 6, 7));
+}
+
+static inline v128_t half4_to_f32(v128_t h);
+
+/* Four halves (given as lanes) as floats. */
+static inline v128_t halves4(cera_f16 a, cera_f16 b, cera_f16 c, cera_f16 d) {
+    return half4_to_f32(wasm_i32x4_make(a, b, c, d));
+}
+
+/* The 32-element block types go four blocks at a time: each block's integer dot product stays
+ * in 4 lanes, the four are reduced together (hsum4_i32) and scaled by a vector of the four
+ * blocks' d_w * d_a, so the per-block float work (two f16 conversions and a multiply) runs four
+ * wide. BLOCK_DOT(b) is the int32x4 dot of block b; a tail of fewer than four blocks goes one
+ * by one. */
+#define DOT_BLOCKS32(nb, x, y, BLOCK_DOT, acc)                                                               \
+    do {                                                                                                     \
+        int64_t b_ = 0;                                                                                      \
+        for (; b_ + 4 <= (nb); b_ += 4) {                                                                    \
+            const v128_t sums =                                                                              \
+                hsum4_i32(BLOCK_DOT(b_), BLOCK_DOT(b_ + 1), BLOCK_DOT(b_ + 2), BLOCK_DOT(b_ + 3));           \
+            const v128_t d = wasm_f32x4_mul(halves4(x[b_].d, x[b_ + 1].d, x[b_ + 2].d, x[b_ + 3].d),         \
+                                            halves4(y[b_].d, y[b_ + 1].d, y[b_ + 2].d, y[b_ + 3].d));        \
+            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(sums), d));                    \
+        }                                                                                                    \
+        for (; b_ < (nb); b_++)                                                                              \
+            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(BLOCK_DOT(b_)),                \
+                                                     wasm_f32x4_splat(F16(x[b_].d) * F16(y[b_].d))));        \
+    } while (0)
+
+static inline v128_t block_q8_0_dot(const block_q8_0 *x, const block_q8_0 *y) {
+    return dot32(wasm_v128_load(x->qs), wasm_v128_load(x->qs + 16), y->qs);
+}
+
+static inline v128_t block_q4_0_dot(const block_q4_0 *x, const block_q8_0 *y) {
+    const v128_t eight = wasm_i8x16_splat(8);
+    v128_t lo, hi;
+    nibbles(x->qs, &lo, &hi);
+    return dot32(wasm_i8x16_sub(lo, eight), wasm_i8x16_sub(hi, eight), y->qs);
+}
+
+static inline v128_t block_q4_1_dot(const block_q4_1 *x, const block_q8_1 *y) {
+    v128_t lo, hi;
+    nibbles(x->qs, &lo, &hi);
+    return dot32(lo, hi, y->qs);
+}
+
 static void dot_q8_0_q8_0_simd128(int64_t n, float *s, const void *w, const void *a) {
     const block_q8_0 *x = w;
     const block_q8_0 *y = a;
     v128_t acc = wasm_f32x4_splat(0.0f);
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        const v128_t p = dot32(wasm_v128_load(x[b].qs), wasm_v128_load(x[b].qs + 16), y[b].qs);
-        acc = wasm_f32x4_add(
-            acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(p), wasm_f32x4_splat(F16(x[b].d) * F16(y[b].d))));
-    }
+#define BLOCK_DOT(b) block_q8_0_dot(&x[b], &y[b])
+    DOT_BLOCKS32(n / QK8_0, x, y, BLOCK_DOT, acc);
+#undef BLOCK_DOT
     *s = hsum_f32(acc);
 }
 
 static void dot_q4_0_q8_0_simd128(int64_t n, float *s, const void *w, const void *a) {
     const block_q4_0 *x = w;
     const block_q8_0 *y = a;
-    const v128_t eight = wasm_i8x16_splat(8);
     v128_t acc = wasm_f32x4_splat(0.0f);
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        v128_t lo, hi;
-        nibbles(x[b].qs, &lo, &hi);
-        const v128_t p = dot32(wasm_i8x16_sub(lo, eight), wasm_i8x16_sub(hi, eight), y[b].qs);
-        acc = wasm_f32x4_add(
-            acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(p), wasm_f32x4_splat(F16(x[b].d) * F16(y[b].d))));
-    }
+#define BLOCK_DOT(b) block_q4_0_dot(&x[b], &y[b])
+    DOT_BLOCKS32(n / QK8_0, x, y, BLOCK_DOT, acc);
+#undef BLOCK_DOT
     *s = hsum_f32(acc);
 }
 
 static void dot_q4_1_q8_1_simd128(int64_t n, float *s, const void *w, const void *a) {
     const block_q4_1 *x = w;
     const block_q8_1 *y = a;
+    const int64_t nb = n / QK8_1;
     v128_t acc = wasm_f32x4_splat(0.0f);
-    float summs = 0.0f;
-    for (int64_t b = 0; b < n / QK8_1; b++) {
-        v128_t lo, hi;
-        nibbles(x[b].qs, &lo, &hi);
-        const v128_t p = dot32(lo, hi, y[b].qs);
-        acc = wasm_f32x4_add(
-            acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(p), wasm_f32x4_splat(F16(x[b].d) * F16(y[b].d))));
-        summs += F16(x[b].m) * F16(y[b].s);
-    }
+#define BLOCK_DOT(b) block_q4_1_dot(&x[b], &y[b])
+    DOT_BLOCKS32(nb, x, y, BLOCK_DOT, acc);
+#undef BLOCK_DOT
+    /* the minimums: m_w * s_a per block (s_a = d_a * sum of the block's quants) */
+    v128_t mins = wasm_f32x4_splat(0.0f);
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4)
+        mins = wasm_f32x4_add(mins, wasm_f32x4_mul(halves4(x[b].m, x[b + 1].m, x[b + 2].m, x[b + 3].m),
+                                                   halves4(y[b].s, y[b + 1].s, y[b + 2].s, y[b + 3].s)));
+    float summs = hsum_f32(mins);
+    for (; b < nb; b++) summs += F16(x[b].m) * F16(y[b].s);
     *s = hsum_f32(acc) + summs;
 }
 
