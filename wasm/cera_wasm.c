@@ -25,8 +25,8 @@ static void set_error(const char *msg) {
 
 EMSCRIPTEN_KEEPALIVE const char *cw_error(void) { return last_error.message; }
 
-/* The kernel tier this module runs ("simd128" or "scalar"), read off a model-free probe: the
- * tier name is in the engine fingerprint's inputs, not in the API, so it is set at build time. */
+/* The kernel tier this module was built with, "simd128" or "scalar" (WebAssembly picks its tier
+ * at compile time, and the public API does not name tiers). */
 EMSCRIPTEN_KEEPALIVE const char *cw_tier(void) {
 #ifdef CERA_WASM_SIMD128
     return "simd128";
