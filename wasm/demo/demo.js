@@ -1,9 +1,12 @@
 // demo.js — the demo page's logic: load a GGUF (a picked file, or ?model=URL), keep the
-// conversation, and stream each reply into the log through engine.chat's onToken.
+// conversation, and stream each reply into the log through engine.chat's onToken (sampling at
+// temperature 0.7, or ?temp=T; 0 is greedy).
 // document.body.dataset.state says where it is: loading, ready, generating, done, error.
 import { Cera } from '../cera.mjs';
 
 const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const temperature = params.has('temp') ? Number(params.get('temp')) : 0.7;
 const messages = [];
 let engine = null;
 
@@ -45,7 +48,7 @@ async function send(text) {
   $('say').disabled = $('send').disabled = true;
   setState('generating', 'Generating...');
   const r = await engine.chat(messages, {
-    nPredict: 256, temperature: 0.7, topK: 40, topP: 0.95, seed: 42,
+    nPredict: 256, temperature, topK: 40, topP: 0.95, seed: 42,
     onToken: (piece) => { a.textContent += piece; },
   });
   a.textContent = r.text;
@@ -70,8 +73,7 @@ $('form').addEventListener('submit', (ev) => {
   send($('say').value).catch(fail);
 });
 
-// ?model=URL&say=TEXT[&temp=0]: load from a URL and send one message (the headless check).
-const params = new URLSearchParams(location.search);
+// ?model=URL&say=TEXT[&temp=T]: load from a URL and send one message (the headless check).
 if (params.get('model')) {
   (async () => {
     const url = params.get('model');

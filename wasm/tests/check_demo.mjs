@@ -1,7 +1,8 @@
-// check_demo.mjs — the demo page in headless Chromium: serves ROOT over HTTP (a tiny static server),
-// opens PAGE?model=MODEL&say=TEXT through the DevTools protocol (over --remote-debugging-pipe: no
-// port, no extra packages), waits until the page says it is done (document.body.dataset.state),
-// checks that an answer appeared in the chat log, and writes a screenshot to OUT.png.
+// check_demo.mjs — the demo page in headless Chromium: serves ROOT over HTTP (a tiny static
+// server), opens PAGE?model=MODEL&temp=0&say=TEXT (a greedy answer) through the DevTools protocol
+// (over --remote-debugging-pipe: no port, no extra packages), waits until the page says it is
+// done (document.body.dataset.state), checks that an answer appeared in the chat log, and writes
+// a screenshot to OUT.png.
 // usage: node check_demo.mjs CHROMIUM ROOT PAGE MODEL OUT.png [TIMEOUT_S]
 //   PAGE and MODEL are paths under ROOT ("/build-wasm/lib/demo/index.html", "/models/x.gguf").
 import { spawn } from 'node:child_process';
@@ -37,7 +38,7 @@ const server = http.createServer((req, res) => {
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
-const url = `${base}${page}?model=${encodeURIComponent(model)}&say=${encodeURIComponent('What is the capital of France?')}`;
+const url = `${base}${page}?model=${encodeURIComponent(model)}&temp=0&say=${encodeURIComponent('Hello! Who are you?')}`;
 
 const browser = spawn(chromium, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
   '--remote-debugging-pipe', '--window-size=1000,800', 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });

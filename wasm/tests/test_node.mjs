@@ -9,10 +9,12 @@
 //     CeraError with the library's message, and the module still works afterwards.
 // usage: node test_node.mjs LIBDIR [NATIVE_CERA]   (LIBDIR: cera.mjs + cera-core.* from the build)
 // With CERA_WASM_SCALAR=1 in the environment it tests the scalar build (cera-core-scalar.*, the
-// fallback for engines without SIMD) instead, and checks that it is the one running.
+// fallback for engines without SIMD) instead: WebAssembly.validate is made to refuse SIMD, as an
+// engine without it does, so cera.mjs's own choice is what is tested; and a copy of the build
+// without the scalar files must then refuse to load with a CeraError that says SIMD is missing.
 // Prints prompt and decode tok/s of each run (bench/RESULTS.md quotes them).
 import { execFileSync } from 'node:child_process';
-import { readFileSync, existsSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -24,12 +26,17 @@ if (!libDir) {
   console.error('usage: node test_node.mjs LIBDIR [NATIVE_CERA]');
   process.exit(2);
 }
+const forceScalar = process.env.CERA_WASM_SCALAR === '1';
+if (forceScalar) {
+  const validate = WebAssembly.validate;
+  const simdOpcode = (b) => b.some((x, i) => x === 0xfd && i > 8); // v128 instructions: the 0xfd prefix
+  WebAssembly.validate = (bytes) => (bytes.length < 64 && simdOpcode(new Uint8Array(bytes)) ? false : validate(bytes));
+}
 const { Cera, CeraError } = await import(pathToFileURL(path.resolve(libDir, 'cera.mjs')).href);
 const native = nativeArg && existsSync(nativeArg) ? nativeArg : null;
 const expected = JSON.parse(readFileSync(path.join(here, 'expected.json'), 'utf8'));
 const sharedDir = process.env.CERA_SHARED_DIR || path.resolve(root, '../shared');
-const forceScalar = process.env.CERA_WASM_SCALAR === '1';
-const loadOpts = (o) => ({ ...o, forceScalar });
+const loadOpts = (o) => o;
 
 let passed = 0, failed = 0;
 function check(cond, what) {
@@ -40,6 +47,7 @@ function check(cond, what) {
   }
 }
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+check(Cera.hasSimd() === !forceScalar, `hasSimd() is ${Cera.hasSimd()}`);
 
 function nativeIds(model, args) {
   // the scalar build against the native scalar tier (the same C code: the same sums)
@@ -121,6 +129,20 @@ await rejects(new Uint8Array(0), 'no bytes', 'no bytes');
 const again = await Cera.load(smol, loadOpts({ nCtx: 256 }));
 check(again.tokenize('Hello').length > 0, 'the module works after the errors');
 again.free();
+
+if (forceScalar) {
+  // no SIMD and no scalar build: a clear error, not a failed instantiation
+  const dir = mkdtempSync(path.join(tmpdir(), 'cera-wasm-nosimd-'));
+  for (const f of ['cera.mjs', 'cera-core.mjs', 'cera-core.wasm']) copyFileSync(path.join(libDir, f), path.join(dir, f));
+  const other = await import(pathToFileURL(path.join(dir, 'cera.mjs')).href);
+  try {
+    (await other.Cera.load(smol)).free();
+    check(false, 'loaded without SIMD and without the scalar build');
+  } catch (e) {
+    check(e instanceof other.CeraError && /SIMD128/.test(e.message), `without SIMD and scalar build: ${e.message}`);
+    console.log(`without SIMD and without the scalar build: ${e.name}: ${e.message}`);
+  }
+}
 
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed || !passed ? 1 : 0);
