@@ -4,7 +4,8 @@
 # patches applied by dpkg-source). The sources are fetched at build time through a private apt
 # configuration (a deb-src line in DIR/apt, the system's apt sources untouched) and never committed.
 #   wasm/build-deps.sh DIR   ->  DIR/include, DIR/lib/lib{pcre2-8,utf8proc,cjson}.a
-# Skips the work when DIR/lib already holds the three archives.
+# Skips the work when DIR/lib already holds the three archives. CERA_DEBIAN_MIRROR overrides the
+# mirror (by default the one this machine's apt uses).
 set -euo pipefail
 out=$(realpath -m "${1:?usage: build-deps.sh DIR}")
 [ -f "$out/lib/libpcre2-8.a" ] && [ -f "$out/lib/libutf8proc.a" ] && [ -f "$out/lib/libcjson.a" ] && exit 0
@@ -13,7 +14,14 @@ for tool in emcc emar apt-get dpkg-source; do
 done
 apt="$out/apt"
 mkdir -p "$apt/lists/partial" "$apt/src" "$out/include/cjson" "$out/lib" "$out/obj"
-echo "deb-src http://deb.debian.org/debian bookworm main" >"$apt/sources.list"
+# the mirror this machine's apt already uses for Debian's main archive (else deb.debian.org)
+mirror=${CERA_DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+    mirror=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | sed 's/\[[^]]*\]//' |
+             awk '$1 == "URIs:" || $1 == "deb" { print $2 }' | grep -v security | head -1 || true)
+fi
+mirror=${mirror:-http://deb.debian.org/debian}
+echo "deb-src $mirror bookworm main" >"$apt/sources.list"
 opts=(-o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
       -o Dir::State::Lists="$apt/lists" -o Debug::NoLocking=1)
 apt-get "${opts[@]}" -qq update
