@@ -132,6 +132,12 @@ CERA_API cera_engine_params cera_engine_default_params(void);
 /* Opens a GGUF model. Weights are memory-mapped, not copied. */
 CERA_API cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
                                       cera_error *err);
+/* Opens a GGUF model from the caller's bytes (a whole single-file GGUF: a browser's file, a
+ * download), with cera_engine_open's checks and errors; messages name the model "<memory>".
+ * The bytes are used in place, not copied: keep them alive and unchanged until
+ * cera_engine_close. NULL data or size 0 is CERA_ERR_INVALID_ARG. */
+CERA_API cera_status cera_engine_open_memory(const void *data, size_t size, const cera_engine_params *params,
+                                             cera_engine **out, cera_error *err);
 /* Frees the engine. Its sessions and adapters must be freed first: none may outlive it
  * (they use its weights, tokenizer and backend). */
 CERA_API void cera_engine_close(cera_engine *engine);

@@ -272,6 +272,7 @@ FUNCTIONS: Dict[str, Tuple[Any, list]] = {
     "cera_version": (c_char_p, []),
     "cera_engine_default_params": (_returned(EngineParams), []),
     "cera_engine_open": (c_enum, [c_char_p, POINTER(EngineParams), _pptr, _err]),
+    "cera_engine_open_memory": (c_enum, [c_void_p, c_size_t, POINTER(EngineParams), _pptr, _err]),
     "cera_engine_close": (None, [_ptr]),
     "cera_engine_n_vocab": (c_int, [_ptr]),
     "cera_engine_n_ctx": (c_int, [_ptr]),

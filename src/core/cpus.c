@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 int cera_cpu_count(void) {
+#if defined(__EMSCRIPTEN__)
+    return 1; /* the WebAssembly build is single-threaded (wasm/CMakeLists.txt) */
+#else
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -13,4 +16,5 @@ int cera_cpu_count(void) {
     }
     const long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+#endif
 }

@@ -1,5 +1,5 @@
 /*
- * engine.c — the public engine API: open a GGUF model (mapped, never copied), choose
+ * engine.c — the public engine API: open a GGUF model (mapped or the caller's bytes, never copied), choose
  * the compute backend, and the tokenizer entry points of include/cera.h.
  *
  * The device choice lives here alone (open_backend): CPU, or CUDA when built with
@@ -159,12 +159,10 @@ static cera_status open_kv(cera_engine *e, cera_error *err) {
     return CERA_OK;
 }
 
-cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
-                             cera_error *err) {
-    cera_error_clear(err);
-    if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: out is NULL");
-    *out = NULL;
-    if (!path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: path is NULL");
+/* Opens an engine over a model file (data NULL: path is opened and mapped) or over the
+ * caller's bytes (path is then only the name that messages give the model). */
+static cera_status engine_open(const char *path, const void *data, size_t size,
+                               const cera_engine_params *params, cera_engine **out, cera_error *err) {
     cera_engine_params p = cera_engine_default_params();
     cera_status st = cera_params_read(&p, sizeof p, params, "cera_engine_params", err);
     if (st) return st;
@@ -185,8 +183,11 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
     cera_engine *e = calloc(1, sizeof *e);
     if (!e) return cera_fail(err, CERA_ERR_NO_MEMORY, "engine");
     pthread_mutex_init(&e->forward_lock, NULL);
-    st = gguf_open_model(path, &e->file, err);
-    if (st) goto fail;
+    st = data ? gguf_open_memory(data, size, &e->file, err) : gguf_open_model(path, &e->file, err);
+    if (st) {
+        if (data) cera_error_prefix(err, "%s", path);
+        goto fail;
+    }
     if ((st = cera_model_load(e->file, &e->model, err))) {
         cera_error_prefix(err, "%s", path);
         goto fail;
@@ -217,6 +218,26 @@ cera_status cera_engine_open(const char *path, const cera_engine_params *params,
 fail:
     cera_engine_close(e);
     return st;
+}
+
+cera_status cera_engine_open(const char *path, const cera_engine_params *params, cera_engine **out,
+                             cera_error *err) {
+    cera_error_clear(err);
+    if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: out is NULL");
+    *out = NULL;
+    if (!path) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open: path is NULL");
+    return engine_open(path, NULL, 0, params, out, err);
+}
+
+cera_status cera_engine_open_memory(const void *data, size_t size, const cera_engine_params *params,
+                                    cera_engine **out, cera_error *err) {
+    cera_error_clear(err);
+    if (!out) return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open_memory: out is NULL");
+    *out = NULL;
+    if (!data || !size)
+        return cera_fail(err, CERA_ERR_INVALID_ARG, "cera_engine_open_memory: no bytes (data %s, size %zu)",
+                         data ? "set" : "NULL", size);
+    return engine_open("<memory>", data, size, params, out, err);
 }
 
 void cera_engine_close(cera_engine *e) {

@@ -1,10 +1,13 @@
 /*
  * kernels.c — picks the CPU kernel tier at run time and serves the per-type tables.
  *
- * Tiers, lowest first: scalar, then avx2 < avx512 < amx on x86-64 and neon < i8mm on
- * aarch64. A tier is available when CPUID/XGETBV (x86) or HWCAP (arm) say the CPU and the
- * OS support its instructions; AMX additionally needs the kernel to grant this process the
- * tile-data state (arch_prctl ARCH_REQ_XCOMP_PERM), which we ask for once.
+ * Tiers, lowest first: scalar, then avx2 < avx512 < amx on x86-64, neon < i8mm on aarch64
+ * and simd128 on WebAssembly. A tier is available when CPUID/XGETBV (x86) or HWCAP (arm) say
+ * the CPU and the OS support its instructions; AMX additionally needs the kernel to grant this
+ * process the tile-data state (arch_prctl ARCH_REQ_XCOMP_PERM), which we ask for once.
+ * WebAssembly has no run-time detection: simd128 is there when the build compiled it in
+ * (CERA_WASM_SIMD128, set by wasm/CMakeLists.txt), and a module with SIMD instructions does
+ * not even load on an engine without them (the JS loader checks first).
  *
  * Each tier's table starts as a copy of the one below and its register function overrides
  * what it has kernels for, so any type falls back per type. The selected tier is the
@@ -30,9 +33,10 @@
 #define CERA_ARM 1
 #endif
 
-enum { TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_AMX, TIER_NEON, TIER_I8MM, TIER_COUNT };
+enum { TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_AMX, TIER_NEON, TIER_I8MM, TIER_SIMD128, TIER_COUNT };
 
-static const char *const tier_names[TIER_COUNT] = {"scalar", "avx2", "avx512", "amx", "neon", "i8mm"};
+static const char *const tier_names[TIER_COUNT] = {"scalar", "avx2", "avx512", "amx",
+                                                   "neon",   "i8mm", "simd128"};
 
 static cera_cpu_type_ops tables[TIER_COUNT][CERA_TYPE_COUNT];
 static bool tier_ok[TIER_COUNT];
@@ -115,10 +119,12 @@ static int tier_index(const char *name) {
     return -1;
 }
 
+#if CERA_X86 || CERA_ARM || (defined(__wasm__) && defined(CERA_WASM_SIMD128))
 static void build_tier(int tier, int below) {
     memcpy(tables[tier], tables[below], sizeof tables[tier]);
     tier_ok[tier] = true;
 }
+#endif
 
 #if CERA_X86
 /* Whether a tier's gemm_tile for type t gives vec_dot's bits for every (row, column) of
@@ -207,6 +213,10 @@ static void init_tables(void) {
             best = TIER_I8MM;
         }
     }
+#elif defined(__wasm__) && defined(CERA_WASM_SIMD128)
+    build_tier(TIER_SIMD128, TIER_SCALAR);
+    cera_cpu_register_simd128(tables[TIER_SIMD128]);
+    best = TIER_SIMD128;
 #endif
     selected = best;
     const char *want = getenv("CERA_CPU_TIER");

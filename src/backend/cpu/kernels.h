@@ -10,9 +10,9 @@
  *
  * The table is chosen once per process from what the CPU has (CPUID/HWCAP, and for AMX
  * a granted permission); the environment variable CERA_CPU_TIER (scalar, avx2, avx512,
- * amx on x86-64; scalar, neon, i8mm on aarch64) forces a lower tier. A type without a
- * kernel at the selected tier gets the best lower tier's. Every variant is checked against
- * the scalar reference (tier "scalar") in tests/cpu.
+ * amx on x86-64; scalar, neon, i8mm on aarch64; scalar, simd128 on WebAssembly) forces a lower tier. A type
+ * without a kernel at the selected tier gets the best lower tier's. Every variant is checked against the
+ * scalar reference (tier "scalar") in tests/cpu.
  *
  * Rounding: the activation quantizers give llama.cpp's x86 bytes in every tier. The scalar
  * tier sums like ggml's portable (*_generic) code; the x86 tiles sum like llama.cpp's x86

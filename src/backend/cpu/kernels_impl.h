@@ -67,5 +67,8 @@ void cera_cpu_register_repack_avx512(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
 void cera_cpu_register_neon(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
 void cera_cpu_register_i8mm(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
 #endif
+#if defined(__wasm__)
+void cera_cpu_register_simd128(cera_cpu_type_ops ops[CERA_TYPE_COUNT]);
+#endif
 
 #endif
