@@ -434,8 +434,9 @@ cera_status cera_cuda_backend_open(const cera_model *model, const cera_engine_pa
     be->base.kv_on_host = false;
     be->base.kv_rotates = true;
     /* a run of fewer than MMA_MIN_ROWS tokens with every row's logits, in a batch of as few rows
-     * and without adapters, takes the several-row decode step (forward.c: use_decode_rows) */
-    be->base.exact_run_max = MMA_MIN_ROWS - 1;
+     * (and of at most the plan's rows_max) without adapters, takes the several-row decode step
+     * (forward.c: use_decode_rows) */
+    be->base.exact_run_max = be->s->rows_max < MMA_MIN_ROWS - 1 ? be->s->rows_max : MMA_MIN_ROWS - 1;
     be->base.kv_init = cuda_kv_init;
     be->base.kv_free = cuda_kv_free;
     be->base.kv_copy = cuda_kv_copy;

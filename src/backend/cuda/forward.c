@@ -591,17 +591,17 @@ static cera_status step_launches(cera_cuda_state *s, int n, cera_error *err) {
 
 /* Whether a batch takes the several-sequence decode step: no adapter, few enough rows (the
  * plan's rows_max, plan.c) that the several-row kernels beat dequantizing every weight for
- * cuBLAS, and n tokens of n sequences, or several tokens of a sequence whose rows all want
- * their logits (speculative decoding's drafts: each row at its own position, attending to its
- * sequence's keys up to it, written by the step's own rope) where no recurrent state runs
- * through the tokens. Below MMA_MIN_ROWS rows each row then gets the logits its token gets
- * alone, bit for bit (cuda_backend's exact_run_max); a prompt chunk, whose rows but the last
- * want none, keeps the prefill path. */
+ * cuBLAS, and n tokens of n sequences, or (below MMA_MIN_ROWS rows) several tokens of a
+ * sequence whose rows all want their logits (speculative decoding's drafts: each row at its
+ * own position, attending to its sequence's keys up to it, written by the step's own rope)
+ * where no recurrent state runs through the tokens: each row then gets the logits its token
+ * gets alone, bit for bit (the backend's exact_run_max). A prompt chunk, whose rows but the
+ * last want none, and longer all-logits runs keep the prefill path (its numerics). */
 static bool use_decode_rows(const cera_cuda_state *s, int n, const int32_t *tok_tbl, int n_out) {
     if (n < 2 || n > s->rows_max || s->lora_mask || s->prm.force_gemm) return false;
     for (int i = 1; i < n; i++)
         for (int j = 0; j < i; j++)
-            if (tok_tbl[i] == tok_tbl[j]) return n_out == n && s->n_conv == 0;
+            if (tok_tbl[i] == tok_tbl[j]) return n_out == n && s->n_conv == 0 && n < MMA_MIN_ROWS;
     return true;
 }
 

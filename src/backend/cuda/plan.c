@@ -482,17 +482,18 @@ static cera_status compile_op(compiler *c, int i, int *used) {
 /* The most rows a decode step of several sequences takes through the several-row kernels
  * before a batch goes to cuBLAS instead, by weight type (the lowest over the plan's matmuls):
  * Q4_0/Q8_0, which the tensor-core matmul takes from MMA_MIN_ROWS on, up to DEC_ROWS_MAX;
- * float weights 7; the others 12. Measured on the H200 (bench/RESULTS.md, the batched
+ * F16/BF16 2; F32 7; the others 12. Measured on the H200 (bench/RESULTS.md, the batched
  * table): through cu_matvec_rows Q4_0 decode of 8 sequences 2.1x faster than cuBLAS, of 32
- * and 64 1.6x and 2.9x slower; F16 weights no faster from 8 rows on. */
+ * and 64 1.6x and 2.9x slower; a 7B's F16 weights faster through it at 2 rows, slower from 4
+ * (the speculative decoding table); F32 not measured on a large model. */
 static int rows_max(const cera_cuda_state *s) {
     int most = DEC_ROWS_MAX;
     for (int i = 0; i < s->n_steps; i++) {
         const cu_step *st = &s->steps[i];
         for (int j = 0; st->kind == CU_STEP_LINEAR && j < st->n_seg; j++) {
             const cera_type t = st->seg[j].w->type;
-            const bool float_w = t == CERA_TYPE_F16 || t == CERA_TYPE_BF16 || t == CERA_TYPE_F32;
-            const int m = cu_mma_supported(t) ? DEC_ROWS_MAX : float_w ? 7 : 12;
+            const bool half_w = t == CERA_TYPE_F16 || t == CERA_TYPE_BF16;
+            const int m = cu_mma_supported(t) ? DEC_ROWS_MAX : half_w ? 2 : t == CERA_TYPE_F32 ? 7 : 12;
             if (m < most) most = m;
         }
     }
