@@ -296,7 +296,7 @@ if has disk; then
     done
     log "speculative decoding (n-gram) on the GPU"
     for fl in "" "--spec-type ngram-simple --spec-ngram-simple-size-n 4"; do
-        "$C/bin/cera" run -m "$f" --device cuda -f "$ROOT/README.md" -c 8192 -n 256 --temp 0 $fl >"$OUT/spec.txt" \
+        "$C/bin/cera" run -m "$f" --device cuda -f "$ROOT/README.md" -c 16384 -n 256 --temp 0 $fl >"$OUT/spec.txt" \
             2>"$OUT/spec.err"
         echo "[$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
             "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/disk.log"
@@ -333,7 +333,7 @@ if has spec; then
         [ -s /tmp/l7-$x.gguf ] || CERA_SHARED_DIR=/tmp/devshared timeout 300 "$C/bin/cera" synth llama2-7b $x -o /tmp/l7-$x.gguf 2>&1 | tail -1
     done
     [ -n "$tt" ] && for fl in "--spec-type none" "" "--spec-type none -md /tmp/l7-$dt.gguf" "-md /tmp/l7-$dt.gguf --draft-max 4"; do
-        timeout 200 "$C/bin/cera" run -m /tmp/l7-$tt.gguf --device cuda -f "$ROOT/README.md" -c 8192 -n 128 --temp 0 \
+        timeout 200 "$C/bin/cera" run -m /tmp/l7-$tt.gguf --device cuda -f "$ROOT/README.md" -c 16384 -n 128 --temp 0 \
             --ignore-eos $fl >"$OUT/spec.txt" 2>"$OUT/spec.err"
         echo "l7-$tt [$fl] $(grep -o 'generation.*tok/s' "$OUT/spec.err") $(grep -o 'speculative.*' "$OUT/spec.err")" \
             "$(md5sum <"$OUT/spec.txt" | cut -c1-8)" | tee -a "$OUT/spec.log"
