@@ -9,7 +9,8 @@
  * generated token, the GB/s that makes and its share of the measured read bandwidth.
  *
  * The model is a GGUF file (-m) or, with --synth, a random-weight model of the
- * llama2-7b shape made on the GPU (no file, no host memory): the tensor types llama-quantize
+ * llama2-7b shape (--shape: llama-3.1-8b, llama-3.1-70b; synth_shape.h) made on the GPU (no file,
+ * no host memory): the tensor types llama-quantize
  * gives for the named type (q4_0 and q4_k_m keep output.weight in Q6_K; q4_k_m puts
  * attn_v and ffn_down of the use_more_bits layers in Q6_K). Speed depends on shapes and
  * types, not on the values. Prints one markdown row per test (and --md-header).
@@ -24,7 +25,8 @@
  * 11008x4096 (gate/up) and 4096x11008 (down) for 1 (the one-row matvec), 8, 16, 32 and 64 rows:
  * µs per launch, weight GB/s, µs per row relative to the one-row kernel, and the speed-up.
  *
- * usage: cuda_bench [--synth TYPE | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv f16|bf16|q8_0|q4_0]
+ * usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv
+ * f16|bf16|q8_0|q4_0]
  *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header]
  *                   [--no-pdl]
  */
@@ -115,7 +117,7 @@ static double run_pp(cera_cuda_state *s, int n, int vocab) {
 }
 
 int main(int argc, char **argv) {
-    const char *synth = NULL, *model = NULL;
+    const char *synth = NULL, *model = NULL, *shape = "llama2-7b";
     int p = 512, n = 128, d = 4096, r = 3;
     double bw_gib = 4;
     bool matvec = false, matvec_rows = false, mma = false, header = false, no_pdl = false;
@@ -128,6 +130,8 @@ int main(int argc, char **argv) {
         const bool more = i + 1 < argc;
         if (!strcmp(a, "--synth") && more)
             synth = argv[++i];
+        else if (!strcmp(a, "--shape") && more)
+            shape = argv[++i];
         else if (!strcmp(a, "-m") && more)
             model = argv[++i];
         else if (!strcmp(a, "-p") && more)
@@ -159,11 +163,11 @@ int main(int argc, char **argv) {
                   kv_tt == CERA_TYPE_Q4_0))
             kv_name = argv[++i];
         else {
-            fprintf(stderr,
-                    "usage: cuda_bench [--synth TYPE | -m MODEL] [-p N] [-n N] [-d N] [-r N] [--bw-gib G] "
-                    "[--kv f16|bf16|q8_0|q4_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] "
-                    "[--md-header] "
-                    "[--no-pdl] [--gemm]\n");
+            fprintf(stderr, "usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p N] [-n N] [-d N] "
+                            "[-r N] [--bw-gib G] "
+                            "[--kv f16|bf16|q8_0|q4_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] "
+                            "[--md-header] "
+                            "[--no-pdl] [--gemm]\n");
             return 2;
         }
     }
@@ -266,10 +270,10 @@ int main(int argc, char **argv) {
     prm.kv_type = kvp.kv_type;
     const char *label = model;
     if (synth) {
-        if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
+        if (!cera_bench_synth_model(&m, shape, synth)) die("unknown shape or type", NULL);
         prm.synthetic_weights = true;
-        static char lb[64];
-        snprintf(lb, sizeof lb, "llama2-7b %s (synthetic)%s%s%s%s", synth, no_pdl ? " no PDL" : "",
+        static char lb[96];
+        snprintf(lb, sizeof lb, "%s %s (synthetic)%s%s%s%s", shape, synth, no_pdl ? " no PDL" : "",
                  kv_tt != CERA_TYPE_F16 ? " KV " : "", kv_tt != CERA_TYPE_F16 ? kv_name : "",
                  gemm ? " cuBLAS" : "");
         label = lb;

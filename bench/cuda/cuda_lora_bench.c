@@ -1,5 +1,5 @@
 /*
- * cuda_lora_bench.c — what LoRA adapters cost on the GPU: the llama2-7b shape (random
+ * cuda_lora_bench.c — what LoRA adapters cost on the GPU: the llama2-7b shape (--shape; random
  * weights made on the GPU, see synth_shape.h) with and without random rank-r adapters on
  * all seven projections of every layer:
  *   - pp: a prompt of -p tokens as one batch;
@@ -9,7 +9,7 @@
  *     (rows grouped per adapter).
  * Prints one markdown table, best of --reps per line, and the cost against no adapter.
  *
- * usage: cuda_lora_bench [--synth TYPE] [-r RANK] [-p N] [-n N] [-b B] [-s STEPS] [--reps R]
+ * usage: cuda_lora_bench [--synth TYPE] [--shape NAME] [-r RANK] [-p N] [-n N] [-b B] [-s STEPS] [--reps R]
  *                        [--targets qkvogud] [--no-graph]
  * --targets: the projections the adapters target (letters of q k v o gate up down).
  */
@@ -121,7 +121,7 @@ static double run_batch(cera_cuda_state *s, cera_lora_batch *plan, const cera_lo
 static double best(double a, double b) { return a > b ? a : b; }
 
 int main(int argc, char **argv) {
-    const char *synth = "q4_0", *targets = "qkvogud";
+    const char *synth = "q4_0", *targets = "qkvogud", *shape = "llama2-7b";
     bool no_graph = false;
     int rank = 16, np = 512, ng = 128, B = 32, steps = 32, reps = 3;
     for (int i = 1; i < argc; i++) {
@@ -129,6 +129,8 @@ int main(int argc, char **argv) {
         const bool more = i + 1 < argc;
         if (!strcmp(a, "--synth") && more)
             synth = argv[++i];
+        else if (!strcmp(a, "--shape") && more)
+            shape = argv[++i];
         else if (!strcmp(a, "-r") && more)
             rank = atoi(argv[++i]);
         else if (!strcmp(a, "-p") && more)
@@ -146,7 +148,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-graph"))
             no_graph = true;
         else {
-            printf("usage: cuda_lora_bench [--synth TYPE] [-r RANK] [-p N] [-n N] [-b B] [-s STEPS] [--reps "
+            printf("usage: cuda_lora_bench [--synth TYPE] [--shape NAME] [-r RANK] [-p N] [-n N] [-b B] [-s "
+                   "STEPS] [--reps "
                    "R]\n");
             return strcmp(a, "--help") ? 2 : 0;
         }
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     cera_model m;
-    if (!cera_bench_llama2_7b(&m, synth)) die("unknown type", NULL);
+    if (!cera_bench_synth_model(&m, shape, synth)) die("unknown shape or type", NULL);
     // the adapter loader checks that each target exists; the GPU makes the weights' values
     static const uint8_t present = 0;
     for (int l = 0; l < m.hp.n_layer; l++)
@@ -206,7 +209,7 @@ int main(int argc, char **argv) {
     }
     char dev[128] = "";
     cera_cuda_device_info(0, dev, sizeof dev, NULL, &err);
-    printf("LoRA on %s: llama2-7b shape %s (synthetic), rank %d on projections %s, best of %d%s\n\n", dev,
+    printf("LoRA on %s: %s shape %s (synthetic), rank %d on projections %s, best of %d%s\n\n", dev, shape,
            synth, rank, targets, reps, no_graph ? ", decode without a graph" : "");
     printf("| test | no adapter (tok/s) | with adapter(s) (tok/s) | cost |\n|---|---:|---:|---:|\n");
     printf("| prefill pp%d | %.1f | %.1f | %+.1f %% |\n", np, pp0, pp1, 100.0 * (pp0 / pp1 - 1));

@@ -8,8 +8,8 @@
 # libraries and the golden files the tests read (CERA_SHARED_DIR=/tmp/devshared).
 #
 # usage (on the device, from the repo root): bash bench/cuda/device_run.sh [steps]
-#   steps: any of tests sanitize matvec bench lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve disk spec (default: tests
-#   sanitize matvec bench lora); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
+#   steps: any of tests sanitize matvec bench big lora kv ncu variants mvsweep mvtests profile mvrows mma parallel sbs ppshort serve disk spec (default: tests
+#   sanitize matvec bench lora); big runs cuda_bench on the 70B-class shape (BIG_SHAPES); parallel runs cera bench --parallel on cera synth files (PAR_TYPES, PAR_N); sbs runs cera bench
 #   and (with LLAMA_CPP_BIN) llama-bench on the same cera synth files (SBS_MODELS "shape:type ..."); ppshort times short
 #   prompts (8-128 tokens) on the tensor cores and through cuBLAS (PP_TYPES); serve runs bench/serve/load.py against cera
 #   serve for each --itl-target of SERVE_ITL (disk: the prefix cache's disk tier and n-gram speculation, same file; spec: speculative decoding, stories260K and a 7B F16 target with its Q4_0 copy as the draft) (and llama-server with LLAMA_CPP_BIN) on a llama2-7b SERVE_TYPE file; mma checks and
@@ -127,6 +127,15 @@ if has bench; then
         timeout 150 "$C/bin/cuda_bench" --synth "$t" -p 512 -n 128 -d 4096 -r 3 --bw-gib 4 $hdr 2>&1 |
             tee -a "$OUT/bench.log"
         hdr=
+    done
+fi
+if has big; then
+    # the larger shapes on the same kernels (BIG_SHAPES "shape:type ...", default the 70B class in
+    # Q4_0, about 40 GB), pp512 / tg128 / tg128 at depth BIG_DEPTH
+    log "larger shapes"
+    for st in ${BIG_SHAPES:-llama-3.1-70b:q4_0}; do
+        timeout 300 "$C/bin/cuda_bench" --synth "${st##*:}" --shape "${st%%:*}" -p 512 -n 128 \
+            -d "${BIG_DEPTH:-4096}" -r "${BIG_REPS:-2}" --bw-gib 4 --md-header 2>&1 | tee -a "$OUT/big.log"
     done
 fi
 if has parallel; then

@@ -38,6 +38,7 @@
 
 #define ATT_THREADS 128
 #define ATT_TILE    64
+#define ATT_RMAX    16 /* query rows (tokens x heads) of one block */
 
 /* Start of the section (block b, the kv's layer, K when which = 0 or V) in the cache. */
 static __device__ __forceinline__ uint8_t *kv_section(const cu_kv &kv, int64_t b, int which) {
@@ -256,23 +257,46 @@ static __device__ void att_finish(const att_params &p, float *obuf, const float 
         __syncthreads();
         if (!is_last) return;
         __threadfence();
-        // merge the splits of every row (each thread its own elements)
+        // merge the splits of every row: the rows' maxima, weights and sums first, a thread per row
+        // over the splits' (max, sum) staged in shared memory, then each thread its own elements
+        // with the splits' partial outputs loaded independently of one another (the serial merge
+        // of 64 splits, each load waiting on the last, was latency-bound: ~2 L2 round trips a
+        // split and element)
+        __shared__ float sw[ATT_RMAX][CU_ATT_MAX_SPLITS], sl[ATT_RMAX];
+        for (int i = tid; i < R * ns; i += nt) {
+            const int r = i / ns, sp = i % ns;
+            const int64_t row0 = ((int64_t)(tok0 + r / Gr) * p.n_head + h0 + r % Gr) * p.n_splits;
+            const float l = __ldcg(p.scr.part_ml + (row0 + sp) * 2 + 1);
+            sw[r][sp] = l > 0.0f ? __ldcg(p.scr.part_ml + (row0 + sp) * 2) : -FLT_MAX;
+        }
+        __syncthreads();
+        if (tid < R) {
+            const int64_t row0 = ((int64_t)(tok0 + tid / Gr) * p.n_head + h0 + tid % Gr) * p.n_splits;
+            float M = -FLT_MAX, L = 0.0f;
+            for (int sp = 0; sp < ns; sp++) M = fmaxf(M, sw[tid][sp]);
+            for (int sp = 0; sp < ns; sp++) {
+                const float l = __ldcg(p.scr.part_ml + (row0 + sp) * 2 + 1);
+                float w = -1.0f; // an empty split: no weight
+                if (l > 0.0f) {
+                    w = expf(sw[tid][sp] - M);
+                    L += l * w;
+                }
+                sw[tid][sp] = w;
+            }
+            sl[tid] = L;
+        }
+        __syncthreads();
         for (int i = tid; i < R * hd; i += nt) {
             const int r = i / hd, d = i % hd;
             const int64_t row0 = ((int64_t)(tok0 + r / Gr) * p.n_head + h0 + r % Gr) * p.n_splits;
-            const float *ml = p.scr.part_ml + row0 * 2;
-            float M = -FLT_MAX;
-            for (int s = 0; s < ns; s++)
-                if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
-            float L = 0.0f, o = 0.0f;
-            for (int s = 0; s < ns; s++) {
-                const float l = __ldcg(ml + 2 * s + 1);
-                if (l <= 0.0f) continue;
-                const float w = expf(__ldcg(ml + 2 * s) - M);
-                L += l * w;
-                o += __ldcg(p.scr.part_acc + (row0 + s) * hd + d) * w;
+            const float *pa = p.scr.part_acc + row0 * hd + d;
+            float o = 0.0f;
+#pragma unroll 8
+            for (int sp = 0; sp < ns; sp++) {
+                const float a = __ldcg(pa + (int64_t)sp * hd), w = sw[r][sp];
+                o += w >= 0.0f ? a * w : 0.0f; // o is never -0, so + 0 leaves it as it is
             }
-            obuf[i] = o / L;
+            obuf[i] = o / sl[r];
         }
     } else {
         for (int i = tid; i < R * hd; i += nt) obuf[i] = obuf[i] / lrow[i / hd];
@@ -312,7 +336,6 @@ static __device__ __forceinline__ void att_chunk(int lo, int hi, int n_splits, i
 /* Rows: QT query tokens x G heads (R <= ATT_RMAX). Shared memory: K tile [ATT_TILE][hd + 8]
  * f16 | V tile (same) | q [R][hd] f32 | scores [R][ATT_TILE] | m, l, corr [ATT_RMAX] |
  * out [R * hd] | section offsets [ATT_TILE]. */
-#define ATT_RMAX 16
 static size_t att_smem(int R, int hd) {
     return sizeof(float) * ((size_t)R * hd * 2 + (size_t)R * ATT_TILE + 3 * ATT_RMAX) +
            2 * sizeof(__half) * ATT_TILE * (size_t)(hd + 8) + sizeof(int64_t) * ATT_TILE;
@@ -906,8 +929,8 @@ extern "C" cudaError_t cu_attention(cudaStream_t st, const float *q, int n_tok, 
     const int G = n_head / n_head_kv;
     const bool qb = kv->type == CU_KV_Q8 || kv->type == CU_KV_Q4; // scales per 32 values
     if (G > ATT_RMAX || G * n_head_kv != n_head || hd > 2 * ATT_THREADS || hd % 8 || n_splits < 1 ||
-        n_splits > scr->max_splits || qt < 1 || (qb && hd % 32) || (kv->rot_v && hd % kv->rot_v) ||
-        kv->type < CU_KV_F16 || kv->type > CU_KV_BF16)
+        n_splits > scr->max_splits || n_splits > CU_ATT_MAX_SPLITS || qt < 1 || (qb && hd % 32) ||
+        (kv->rot_v && hd % kv->rot_v) || kv->type < CU_KV_F16 || kv->type > CU_KV_BF16)
         return cudaErrorInvalidValue;
     if (qt * G > ATT_RMAX) qt = ATT_RMAX / G;
     if (qt > n_tok) qt = n_tok;

@@ -287,11 +287,12 @@ cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const float *k_in,
                           const float *q_norm, const float *k_norm, float eps, const cu_rope *rope,
                           float *q_out, const cu_kv *kv);
 
+#define CU_ATT_MAX_SPLITS 64 /* the most splits of one query row's slots */
 typedef struct cu_attn_scratch {
     float *part_acc;   /* [n_tok * n_head * max_splits * hd] */
     float *part_ml;    /* [n_tok * n_head * max_splits * 2] */
     int32_t *counters; /* [n_tok * n_head], zero; left zero after each launch */
-    int max_splits;
+    int max_splits;    /* at most CU_ATT_MAX_SPLITS */
 } cu_attn_scratch;
 
 /* out (f32 [n_tok, n_head * hd] in act->f, quantized when act->q is set and hd % 32 == 0,

@@ -350,7 +350,7 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
             CERA_TRY(
                 dev_alloc(&s->own_kv[g], (size_t)s->own_blocks * (size_t)s->kv_block[g], "KV cache", err));
         // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
-        s->att.max_splits = 64;
+        s->att.max_splits = CU_ATT_MAX_SPLITS;
         const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
         s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
         const size_t pairs =
