@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROW_CHUNK     32 /* weight rows per work item (a multiple of 16: packed groups) */
-#define TOKEN_CHUNK   32 /* activation rows per work item */
-#define DECODE_CHUNKS 4  /* work items per thread for a single token */
+#define ROW_CHUNK     32  /* weight rows per work item (a multiple of 16: packed groups) */
+#define TOKEN_CHUNK   32  /* activation rows per work item */
+#define FLOAT_CHUNK   256 /* the same for float weights (F32, F16, BF16) */
+#define DECODE_CHUNKS 4   /* work items per thread for a single token */
 
 size_t cera_matmul_scratch_size(cera_type t, int64_t k, int n_tokens) {
     const cera_cpu_type_ops *ops = cera_cpu_ops(t);
@@ -34,6 +35,7 @@ typedef struct mm_job {
     size_t act_stride, w_stride;
     int64_t row_chunk; /* weight rows per work item (a multiple of 16) */
     int64_t n_row_chunks, n_tok_chunks;
+    int tok_chunk;                /* activation rows per work item */
     bool rowdot_one;              /* a single token takes vec_dot */
     const cera_matmul_hook *hook; /* or NULL */
     int64_t n_pre;                /* the hook's pre chunks, numbered first */
@@ -124,10 +126,11 @@ static void compute_chunk(const mm_job *j, int64_t r0, int64_t r1, int t0, int t
         return;
     }
     if (ops->gemm_tile && (t1 - t0 > 1 || !j->rowdot_one)) {
-        for (int64_t r = r0; r < r1; r += ops->tile_rows) {
-            const int nr = (int)(r1 - r < ops->tile_rows ? r1 - r : ops->tile_rows);
-            for (int t = t0; t < t1; t += ops->tile_cols) {
-                const int nc = t1 - t < ops->tile_cols ? t1 - t : ops->tile_cols;
+        /* a tile's activation rows stay in L1 while the chunk's weight rows pass them (from L2) */
+        for (int t = t0; t < t1; t += ops->tile_cols) {
+            const int nc = t1 - t < ops->tile_cols ? t1 - t : ops->tile_cols;
+            for (int64_t r = r0; r < r1; r += ops->tile_rows) {
+                const int nr = (int)(r1 - r < ops->tile_rows ? r1 - r : ops->tile_rows);
                 ops->gemm_tile(k, j->y + (size_t)t * j->ldy + r, j->ldy, wd + (size_t)r * j->w_stride,
                                j->w_stride, j->act + (size_t)t * j->act_stride, j->act_stride, nr, nc);
             }
@@ -185,8 +188,8 @@ static void compute(void *arg, int64_t c, int ith) {
     const int64_t rows = j->w->n;
     const int64_t rc = c % j->n_row_chunks, tc = c / j->n_row_chunks;
     const int64_t r0 = rc * j->row_chunk, r1 = r0 + j->row_chunk < rows ? r0 + j->row_chunk : rows;
-    const int t0 = (int)tc * TOKEN_CHUNK;
-    const int t1 = t0 + TOKEN_CHUNK < j->n_tokens ? t0 + TOKEN_CHUNK : j->n_tokens;
+    const int t0 = (int)tc * j->tok_chunk;
+    const int t1 = t0 + j->tok_chunk < j->n_tokens ? t0 + j->tok_chunk : j->n_tokens;
     compute_chunk(j, r0, r1, t0, t1);
     if (j->hook && j->hook->tile) {
         wait_pre(j);
@@ -243,6 +246,13 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_packed_wei
         if (rc > j.row_chunk) j.row_chunk = rc;
     }
     j.n_row_chunks = (w->n + j.row_chunk - 1) / j.row_chunk;
-    j.n_tok_chunks = (n_tokens + TOKEN_CHUNK - 1) / TOKEN_CHUNK;
+    /* A prompt's float weights are read again for every chunk of tokens, from memory (a float
+     * projection is larger than the caches): long chunks read them fewer times (tinyllama-1.1b F16
+     * pp512 on 2 threads: 99 t/s with 32 tokens, 121 with 64, 126-127 with 128 and 256, in
+     * bench/RESULTS.md). The quantized types keep 32 (measured no better with 128). */
+    j.tok_chunk = w->type == CERA_TYPE_F32 || w->type == CERA_TYPE_F16 || w->type == CERA_TYPE_BF16
+                      ? FLOAT_CHUNK
+                      : TOKEN_CHUNK;
+    j.n_tok_chunks = (n_tokens + j.tok_chunk - 1) / j.tok_chunk;
     cera_pool_for(pool, j.n_pre + j.n_row_chunks * j.n_tok_chunks + j.n_post, compute, &j);
 }
