@@ -247,9 +247,9 @@ void cera_matmul_ex(cera_pool *pool, const cera_weight *w, const cera_packed_wei
     }
     j.n_row_chunks = (w->n + j.row_chunk - 1) / j.row_chunk;
     /* A prompt's float weights are read again for every chunk of tokens, from memory (a float
-     * projection is larger than the caches): long chunks read them fewer times (tinyllama-1.1b F16
-     * pp512 on 2 threads: 99 t/s with 32 tokens, 121 with 64, 126-127 with 128 and 256, in
-     * bench/RESULTS.md). The quantized types keep 32 (measured no better with 128). */
+     * projection is larger than the caches): long chunks read them fewer times (measured in
+     * bench/RESULTS.md, the CPU section). The quantized types keep short chunks (measured no
+     * better with longer ones). */
     j.tok_chunk = w->type == CERA_TYPE_F32 || w->type == CERA_TYPE_F16 || w->type == CERA_TYPE_BF16
                       ? FLOAT_CHUNK
                       : TOKEN_CHUNK;
