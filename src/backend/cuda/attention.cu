@@ -917,6 +917,7 @@ template <int HB, int KT> static cudaError_t launch_dec(cudaStream_t st, const a
 }
 
 template <int KT> static cudaError_t launch_dec_g(cudaStream_t st, const att_params &p) {
+    // the heads per block of cu_att_dec_heads (the host sizes the splits with it)
     return p.G == 1   ? launch_dec<1, KT>(st, p)
            : p.G == 2 ? launch_dec<2, KT>(st, p)
                       : launch_dec<4, KT>(st, p);

@@ -288,6 +288,9 @@ cudaError_t cu_rope_store(cudaStream_t st, const float *q_in, const float *k_in,
                           float *q_out, const cu_kv *kv);
 
 #define CU_ATT_MAX_SPLITS 64 /* the most splits of one query row's slots */
+/* Query heads of a KV head's group that one decode-attention block serves (launch_dec_g in
+ * attention.cu): a group of g heads takes (g + it - 1) / it blocks per split. */
+static inline int cu_att_dec_heads(int g) { return g == 1 ? 1 : g == 2 ? 2 : 4; }
 typedef struct cu_attn_scratch {
     float *part_acc;   /* [n_tok * n_head * max_splits * hd] */
     float *part_ml;    /* [n_tok * n_head * max_splits * 2] */

@@ -351,7 +351,11 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
                 dev_alloc(&s->own_kv[g], (size_t)s->own_blocks * (size_t)s->kv_block[g], "KV cache", err));
         // flash-decoding partials: up to 64 splits, ATT_TOK_SPLITS (token, split) pairs
         s->att.max_splits = CU_ATT_MAX_SPLITS;
-        const int splits = (4 * s->n_sm + hp->n_head_kv - 1) / hp->n_head_kv;
+        // about 4 blocks per SM: a split is n_head_kv x (head groups) blocks (with 8 query heads on
+        // a KV head, two groups: counting them halves a 70B's splits and their merge)
+        const int g = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1, hb = cu_att_dec_heads(g);
+        const int per_split = hp->n_head_kv * ((g + hb - 1) / hb);
+        const int splits = per_split > 0 ? (4 * s->n_sm + per_split - 1) / per_split : 1;
         s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
         const size_t pairs =
             (size_t)(ATT_TOK_SPLITS > DEC_ROWS_MAX * s->dec_splits ? ATT_TOK_SPLITS
