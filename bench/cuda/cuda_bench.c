@@ -25,10 +25,9 @@
  * 11008x4096 (gate/up) and 4096x11008 (down) for 1 (the one-row matvec), 8, 16, 32 and 64 rows:
  * µs per launch, weight GB/s, µs per row relative to the one-row kernel, and the speed-up.
  *
- * usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3] [--kv
- * f16|bf16|q8_0|q4_0]
- *                   [--bw-gib 4] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] [--md-header]
- *                   [--no-pdl]
+ * usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p 512] [-n 128] [-d 4096] [-r 3]
+ *                   [--kv f16|bf16|q8_0|q4_0] [--bw-gib 4] [--matvec] [--matvec-rows] [--mma]
+ *                   [--mv-types LIST] [--md-header] [--no-pdl]
  */
 #include <math.h>
 #include <stdio.h>
@@ -163,11 +162,10 @@ int main(int argc, char **argv) {
                   kv_tt == CERA_TYPE_Q4_0))
             kv_name = argv[++i];
         else {
-            fprintf(stderr, "usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p N] [-n N] [-d N] "
-                            "[-r N] [--bw-gib G] "
-                            "[--kv f16|bf16|q8_0|q4_0] [--matvec] [--matvec-rows] [--mma] [--mv-types LIST] "
-                            "[--md-header] "
-                            "[--no-pdl] [--gemm]\n");
+            fprintf(stderr,
+                    "usage: cuda_bench [--synth TYPE [--shape NAME] | -m MODEL] [-p N] [-n N] [-d N] "
+                    "[-r N] [--bw-gib G] [--kv f16|bf16|q8_0|q4_0] [--matvec] [--matvec-rows] [--mma] "
+                    "[--mv-types LIST] [--md-header] [--no-pdl] [--gemm]\n");
             return 2;
         }
     }

@@ -148,9 +148,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-graph"))
             no_graph = true;
         else {
-            printf("usage: cuda_lora_bench [--synth TYPE] [--shape NAME] [-r RANK] [-p N] [-n N] [-b B] [-s "
-                   "STEPS] [--reps "
-                   "R]\n");
+            printf("usage: cuda_lora_bench [--synth TYPE] [--shape NAME] [-r RANK] [-p N] [-n N] [-b B] "
+                   "[-s STEPS] [--reps R]\n");
             return strcmp(a, "--help") ? 2 : 0;
         }
     }

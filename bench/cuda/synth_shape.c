@@ -58,9 +58,10 @@ bool cera_bench_synth_model(cera_model *m, const char *shape, const char *type) 
     m->output_norm = (cera_weight){.type = CERA_TYPE_F32, .k = e, .n = 1};
     m->layers = calloc((size_t)nl, sizeof(cera_layer));
     if (!m->layers) return false;
+    const int64_t q =
+        nl / 8; // llama-quantize's use_more_bits: the first and last eighth, every third between
     for (int l = 0; l < nl; l++) {
         cera_layer *L = &m->layers[l];
-        const int64_t q = nl / 8; // llama-quantize's use_more_bits
         const bool more = l < q || l >= 7 * q || (l - q) % 3 == 2;
         const int64_t kn[CERA_PROJ_DOWN + 1][2] = {{e, e},  {e, kv}, {e, kv}, {e, e},
                                                    {e, ff}, {e, ff}, {ff, e}};
@@ -71,8 +72,8 @@ bool cera_bench_synth_model(cera_model *m, const char *shape, const char *type) 
         }
         L->attn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = e, .n = 1};
         L->ffn_norm = (cera_weight){.type = CERA_TYPE_F32, .k = e, .n = 1};
-        L->n_head_kv =
-            sh->n_head_kv; /* every layer attends: the KV pool's layers in order, as the loader sets them */
+        /* every layer attends: the KV pool's layers in order, as the loader sets them */
+        L->n_head_kv = sh->n_head_kv;
         L->kv_index = l;
         L->conv_index = -1;
     }

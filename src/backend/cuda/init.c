@@ -353,9 +353,9 @@ static cera_status init_state(cera_cuda_state *s, const cera_model *m, cera_erro
         s->att.max_splits = CU_ATT_MAX_SPLITS;
         // about 4 blocks per SM: a split is n_head_kv x (head groups) blocks (with 8 query heads on
         // a KV head, two groups: counting them halves a 70B's splits and their merge)
-        const int g = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1, hb = cu_att_dec_heads(g);
+        const int g = hp->n_head / hp->n_head_kv, hb = cu_att_dec_heads(g); // check_model: n_head_kv > 0
         const int per_split = hp->n_head_kv * ((g + hb - 1) / hb);
-        const int splits = per_split > 0 ? (4 * s->n_sm + per_split - 1) / per_split : 1;
+        const int splits = (4 * s->n_sm + per_split - 1) / per_split;
         s->dec_splits = splits < 1 ? 1 : splits > s->att.max_splits ? s->att.max_splits : splits;
         const size_t pairs =
             (size_t)(ATT_TOK_SPLITS > DEC_ROWS_MAX * s->dec_splits ? ATT_TOK_SPLITS
