@@ -26,7 +26,9 @@
  * Either way the grid fills every SM, so a matvec that follows another one only gets its
  * blocks resident (and its prologue streaming) as the previous one's blocks leave; the
  * overlap is full after the small kernels (norm, RoPE), which leave the SMs free. Variant 3
- * with CERA_CUDA_MV_GRID at the SM count would leave room beside each block: not measured. */
+ * with CERA_CUDA_MV_GRID at the SM count leaves room beside each block for the next matvec's:
+ * measured slower than either default (bench/RESULTS.md, "Hiding the decode step's small
+ * kernels"), as were the norm run in this kernel's prologue and an earlier launch_dependents. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MV_CP_ASYNC 1
 #endif
