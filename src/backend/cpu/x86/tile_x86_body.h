@@ -19,11 +19,13 @@
  * same bits in a prompt and in a decode step (tests/cpu checks it).
  */
 
+/* AVX2 (16 ymm registers): 4 x 3, whose 12 accumulators and the operands in flight just fit
+ * (measured against 4 x 2 in bench/RESULTS.md: faster for every kind but Q4_1) */
 #define TILE_R 4
 #if X86_VNNI
 #define TILE_C 4
 #else
-#define TILE_C 2
+#define TILE_C 3
 #endif
 
 enum { KIND_Q4_0, KIND_Q5_0, KIND_Q8_0, KIND_IQ4_NL, KIND_Q4_1, KIND_Q5_1 };
