@@ -44,7 +44,7 @@ typedef void (*cera_vec_dot_fn)(int64_t n, float *s, const void *w, const void *
  * and nc activation rows (stride a_stride bytes): a small register tile reused over several rows
  * and columns, so weights are read once per tile in matrix-matrix products. Any 1 <= nr <= tile_rows
  * and 1 <= nc <= tile_cols works (full tiles are the fast case); results equal vec_dot's up to the
- * order of float additions. Current sizes: AVX-512 4x4, AVX2 4x2, AMX 16x32 (int8 tiles; the
+ * order of float additions. Current sizes: AVX-512 4x4, AVX2 4x3, AMX 16x32 (int8 tiles; the
  * thread's tile configuration is loaded on first use), i8mm 4x4. */
 typedef void (*cera_gemm_tile_fn)(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride,
                                   const void *a, size_t a_stride, int nr, int nc);
