@@ -60,9 +60,9 @@ static void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a) {
     *s = sum;
 }
 
-/* ---- float tiles: 4 weight rows x 3 activation rows, 8 lanes; tails per pair in scalar ----
- * 12 accumulators, the 3 activation vectors and the weight vector in use fill the 16 ymm
- * registers; per 8 values an F16 or BF16 tile widens 7 vectors for 12 multiply-adds (4 x 2:
+/* ---- float tiles: TILE_R x TILE_C (4 x 3, as the quantized ones), 8 lanes; tails per pair in
+ * scalar. 12 accumulators, the 3 activation vectors and the weight vector in use fill the 16
+ * ymm registers; per 8 values an F16 or BF16 tile widens 7 vectors for 12 multiply-adds (4 x 2:
  * 6 for 8), which is what bounds it. Each output is one 8-lane FMA chain over k, whatever
  * the tile's width, so the bits do not depend on it. */
 
@@ -88,12 +88,12 @@ static inline __attribute__((always_inline)) void tile_float(int kind, int64_t n
                                                              const void *w, size_t w_stride, const void *a,
                                                              size_t a_stride, int nr, int nc) {
     const uint8_t *wr = w, *ar = a;
-    __m256 acc[4][3];
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < 3; c++) acc[r][c] = _mm256_setzero_ps();
+    __m256 acc[TILE_R][TILE_C];
+    for (int r = 0; r < TILE_R; r++)
+        for (int c = 0; c < TILE_C; c++) acc[r][c] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 y[3];
+        __m256 y[TILE_C];
         for (int c = 0; c < nc; c++) y[c] = load8(kind, ar + (size_t)c * a_stride, i);
         for (int r = 0; r < nr; r++) {
             const __m256 x = load8(kind, wr + (size_t)r * w_stride, i);
@@ -109,38 +109,32 @@ static inline __attribute__((always_inline)) void tile_float(int kind, int64_t n
         }
 }
 
+/* The full tile and the narrower edges with constant bounds (accumulators in registers);
+ * other edges take the general loop. */
+static inline __attribute__((always_inline)) void tile_float_any(int kind, int64_t n, float *s, size_t ss,
+                                                                 const void *w, size_t ws, const void *a,
+                                                                 size_t as, int nr, int nc) {
+    if (nr == TILE_R && nc == TILE_C)
+        tile_float(kind, n, s, ss, w, ws, a, as, TILE_R, TILE_C);
+    else if (nr == TILE_R && nc == 2)
+        tile_float(kind, n, s, ss, w, ws, a, as, TILE_R, 2);
+    else if (nr == TILE_R && nc == 1)
+        tile_float(kind, n, s, ss, w, ws, a, as, TILE_R, 1);
+    else
+        tile_float(kind, n, s, ss, w, ws, a, as, nr, nc);
+}
+
 static void tile_f32_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
                           int nr, int nc) {
-    if (nr == 4 && nc == 3)
-        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 3);
-    else if (nr == 4 && nc == 2)
-        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 2);
-    else if (nr == 4 && nc == 1)
-        tile_float(FT_F32, n, s, ss, w, ws, a, as, 4, 1);
-    else
-        tile_float(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
+    tile_float_any(FT_F32, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void tile_f16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
                           int nr, int nc) {
-    if (nr == 4 && nc == 3)
-        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 3);
-    else if (nr == 4 && nc == 2)
-        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 2);
-    else if (nr == 4 && nc == 1)
-        tile_float(FT_F16, n, s, ss, w, ws, a, as, 4, 1);
-    else
-        tile_float(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
+    tile_float_any(FT_F16, n, s, ss, w, ws, a, as, nr, nc);
 }
 static void tile_bf16_avx2(int64_t n, float *s, size_t ss, const void *w, size_t ws, const void *a, size_t as,
                            int nr, int nc) {
-    if (nr == 4 && nc == 3)
-        tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 3);
-    else if (nr == 4 && nc == 2)
-        tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 2);
-    else if (nr == 4 && nc == 1)
-        tile_float(FT_BF16, n, s, ss, w, ws, a, as, 4, 1);
-    else
-        tile_float(FT_BF16, n, s, ss, w, ws, a, as, nr, nc);
+    tile_float_any(FT_BF16, n, s, ss, w, ws, a, as, nr, nc);
 }
 
 void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
@@ -150,7 +144,7 @@ void cera_cpu_register_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_F32].vec_dot = dot_f32_avx2;
     ops[CERA_TYPE_F16].vec_dot = dot_f16_avx2;
     ops[CERA_TYPE_BF16].vec_dot = dot_bf16_avx2;
-    set_tile_avx2(&ops[CERA_TYPE_F32], tile_f32_avx2, 4, 3);
-    set_tile_avx2(&ops[CERA_TYPE_F16], tile_f16_avx2, 4, 3);
-    set_tile_avx2(&ops[CERA_TYPE_BF16], tile_bf16_avx2, 4, 3);
+    set_tile_avx2(&ops[CERA_TYPE_F32], tile_f32_avx2, TILE_R, TILE_C);
+    set_tile_avx2(&ops[CERA_TYPE_F16], tile_f16_avx2, TILE_R, TILE_C);
+    set_tile_avx2(&ops[CERA_TYPE_BF16], tile_bf16_avx2, TILE_R, TILE_C);
 }

@@ -19,8 +19,8 @@
  * same bits in a prompt and in a decode step (tests/cpu checks it).
  */
 
-/* AVX2 (16 ymm registers): 4 x 3, whose 12 accumulators and the operands in flight just fit
- * (measured against 4 x 2 in bench/RESULTS.md: faster for every kind but Q4_1) */
+/* AVX2 (16 ymm registers): 4 x 3, whose 12 accumulators and the operands in flight just fit;
+ * kernels_avx2.c's float tiles take the same shape (4 x 2 against 4 x 3 in bench/RESULTS.md) */
 #define TILE_R 4
 #if X86_VNNI
 #define TILE_C 4
