@@ -4,8 +4,11 @@
  * vector of the layout), one 32-bit lane per row. Without VNNI the byte dot is pmaddubsw (pairs into int16)
  * and pmaddwd (int16 pairs into int32); a nibble times an activation is at most 15 * 127, so the
  * 8 pair sums of a block (at most 8 * 2 * 1905 = 30480) add up exactly in int16 before the
- * single widening (Q4_1 keeps its 8 word dots apart, as its reference). Registered by the avx2
- * tier (kernels_avx2.c); the arithmetic is repack.c's scalar references, bit for bit.
+ * single widening (Q4_1 keeps its 8 word dots apart, as its reference). One activation column (a
+ * decode step) takes both halves in one pass over the group, so each 64-byte vector is used whole
+ * as it streams in (two passes read the group twice, the second time from L2) and the activation
+ * terms are loaded once. Registered by the avx2 tier (kernels_avx2.c); the arithmetic is
+ * repack.c's scalar references, bit for bit.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -58,14 +61,55 @@ static inline __attribute__((always_inline)) void q4_0x8_cols(int64_t nb, int h,
     for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, acc[c]);
 }
 
+/* All 16 rows against one activation column (a decode step) in one pass over the group: each
+ * 64-byte vector is used whole as it arrives (the two 8-row halves in two passes read the group
+ * twice, the second time from L2), and the activation words and block terms are loaded once for
+ * both halves. Per output the same integer dot and the same multiply-add as q4_0x8_cols. */
+static void q4_0x16_col(int64_t nb, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)aux;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = cera_pack_qs(x, CERA_TYPE_Q4_0, b);
+        __m256i p[2][2];
+        for (int i = 0; i < 4; i++) {
+            const __m256i ylo = bcast32(y[b].qs + 4 * i), yhi = bcast32(y[b].qs + 16 + 4 * i);
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * i + 32 * h));
+                const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, low4), ylo);
+                const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), yhi);
+                p[h][0] = i ? _mm256_add_epi16(p[h][0], lo) : lo;
+                p[h][1] = i ? _mm256_add_epi16(p[h][1], hi) : hi;
+            }
+        }
+        const __m256i corr = _mm256_set1_epi32(ax[b].corr);
+        const __m256 dy = _mm256_set1_ps(ax[b].d);
+        const __m256 dx0 =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)cera_pack_d(x, CERA_TYPE_Q4_0, b)));
+        const __m256 dx1 =
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_0, b) + 8)));
+        const __m256i i0 =
+            _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0][0], p[0][1]), ones), corr);
+        const __m256i i1 =
+            _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[1][0], p[1][1]), ones), corr);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(dx0, dy), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(dx1, dy), acc1);
+    }
+    _mm256_storeu_ps(s, acc0);
+    _mm256_storeu_ps(s + 8, acc1);
+}
+
 static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK4_0;
     const uint8_t *x = w, *ap = a, *xp = aux;
+    if (nc == 1) {
+        q4_0x16_col(nb, s, x, ap, xp);
+        return;
+    }
     for (int h = 0; h < 2; h++) {
-        if (nc == 1)
-            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
-        else if (nc == COLS)
+        if (nc == COLS)
             q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
         else
             q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
@@ -77,15 +121,18 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
  * partials and 8 unpacked words fill the 16 registers. Q5's fifth bits as in repack_avx512.c:
  * the qh byte of each word spread over the lane's bytes, tested, 16 added where set (u <= 31,
  * so pmaddubsw's pairs stay below 2^15). */
-static void nib8_x8_col(cera_type t, int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a,
-                        const uint8_t *aux) {
+static void nib8_x16_col(cera_type t, int64_t nb, float *s, const uint8_t *x, const uint8_t *a,
+                         const uint8_t *aux) {
     const bool five = t != CERA_TYPE_Q4_1, mins = t != CERA_TYPE_Q5_0;
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
     const __m256i bits_lo = _mm256_set1_epi32(0x08040201), bits_hi = _mm256_set1_epi32((int)0x80402010);
     const __m256i first =
         _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
-    __m256 acc[8], summ = _mm256_setzero_ps();
-    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+    __m256 acc[2][8], summ[2];
+    for (int h = 0; h < 2; h++) {
+        summ[h] = _mm256_setzero_ps();
+        for (int l = 0; l < 8; l++) acc[h][l] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *yq;
         float dy;
@@ -94,48 +141,59 @@ static void nib8_x8_col(cera_type t, int64_t nb, int h, float *s, const uint8_t 
             const cera_pack_aux_q4_1 *ax = (const cera_pack_aux_q4_1 *)aux + b;
             yq = ((const block_q8_1 *)a)[b].qs;
             dy = ax->d;
-            const __m256 mx =
-                _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, t, b) + 8 * h)));
-            summ = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax->s), summ); /* exact product */
+            for (int h = 0; h < 2; h++) {
+                const __m256 mx =
+                    _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_m(x, t, b) + 8 * h)));
+                summ[h] = _mm256_fmadd_ps(mx, _mm256_set1_ps(ax->s), summ[h]); /* exact product */
+            }
         } else {
             const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux + b;
             yq = ((const block_q8_0 *)a)[b].qs;
             dy = ax->d;
             corr = ax->corr;
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, t, b) + 8 * h)));
-        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
-        const __m256i qh = five ? _mm256_load_si256((const __m256i *)(cera_pack_qh(x, t, b) + 32 * h))
-                                : _mm256_setzero_si256();
+        __m256 d[2];
+        for (int h = 0; h < 2; h++)
+            d[h] = _mm256_mul_ps(
+                _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, t, b) + 8 * h))),
+                _mm256_set1_ps(dy));
         for (int i = 0; i < 4; i++) {
-            const __m256i v = _mm256_load_si256((const __m256i *)(cera_pack_qs(x, t, b) + 64 * i + 32 * h));
-            __m256i w2[2] = {_mm256_and_si256(v, low4), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)};
-            for (int k = 0; k < 2; k++) {
-                const int l = i + 4 * k; /* word l: elements 4l .. 4l + 3 */
-                if (five) {
-                    const __m256i rep =
-                        _mm256_shuffle_epi8(qh, _mm256_add_epi8(first, _mm256_set1_epi8((char)(l / 2))));
-                    const __m256i pat = l & 1 ? bits_hi : bits_lo;
-                    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, pat), pat);
-                    w2[k] = _mm256_or_si256(w2[k], _mm256_and_si256(set, sixteen));
+            for (int h = 0; h < 2; h++) {
+                const __m256i v =
+                    _mm256_load_si256((const __m256i *)(cera_pack_qs(x, t, b) + 64 * i + 32 * h));
+                __m256i w2[2] = {_mm256_and_si256(v, low4), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)};
+                for (int k = 0; k < 2; k++) {
+                    const int l = i + 4 * k; /* word l: elements 4l .. 4l + 3 */
+                    if (five) {
+                        const __m256i qh =
+                            _mm256_load_si256((const __m256i *)(cera_pack_qh(x, t, b) + 32 * h));
+                        const __m256i rep =
+                            _mm256_shuffle_epi8(qh, _mm256_add_epi8(first, _mm256_set1_epi8((char)(l / 2))));
+                        const __m256i pat = l & 1 ? bits_hi : bits_lo;
+                        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, pat), pat);
+                        w2[k] = _mm256_or_si256(w2[k], _mm256_and_si256(set, sixteen));
+                    }
+                    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w2[k], bcast32(yq + 4 * l)), ones);
+                    if (!mins) p = _mm256_add_epi32(p, _mm256_set1_epi32(corr[l]));
+                    acc[h][l] = _mm256_fmadd_ps(d[h], _mm256_cvtepi32_ps(p), acc[h][l]);
                 }
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w2[k], bcast32(yq + 4 * l)), ones);
-                if (!mins) p = _mm256_add_epi32(p, _mm256_set1_epi32(corr[l]));
-                acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[l]);
             }
         }
     }
-    const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-    const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), summ));
+    for (int h = 0; h < 2; h++) {
+        const __m256 lo =
+            _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][4]), _mm256_add_ps(acc[h][2], acc[h][6]));
+        const __m256 hi =
+            _mm256_add_ps(_mm256_add_ps(acc[h][1], acc[h][5]), _mm256_add_ps(acc[h][3], acc[h][7]));
+        _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), summ[h]));
+    }
 }
 
 static void packed_nib8_avx2(cera_type t, int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     for (int c = 0; c < nc; c++)
-        for (int h = 0; h < 2; h++)
-            nib8_x8_col(t, n / 32, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
-                        (const uint8_t *)aux + (size_t)c * aux_stride);
+        nib8_x16_col(t, n / 32, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
+                     (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 static void packed_q4_1_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
@@ -150,41 +208,103 @@ static void packed_q5_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     packed_nib8_avx2(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-/* Q8_0, rows 8h .. 8h + 7 against one activation column: 8 float partials, as repack.c's
- * reference. The stored x + 128 does not fit pmaddubsw's pairs (255 * 127 * 2 > 2^15), so the
- * bytes go back to signed x and the sign moves onto the activations (|x| * sign(y, x), exact:
- * neither side holds -128), which needs no offset. */
-static void q8_0x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
+/* Q8_0, rows 8h .. 8h + 7 against nc <= 3 activation columns (a prompt): per output 8 float
+ * partials, as repack.c's reference. The stored x + 128 does not fit pmaddubsw's pairs (255 * 127
+ * * 2 > 2^15), so the bytes go back to signed x and the sign moves onto the activations (|x| *
+ * sign(y, x), exact: neither side holds -128), which needs no offset; |x| is shared by the
+ * columns. 24 accumulators are more than the 16 registers (the compiler keeps some in memory);
+ * measured faster than one column per pass, which recomputes |x| and reloads the weights. */
+#define COLS_Q8_0 3
+static inline __attribute__((always_inline)) void q8_0x8_cols(int64_t nb, int h, float *s, size_t s_stride,
+                                                              const uint8_t *x, const uint8_t *a,
+                                                              size_t a_stride, const uint8_t *aux,
+                                                              size_t aux_stride, int nc) {
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux;
-    __m256 acc[8];
-    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+    const block_q8_0 *y[COLS_Q8_0];
+    const cera_pack_aux_q8_0 *ax[COLS_Q8_0];
+    for (int c = 0; c < nc; c++) {
+        y[c] = (const block_q8_0 *)(a + c * a_stride);
+        ax[c] = (const cera_pack_aux_q8_0 *)(aux + c * aux_stride);
+    }
+    __m256 acc[COLS_Q8_0][8];
+    for (int c = 0; c < nc; c++)
+        for (int l = 0; l < 8; l++) acc[c][l] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256 dx =
             _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8 * h)));
-        const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d));
+        __m256 d[COLS_Q8_0];
+        for (int c = 0; c < nc; c++) d[c] = _mm256_mul_ps(dx, _mm256_set1_ps(ax[c][b].d));
         for (int l = 0; l < 8; l++) {
             const __m256i v = _mm256_xor_si256(
                 _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q8_0, b) + 64 * l + 32 * h)),
                 flip);
-            const __m256i yw = bcast32(y[b].qs + 4 * l);
-            const __m256i p = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yw, v)), ones);
-            acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[l]);
+            const __m256i av = _mm256_sign_epi8(v, v);
+            for (int c = 0; c < nc; c++) {
+                const __m256i yw = bcast32(y[c][b].qs + 4 * l);
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(yw, v)), ones);
+                acc[c][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d[c], acc[c][l]);
+            }
         }
     }
-    const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-    const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
+    for (int c = 0; c < nc; c++) {
+        const __m256 lo =
+            _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][4]), _mm256_add_ps(acc[c][2], acc[c][6]));
+        const __m256 hi =
+            _mm256_add_ps(_mm256_add_ps(acc[c][1], acc[c][5]), _mm256_add_ps(acc[c][3], acc[c][7]));
+        _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h,
+                         _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
+    }
+}
+
+/* All 16 rows against one activation column (a decode step) in one pass over the group, as
+ * q4_0x16_col: 16 accumulators (more than the registers; the compiler keeps some in memory, which
+ * costs less than reading the group twice), each output's chain as q8_0x8_cols'. */
+static void q8_0x16_col(int64_t nb, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    const block_q8_0 *y = (const block_q8_0 *)a;
+    const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux;
+    __m256 acc[2][8];
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 8; l++) acc[h][l] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 dy = _mm256_set1_ps(ax[b].d);
+        const __m256 d0 = _mm256_mul_ps(
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)cera_pack_d(x, CERA_TYPE_Q8_0, b))), dy);
+        const __m256 d1 = _mm256_mul_ps(
+            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8))), dy);
+        const uint8_t *q = cera_pack_qs(x, CERA_TYPE_Q8_0, b);
+        for (int l = 0; l < 8; l++) {
+            const __m256i yw = bcast32(y[b].qs + 4 * l);
+            for (int h = 0; h < 2; h++) {
+                const __m256i v =
+                    _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * l + 32 * h)), flip);
+                const __m256i p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yw, v)), ones);
+                acc[h][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), h ? d1 : d0, acc[h][l]);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m256 lo =
+            _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][4]), _mm256_add_ps(acc[h][2], acc[h][6]));
+        const __m256 hi =
+            _mm256_add_ps(_mm256_add_ps(acc[h][1], acc[h][5]), _mm256_add_ps(acc[h][3], acc[h][7]));
+        _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
+    }
 }
 
 static void packed_q8_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    for (int c = 0; c < nc; c++)
-        for (int h = 0; h < 2; h++)
-            q8_0x8_col(n / QK8_0, h, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
-                       (const uint8_t *)aux + (size_t)c * aux_stride);
+    if (nc == 1) {
+        q8_0x16_col(n / QK8_0, s, w, a, aux);
+        return;
+    }
+    for (int h = 0; h < 2; h++) {
+        if (nc == COLS_Q8_0)
+            q8_0x8_cols(n / QK8_0, h, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q8_0);
+        else
+            q8_0x8_cols(n / QK8_0, h, s, s_stride, w, a, a_stride, aux, aux_stride, 2);
+    }
 }
 
 /* IQ4_NL, rows 8h .. 8h + 7 against one activation column: the Q4_0 chain. The looked-up values
@@ -230,82 +350,99 @@ static void packed_iq4_nl_avx2(int64_t n, float *s, size_t s_stride, const void 
                           (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 
-/* Q4_K (repack.h), rows 8h .. 8h + 7 against up to 2 activation columns: per sub-block the 8 word
- * dots by pmaddubsw into int16 pairs (at most 8 * 2 * 15 * 127 = 30480, exact), and one pmaddwd
- * against the rows' scale in both halves of each lane gives scale * dot in int32; the minimum
- * term by pmaddwd of the mins' 16-bit pairs against the activation's sub-block sums. */
+/* Q4_K (repack.h), the nh halves h0 .. h0 + nh - 1 (rows 8h .. 8h + 7 each) against nc activation
+ * columns, nh * nc <= 2: both halves of one column (a decode step: one pass over the group, each
+ * 64-byte vector used whole, the activation words loaded once for both) or one half of two
+ * columns (a prompt). Per sub-block the 8 word dots by pmaddubsw into int16 pairs (at most 8 * 2 *
+ * 15 * 127 = 30480, exact), and one pmaddwd against the rows' scale in both halves of each lane
+ * gives scale * dot in int32; the minimum term by pmaddwd of the mins' 16-bit pairs against the
+ * activation's sub-block sums. Per output the same integers and multiply-adds either way. */
 #define COLS_Q4_K 2
 
-static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h, float *s, size_t s_stride,
-                                                              const uint8_t *x, const uint8_t *a,
-                                                              size_t a_stride, const uint8_t *aux,
-                                                              size_t aux_stride, int nc) {
+static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0, int nh, float *s,
+                                                              size_t s_stride, const uint8_t *x,
+                                                              const uint8_t *a, size_t a_stride,
+                                                              const uint8_t *aux, size_t aux_stride, int nc) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[COLS_Q4_K], accm[COLS_Q4_K];
-    for (int c = 0; c < COLS_Q4_K; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    __m256 acc[2][COLS_Q4_K], accm[2][COLS_Q4_K];
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++) acc[j][c] = accm[j][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *u = cera_pack_q4_k_unit(x, b);
-        __m256i isum[COLS_Q4_K];
-        for (int c = 0; c < COLS_Q4_K; c++) isum[c] = _mm256_setzero_si256();
+        __m256i isum[2][COLS_Q4_K];
+        for (int j = 0; j < nh; j++)
+            for (int c = 0; c < nc; c++) isum[j][c] = _mm256_setzero_si256();
         for (int ch = 0; ch < 4; ch++) {
             const int8_t *yq[COLS_Q4_K];
-            __m256i plo[COLS_Q4_K], phi[COLS_Q4_K];
+            __m256i plo[2][COLS_Q4_K], phi[2][COLS_Q4_K];
             for (int c = 0; c < nc; c++) {
                 yq[c] = ((const block_q8_k *)(a + (size_t)c * a_stride))[b].qs + 64 * ch;
-                plo[c] = phi[c] = _mm256_setzero_si256();
+                for (int j = 0; j < nh; j++) plo[j][c] = phi[j][c] = _mm256_setzero_si256();
             }
             for (int l = 0; l < 8; l++) {
-                const __m256i v =
-                    _mm256_load_si256((const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * h));
-                const __m256i lo = _mm256_and_si256(v, low4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                __m256i lo[2], hi[2];
+                for (int j = 0; j < nh; j++) {
+                    const __m256i v = _mm256_load_si256(
+                        (const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * (h0 + j)));
+                    lo[j] = _mm256_and_si256(v, low4);
+                    hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                }
                 for (int c = 0; c < nc; c++) {
-                    plo[c] = _mm256_add_epi16(plo[c], _mm256_maddubs_epi16(lo, bcast32(yq[c] + 4 * l)));
-                    phi[c] = _mm256_add_epi16(phi[c], _mm256_maddubs_epi16(hi, bcast32(yq[c] + 32 + 4 * l)));
+                    const __m256i ylo = bcast32(yq[c] + 4 * l), yhi = bcast32(yq[c] + 32 + 4 * l);
+                    for (int j = 0; j < nh; j++) {
+                        plo[j][c] = _mm256_add_epi16(plo[j][c], _mm256_maddubs_epi16(lo[j], ylo));
+                        phi[j][c] = _mm256_add_epi16(phi[j][c], _mm256_maddubs_epi16(hi[j], yhi));
+                    }
                 }
             }
-            __m256i sc[2];
-            for (int t = 0; t < 2; t++) {
-                const __m256i s32 = _mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64((const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * h)));
-                sc[t] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)); /* the scale in both halves */
-            }
-            for (int c = 0; c < nc; c++) {
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(plo[c], sc[0]));
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(phi[c], sc[1]));
+            for (int j = 0; j < nh; j++) {
+                __m256i sc[2];
+                for (int t = 0; t < 2; t++) {
+                    const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                        (const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * (h0 + j))));
+                    sc[t] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)); /* the scale in both halves */
+                }
+                for (int c = 0; c < nc; c++) {
+                    isum[j][c] = _mm256_add_epi32(isum[j][c], _mm256_madd_epi16(plo[j][c], sc[0]));
+                    isum[j][c] = _mm256_add_epi32(isum[j][c], _mm256_madd_epi16(phi[j][c], sc[1]));
+                }
             }
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 16 * h)));
-        const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 32 + 16 * h)));
-        for (int c = 0; c < nc; c++) {
-            const cera_pack_aux_q4_k *ax = (const cera_pack_aux_q4_k *)(aux + (size_t)c * aux_stride) + b;
-            __m256i imin = _mm256_setzero_si256();
-            for (int v = 0; v < 4; v++) {
-                int32_t pair;
-                memcpy(&pair, ax->bs + 2 * v, 4);
-                const __m256i mn = _mm256_cvtepu8_epi16(
-                    _mm_load_si128((const __m128i *)(u + CERA_PACK_Q4_K_MN + 32 * v + 16 * h)));
-                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, _mm256_set1_epi32(pair)));
+        for (int j = 0; j < nh; j++) {
+            const int h = h0 + j;
+            const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 16 * h)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 32 + 16 * h)));
+            for (int c = 0; c < nc; c++) {
+                const cera_pack_aux_q4_k *ax = (const cera_pack_aux_q4_k *)(aux + (size_t)c * aux_stride) + b;
+                __m256i imin = _mm256_setzero_si256();
+                for (int v = 0; v < 4; v++) {
+                    int32_t pair;
+                    memcpy(&pair, ax->bs + 2 * v, 4);
+                    const __m256i mn = _mm256_cvtepu8_epi16(
+                        _mm_load_si128((const __m128i *)(u + CERA_PACK_Q4_K_MN + 32 * v + 16 * h)));
+                    imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, _mm256_set1_epi32(pair)));
+                }
+                const __m256 dy = _mm256_set1_ps(ax->d);
+                acc[j][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j][c]), _mm256_mul_ps(dx, dy), acc[j][c]);
+                accm[j][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, dy), accm[j][c]);
             }
-            const __m256 dy = _mm256_set1_ps(ax->d);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(dx, dy), acc[c]);
-            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, dy), accm[c]);
         }
     }
-    for (int c = 0; c < nc; c++)
-        _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, _mm256_sub_ps(acc[c], accm[c]));
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++)
+            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * (h0 + j), _mm256_sub_ps(acc[j][c], accm[j][c]));
 }
 
 static void packed_q4_k_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK_K;
     const uint8_t *x = w, *ap = a, *xp = aux;
-    for (int h = 0; h < 2; h++) {
-        if (nc == 1)
-            q4_kx8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
-        else
-            q4_kx8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_K);
+    if (nc == 1) {
+        q4_kx8_cols(nb, 0, 2, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
+        return;
     }
+    for (int h = 0; h < 2; h++)
+        q4_kx8_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_K);
 }
 
 void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
@@ -314,7 +451,7 @@ void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
     ops[CERA_TYPE_IQ4_NL].packed_tile = packed_iq4_nl_avx2;
     ops[CERA_TYPE_IQ4_NL].packed_cols = 1;
     ops[CERA_TYPE_Q8_0].packed_tile = packed_q8_0_avx2;
-    ops[CERA_TYPE_Q8_0].packed_cols = 1;
+    ops[CERA_TYPE_Q8_0].packed_cols = COLS_Q8_0;
     ops[CERA_TYPE_Q4_1].packed_tile = packed_q4_1_avx2;
     ops[CERA_TYPE_Q4_1].packed_cols = 1;
     ops[CERA_TYPE_Q5_1].packed_tile = packed_q5_1_avx2;
