@@ -307,47 +307,53 @@ static void packed_q8_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     }
 }
 
-/* IQ4_NL, rows 8h .. 8h + 7 against one activation column: the Q4_0 chain. The looked-up values
- * are signed (-127..113); pmaddubsw takes |v| and the sign moves onto the activations (exact,
- * no -128 on either side), each word widened on its own (|v| * |y| pairs reach 2^15 when
- * summed), and the integer needs no offset. */
-static void iq4_nl_x8_col(int64_t nb, int h, float *s, const uint8_t *x, const uint8_t *a,
-                          const uint8_t *aux) {
+/* IQ4_NL, all 16 rows against one activation column: the Q4_0 chain. The looked-up values are
+ * signed (-127..113); pmaddubsw takes |v| and the sign moves onto the activations (exact, no -128
+ * on either side), each word widened on its own (|v| * |y| pairs reach 2^15 when summed), and the
+ * integer needs no offset. */
+static void iq4_nl_x16_col(int64_t nb, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m128i t = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
     const __m256i table = _mm256_setr_m128i(t, t);
     const block_q8_0 *y = (const block_q8_0 *)a;
     const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)aux;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int i = 0; i < 4; i++) {
-            const __m256i v =
-                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_IQ4_NL, b) + 64 * i + 32 * h));
-            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
-            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
             const __m256i ylo = bcast32(y[b].qs + 4 * i), yhi = bcast32(y[b].qs + 16 + 4 * i);
-            isum = _mm256_add_epi32(
-                isum, _mm256_madd_epi16(
-                          _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(ylo, lo)), ones));
-            isum = _mm256_add_epi32(
-                isum, _mm256_madd_epi16(
-                          _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(yhi, hi)), ones));
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_load_si256(
+                    (const __m256i *)(cera_pack_qs(x, CERA_TYPE_IQ4_NL, b) + 64 * i + 32 * h));
+                const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+                const __m256i hi =
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+                isum[h] = _mm256_add_epi32(
+                    isum[h],
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(ylo, lo)), ones));
+                isum[h] = _mm256_add_epi32(
+                    isum[h],
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(yhi, hi)), ones));
+            }
         }
-        const __m256 dx =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_IQ4_NL, b) + 8 * h)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dx, _mm256_set1_ps(ax[b].d)), acc);
+        const __m256 dy = _mm256_set1_ps(ax[b].d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dx = _mm256_cvtph_ps(
+                _mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_IQ4_NL, b) + 8 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]), _mm256_mul_ps(dx, dy), acc[h]);
+        }
     }
-    _mm256_storeu_ps(s + 8 * h, acc);
+    _mm256_storeu_ps(s, acc[0]);
+    _mm256_storeu_ps(s + 8, acc[1]);
 }
 
 static void packed_iq4_nl_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                                size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     for (int c = 0; c < nc; c++)
-        for (int h = 0; h < 2; h++)
-            iq4_nl_x8_col(n / QK4_NL, h, s + (size_t)c * s_stride, w,
-                          (const uint8_t *)a + (size_t)c * a_stride,
-                          (const uint8_t *)aux + (size_t)c * aux_stride);
+        iq4_nl_x16_col(n / QK4_NL, s + (size_t)c * s_stride, w, (const uint8_t *)a + (size_t)c * a_stride,
+                       (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 
 /* Q4_K (repack.h), the nh halves h0 .. h0 + nh - 1 (rows 8h .. 8h + 7 each) against nc activation
