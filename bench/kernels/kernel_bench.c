@@ -11,8 +11,9 @@
  * The same through gemm_tile with one activation column (how the forward pass runs a decode
  * step where the tier has a register tile) follows on the same line. Then, for prefill, a [512 x 4096] weight
  * matrix times 64 activation rows on one thread, in chunks of 32 rows x 32 activation rows as the matmul
- * driver does, once through vec_dot per (row, column) and once through the tier's gemm_tile where it has one:
- * GOP/s (2 per multiply-add).
+ * driver does, once through vec_dot per (row, column), once through the tier's gemm_tile where it has one and
+ * once through its packed tile over the rows repacked (repack.h) where it has one: GOP/s (2 per
+ * multiply-add).
  *
  *   kernel_bench [--mib N] [--types q4_0,q8_0,...] [--tiers scalar,avx2,...] [--reps R] [--no-matvec]
  */
@@ -210,6 +211,32 @@ static double matmul_gops(const cera_cpu_type_ops *ops, const uint8_t *w, size_t
     return 2.0 * (double)rows * (double)n * cols / best / 1e9;
 }
 
+#ifdef CERA_KB_PACKED
+/* The same through the tier's packed tile: [rows x n] weights repacked into groups of 16 rows
+ * (pw), each activation row's block terms in aux; chunks of 32 rows x 32 columns as above. */
+static double packed_matmul_gops(const cera_cpu_type_ops *ops, const uint8_t *pw, size_t group_bytes,
+                                 int64_t rows, int64_t n, const uint8_t *act, size_t act_bytes,
+                                 const uint8_t *aux, size_t aux_bytes, int cols, float *out, int reps) {
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        const double t0 = now();
+        for (int64_t r0 = 0; r0 < rows; r0 += 32)
+            for (int c0 = 0; c0 < cols; c0 += 32)
+                for (int64_t g = r0 / CERA_PACK_ROWS; g < (r0 + 32) / CERA_PACK_ROWS; g++)
+                    for (int c = c0; c < c0 + 32; c += ops->packed_cols) {
+                        const int nc = c0 + 32 - c < ops->packed_cols ? c0 + 32 - c : ops->packed_cols;
+                        ops->packed_tile(n, out + (size_t)c * (size_t)rows + (size_t)g * CERA_PACK_ROWS,
+                                         (size_t)rows, pw + (size_t)g * group_bytes,
+                                         act + (size_t)c * act_bytes, act_bytes, aux + (size_t)c * aux_bytes,
+                                         aux_bytes, nc);
+                    }
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return 2.0 * (double)rows * (double)n * cols / best / 1e9;
+}
+#endif
+
 static bool listed(const char *list, const char *name) {
     if (!list) return true;
     const size_t len = strlen(name);
@@ -330,7 +357,8 @@ int main(int argc, char **argv) {
     const int cols = 64;
     printf("# matrix x matrix [%lld x %lld] x %d activation rows, 1 thread, GOP/s\n", (long long)mm_rows,
            (long long)n, cols);
-    printf("%-8s %-8s %10s %10s %6s\n", "type", "tier", "vec_dot", "gemm_tile", "tile");
+    printf("%-8s %-8s %10s %10s %6s %10s %6s\n", "type", "tier", "vec_dot", "gemm_tile", "tile", "packed",
+           "cols");
     float *xs = malloc(sizeof(float) * (size_t)n * (size_t)cols);
     for (int t = 0; t < CERA_TYPE_COUNT; t++) {
         const cera_type_traits *tt = cera_type_get((uint32_t)t);
@@ -354,7 +382,32 @@ int main(int argc, char **argv) {
                 g_tile = matmul_gops(ops, buf, row_bytes, mm_rows, n, acts, act_bytes, cols, out, true, reps);
                 snprintf(tile_txt, sizeof tile_txt, "%dx%d", ops->tile_rows, ops->tile_cols);
             }
-            printf("%-8s %-8s %10.1f %10.1f %6s\n", tt->name, tiers[k], g_dot, g_tile, tile_txt);
+            printf("%-8s %-8s %10.1f %10.1f %6s", tt->name, tiers[k], g_dot, g_tile, tile_txt);
+#ifdef CERA_KB_PACKED
+            if (ops->packed_tile && cera_pack_type_ok((cera_type)t)) {
+                const size_t gb = cera_pack_group_bytes((cera_type)t, n);
+                const size_t aux_bytes = (cera_packed_aux_size((cera_type)t, n) + 63) / 64 * 64;
+                uint8_t *pw = aligned_alloc(64, gb * (size_t)(mm_rows / CERA_PACK_ROWS));
+                uint8_t *aux = aligned_alloc(64, aux_bytes * (size_t)cols);
+                if (!pw || !aux) {
+                    fprintf(stderr, "kernel_bench: out of memory\n");
+                    return 1;
+                }
+                for (int64_t g = 0; g < mm_rows / CERA_PACK_ROWS; g++)
+                    cera_repack_x16((cera_type)t, buf + (size_t)g * CERA_PACK_ROWS * row_bytes, row_bytes, n,
+                                    pw + (size_t)g * gb);
+                for (int c = 0; c < cols; c++)
+                    cera_packed_prep((cera_type)t, acts + (size_t)c * act_bytes, aux + (size_t)c * aux_bytes,
+                                     n);
+                printf(" %10.1f %6d",
+                       packed_matmul_gops(ops, pw, gb, mm_rows, n, acts, act_bytes, aux, aux_bytes, cols, out,
+                                          reps),
+                       ops->packed_cols);
+                free(pw);
+                free(aux);
+            }
+#endif
+            printf("\n");
             fflush(stdout);
             free(acts);
         }
