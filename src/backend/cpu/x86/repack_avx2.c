@@ -116,9 +116,10 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     }
 }
 
-/* Q4_1, Q5_1 and Q5_0, rows 8h .. 8h + 7 against one activation column: 8 float partials (one
- * per 4-element word) and the minimum sum, as repack.c's references. One column per pass: the 8
- * partials and 8 unpacked words fill the 16 registers. Q5's fifth bits as in repack_avx512.c:
+/* Q4_1, Q5_1 and Q5_0, all 16 rows against one activation column: per row 8 float partials (one
+ * per 4-element word) and the minimum sum, as repack.c's references; 18 accumulators for the two
+ * halves (more than the registers: measured faster than a pass per half all the same in
+ * decode, and no slower in prompts, whose columns take one pass each). Q5's fifth bits as in repack_avx512.c:
  * the qh byte of each word spread over the lane's bytes, tested, 16 added where set (u <= 31,
  * so pmaddubsw's pairs stay below 2^15). */
 static void nib8_x16_col(cera_type t, int64_t nb, float *s, const uint8_t *x, const uint8_t *a,
