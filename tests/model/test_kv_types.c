@@ -9,6 +9,9 @@
  * about 1.5x room). The base run against itself gives 0 and the same top token everywhere; a
  * base file of another context is refused.
  * (tests/model/data/perplexity.ref checks the same caches' perplexity against llama-perplexity.)
+ * The sanitizer build makes the same runs over 2 chunks, for memory errors: there every run must
+ * succeed with a finite mean above 0 (0 against itself), and the bounds, measured over 6, are
+ * left to the other builds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,11 @@
 #include "testutil.h"
 
 #define TEXT "/usr/share/common-licenses/GPL-3"
+#ifdef CERA_TEST_SANITIZED
+#define CHUNKS "2"
+#else
+#define CHUNKS "6"
+#endif
 
 static char base[256];
 
@@ -26,8 +34,8 @@ static char base[256];
 static char *run_ppl(const char *model, const char *flags, int *status) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s perplexity -m %s -f %s -c 128 --chunks 6 -t 2 --kl-divergence-base %s %s 2>&1", CERA_CLI,
-             model, TEXT, base, flags);
+             "%s perplexity -m %s -f %s -c 128 --chunks " CHUNKS " -t 2 --kl-divergence-base %s %s 2>&1",
+             CERA_CLI, model, TEXT, base, flags);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -84,11 +92,17 @@ int main(void) {
         if (!kld_of(model, cases[i].flags, &got[i], &top)) continue;
         printf("%-28s mean KLD %.6f (bound %.3f), same top token %.2f %%\n", cases[i].flags, got[i],
                cases[i].bound, top);
+#ifdef CERA_TEST_SANITIZED
+        CHECK(got[i] > 0 && got[i] < 10, "%s: mean KLD %g", cases[i].flags, got[i]);
+#else
         CHECK(got[i] > 0 && got[i] <= cases[i].bound, "%s: mean KLD %g over %g", cases[i].flags, got[i],
               cases[i].bound);
+#endif
     }
+#ifndef CERA_TEST_SANITIZED
     CHECK(got[1] < got[2] && got[3] < got[4], "the rotation does not help: q8_0 %g vs %g, q4_0 %g vs %g",
           got[1], got[2], got[3], got[4]);
+#endif
     /* a base file of another context is refused with a message */
     char *bad = NULL;
     {
