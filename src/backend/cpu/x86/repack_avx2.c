@@ -357,19 +357,20 @@ static void packed_iq4_nl_avx2(int64_t n, float *s, size_t s_stride, const void 
                        (const uint8_t *)aux + (size_t)c * aux_stride);
 }
 
-/* Q4_K (repack.h), the nh halves h0 .. h0 + nh - 1 (rows 8h .. 8h + 7 each) against nc activation
- * columns, nh * nc <= 2: both halves of one column (a decode step: one pass over the group, each
- * 64-byte vector used whole, the activation words loaded once for both) or one half of two
- * columns (a prompt). Per sub-block the 8 word dots by pmaddubsw into int16 pairs (at most 8 * 2 *
+/* Q4_K (repack.h), all 16 rows (two halves of 8) against nc <= 2 activation columns in one pass
+ * over the group: each 64-byte vector used whole, the activation words loaded once for both
+ * halves (more accumulators than registers with two columns, measured faster all the same than
+ * a pass per half). Per sub-block the 8 word dots by pmaddubsw into int16 pairs (at most 8 * 2 *
  * 15 * 127 = 30480, exact), and one pmaddwd against the rows' scale in both halves of each lane
  * gives scale * dot in int32; the minimum term by pmaddwd of the mins' 16-bit pairs against the
- * activation's sub-block sums. Per output the same integers and multiply-adds either way. */
+ * activation's sub-block sums, per output the reference's integers and multiply-adds. */
 #define COLS_Q4_K 2
 
-static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0, int nh, float *s,
-                                                              size_t s_stride, const uint8_t *x,
-                                                              const uint8_t *a, size_t a_stride,
-                                                              const uint8_t *aux, size_t aux_stride, int nc) {
+static inline __attribute__((always_inline)) void q4_kx16_cols(int64_t nb, float *s, size_t s_stride,
+                                                               const uint8_t *x, const uint8_t *a,
+                                                               size_t a_stride, const uint8_t *aux,
+                                                               size_t aux_stride, int nc) {
+    const int nh = 2; /* halves */
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2][COLS_Q4_K], accm[2][COLS_Q4_K];
     for (int j = 0; j < nh; j++)
@@ -390,7 +391,7 @@ static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0
                 __m256i lo[2], hi[2];
                 for (int j = 0; j < nh; j++) {
                     const __m256i v = _mm256_load_si256(
-                        (const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * (h0 + j)));
+                        (const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * j));
                     lo[j] = _mm256_and_si256(v, low4);
                     hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
                 }
@@ -406,7 +407,7 @@ static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0
                 __m256i sc[2];
                 for (int t = 0; t < 2; t++) {
                     const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                        (const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * (h0 + j))));
+                        (const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * j)));
                     sc[t] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)); /* the scale in both halves */
                 }
                 for (int c = 0; c < nc; c++) {
@@ -416,7 +417,7 @@ static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0
             }
         }
         for (int j = 0; j < nh; j++) {
-            const int h = h0 + j;
+            const int h = j;
             const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 16 * h)));
             const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 32 + 16 * h)));
             for (int c = 0; c < nc; c++) {
@@ -437,19 +438,15 @@ static inline __attribute__((always_inline)) void q4_kx8_cols(int64_t nb, int h0
     }
     for (int j = 0; j < nh; j++)
         for (int c = 0; c < nc; c++)
-            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * (h0 + j), _mm256_sub_ps(acc[j][c], accm[j][c]));
+            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * j, _mm256_sub_ps(acc[j][c], accm[j][c]));
 }
 
 static void packed_q4_k_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
-    const int64_t nb = n / QK_K;
-    const uint8_t *x = w, *ap = a, *xp = aux;
-    if (nc == 1) {
-        q4_kx8_cols(nb, 0, 2, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
-        return;
-    }
-    for (int h = 0; h < 2; h++)
-        q4_kx8_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q4_K);
+    if (nc == COLS_Q4_K)
+        q4_kx16_cols(n / QK_K, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q4_K);
+    else
+        q4_kx16_cols(n / QK_K, s, s_stride, w, a, a_stride, aux, aux_stride, 1);
 }
 
 void cera_cpu_register_repack_avx2(cera_cpu_type_ops ops[CERA_TYPE_COUNT]) {
