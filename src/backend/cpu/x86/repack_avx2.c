@@ -25,79 +25,55 @@ static inline __m256i bcast32(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* Rows 8h .. 8h + 7 of the group against nc activation columns. */
-static inline __attribute__((always_inline)) void q4_0x8_cols(int64_t nb, int h, float *s, size_t s_stride,
-                                                              const uint8_t *x, const uint8_t *a,
-                                                              size_t a_stride, const uint8_t *aux,
-                                                              size_t aux_stride, int nc) {
+/* Halves h0 .. h0 + nh - 1 of the group (rows 8h .. 8h + 7 each) against nc activation columns:
+ * both halves of one column (a decode step: one pass over the group, each 64-byte vector used whole
+ * as it streams in, the activation words and block terms loaded once for both; two passes read
+ * the group twice, the second time from L2) or one half of COLS columns (a prompt). Per output the
+ * integer dot of the block, then one multiply-add. */
+static inline __attribute__((always_inline)) void q4_0_cols(int64_t nb, int h0, int nh, float *s,
+                                                            size_t s_stride, const uint8_t *x,
+                                                            const uint8_t *a, size_t a_stride,
+                                                            const uint8_t *aux, size_t aux_stride, int nc) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc[COLS];
-    for (int c = 0; c < COLS; c++) acc[c] = _mm256_setzero_ps();
+    __m256 acc[2][COLS];
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++) acc[j][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i lo[4], hi[4];
-        for (int i = 0; i < 4; i++) {
-            const __m256i v =
-                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q4_0, b) + 64 * i + 32 * h));
-            lo[i] = _mm256_and_si256(v, low4);
-            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        const uint8_t *q = cera_pack_qs(x, CERA_TYPE_Q4_0, b);
+        __m256i lo[2][4], hi[2][4];
+        __m256 dx[2];
+        for (int j = 0; j < nh; j++) {
+            for (int i = 0; i < 4; i++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * i + 32 * (h0 + j)));
+                lo[j][i] = _mm256_and_si256(v, low4);
+                hi[j][i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+            dx[j] = _mm256_cvtph_ps(
+                _mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_0, b) + 8 * (h0 + j))));
         }
-        const __m256 dx =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_0, b) + 8 * h)));
         for (int c = 0; c < nc; c++) {
             const int8_t *yq = ((const block_q8_0 *)(a + (size_t)c * a_stride))[b].qs;
             const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)(aux + (size_t)c * aux_stride) + b;
-            __m256i p0 = _mm256_maddubs_epi16(lo[0], bcast32(yq));
-            __m256i p1 = _mm256_maddubs_epi16(hi[0], bcast32(yq + 16));
-            for (int i = 1; i < 4; i++) {
-                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(lo[i], bcast32(yq + 4 * i)));
-                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(hi[i], bcast32(yq + 16 + 4 * i)));
+            __m256i p[2][2];
+            for (int i = 0; i < 4; i++) {
+                const __m256i ylo = bcast32(yq + 4 * i), yhi = bcast32(yq + 16 + 4 * i);
+                for (int j = 0; j < nh; j++) {
+                    const __m256i pl = _mm256_maddubs_epi16(lo[j][i], ylo),
+                                  ph = _mm256_maddubs_epi16(hi[j][i], yhi);
+                    p[j][0] = i ? _mm256_add_epi16(p[j][0], pl) : pl;
+                    p[j][1] = i ? _mm256_add_epi16(p[j][1], ph) : ph;
+                }
             }
-            const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones),
-                                                  _mm256_set1_epi32(ax->corr));
-            const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(ax->d));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[c]);
-        }
-    }
-    for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, acc[c]);
-}
-
-/* All 16 rows against one activation column (a decode step) in one pass over the group: each
- * 64-byte vector is used whole as it arrives (the two 8-row halves in two passes read the group
- * twice, the second time from L2), and the activation words and block terms are loaded once for
- * both halves. Per output the same integer dot and the same multiply-add as q4_0x8_cols. */
-static void q4_0x16_col(int64_t nb, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const cera_pack_aux_q4_0 *ax = (const cera_pack_aux_q4_0 *)aux;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = cera_pack_qs(x, CERA_TYPE_Q4_0, b);
-        __m256i p[2][2];
-        for (int i = 0; i < 4; i++) {
-            const __m256i ylo = bcast32(y[b].qs + 4 * i), yhi = bcast32(y[b].qs + 16 + 4 * i);
-            for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_load_si256((const __m256i *)(q + 64 * i + 32 * h));
-                const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, low4), ylo);
-                const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), yhi);
-                p[h][0] = i ? _mm256_add_epi16(p[h][0], lo) : lo;
-                p[h][1] = i ? _mm256_add_epi16(p[h][1], hi) : hi;
+            for (int j = 0; j < nh; j++) {
+                const __m256i isum = _mm256_add_epi32(
+                    _mm256_madd_epi16(_mm256_add_epi16(p[j][0], p[j][1]), ones), _mm256_set1_epi32(ax->corr));
+                acc[j][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                                            _mm256_mul_ps(dx[j], _mm256_set1_ps(ax->d)), acc[j][c]);
             }
         }
-        const __m256i corr = _mm256_set1_epi32(ax[b].corr);
-        const __m256 dy = _mm256_set1_ps(ax[b].d);
-        const __m256 dx0 =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)cera_pack_d(x, CERA_TYPE_Q4_0, b)));
-        const __m256 dx1 =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q4_0, b) + 8)));
-        const __m256i i0 =
-            _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0][0], p[0][1]), ones), corr);
-        const __m256i i1 =
-            _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[1][0], p[1][1]), ones), corr);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(dx0, dy), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(dx1, dy), acc1);
     }
-    _mm256_storeu_ps(s, acc0);
-    _mm256_storeu_ps(s + 8, acc1);
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * (h0 + j), acc[j][c]);
 }
 
 static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
@@ -105,14 +81,14 @@ static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     const int64_t nb = n / QK4_0;
     const uint8_t *x = w, *ap = a, *xp = aux;
     if (nc == 1) {
-        q4_0x16_col(nb, s, x, ap, xp);
+        q4_0_cols(nb, 0, 2, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
         return;
     }
     for (int h = 0; h < 2; h++) {
         if (nc == COLS)
-            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
+            q4_0_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS);
         else
-            q4_0x8_cols(nb, h, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
+            q4_0_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, nc);
     }
 }
 
@@ -154,10 +130,14 @@ static void nib8_x16_col(cera_type t, int64_t nb, float *s, const uint8_t *x, co
             corr = ax->corr;
         }
         __m256 d[2];
-        for (int h = 0; h < 2; h++)
+        __m256i qh[2];
+        for (int h = 0; h < 2; h++) {
+            qh[h] = five ? _mm256_load_si256((const __m256i *)(cera_pack_qh(x, t, b) + 32 * h))
+                         : _mm256_setzero_si256();
             d[h] = _mm256_mul_ps(
                 _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, t, b) + 8 * h))),
                 _mm256_set1_ps(dy));
+        }
         for (int i = 0; i < 4; i++) {
             for (int h = 0; h < 2; h++) {
                 const __m256i v =
@@ -166,10 +146,8 @@ static void nib8_x16_col(cera_type t, int64_t nb, float *s, const uint8_t *x, co
                 for (int k = 0; k < 2; k++) {
                     const int l = i + 4 * k; /* word l: elements 4l .. 4l + 3 */
                     if (five) {
-                        const __m256i qh =
-                            _mm256_load_si256((const __m256i *)(cera_pack_qh(x, t, b) + 32 * h));
-                        const __m256i rep =
-                            _mm256_shuffle_epi8(qh, _mm256_add_epi8(first, _mm256_set1_epi8((char)(l / 2))));
+                        const __m256i rep = _mm256_shuffle_epi8(
+                            qh[h], _mm256_add_epi8(first, _mm256_set1_epi8((char)(l / 2))));
                         const __m256i pat = l & 1 ? bits_hi : bits_lo;
                         const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, pat), pat);
                         w2[k] = _mm256_or_si256(w2[k], _mm256_and_si256(set, sixteen));
@@ -209,17 +187,19 @@ static void packed_q5_0_avx2(int64_t n, float *s, size_t s_stride, const void *w
     packed_nib8_avx2(CERA_TYPE_Q5_0, n, s, s_stride, w, a, a_stride, aux, aux_stride, nc);
 }
 
-/* Q8_0, rows 8h .. 8h + 7 against nc <= 3 activation columns (a prompt): per output 8 float
- * partials, as repack.c's reference. The stored x + 128 does not fit pmaddubsw's pairs (255 * 127
- * * 2 > 2^15), so the bytes go back to signed x and the sign moves onto the activations (|x| *
- * sign(y, x), exact: neither side holds -128), which needs no offset; |x| is shared by the
- * columns. 24 accumulators are more than the 16 registers (the compiler keeps some in memory);
- * measured faster than one column per pass, which recomputes |x| and reloads the weights. */
+/* Q8_0, halves h0 .. h0 + nh - 1 of the group against nc activation columns, as q4_0_cols: both
+ * halves of one column (a decode step) or one half of up to COLS_Q8_0 columns (a prompt). Per
+ * output 8 float partials, as repack.c's reference. The stored x + 128 does not fit pmaddubsw's
+ * pairs (255 * 127 * 2 > 2^15), so the bytes go back to signed x and the sign moves onto the
+ * activations (|x| * sign(y, x), exact: neither side holds -128), which needs no offset; |x| is
+ * shared by the columns. 16 or 24 accumulators are more than the 16 registers (the compiler keeps
+ * some in memory); measured faster all the same than a pass per half (decode) or one column per
+ * pass (prompts). */
 #define COLS_Q8_0 3
-static inline __attribute__((always_inline)) void q8_0x8_cols(int64_t nb, int h, float *s, size_t s_stride,
-                                                              const uint8_t *x, const uint8_t *a,
-                                                              size_t a_stride, const uint8_t *aux,
-                                                              size_t aux_stride, int nc) {
+static inline __attribute__((always_inline)) void q8_0_cols(int64_t nb, int h0, int nh, float *s,
+                                                            size_t s_stride, const uint8_t *x,
+                                                            const uint8_t *a, size_t a_stride,
+                                                            const uint8_t *aux, size_t aux_stride, int nc) {
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     const block_q8_0 *y[COLS_Q8_0];
     const cera_pack_aux_q8_0 *ax[COLS_Q8_0];
@@ -227,84 +207,54 @@ static inline __attribute__((always_inline)) void q8_0x8_cols(int64_t nb, int h,
         y[c] = (const block_q8_0 *)(a + c * a_stride);
         ax[c] = (const cera_pack_aux_q8_0 *)(aux + c * aux_stride);
     }
-    __m256 acc[COLS_Q8_0][8];
-    for (int c = 0; c < nc; c++)
-        for (int l = 0; l < 8; l++) acc[c][l] = _mm256_setzero_ps();
+    __m256 acc[2][COLS_Q8_0][8];
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++)
+            for (int l = 0; l < 8; l++) acc[j][c][l] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 dx =
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8 * h)));
-        __m256 d[COLS_Q8_0];
-        for (int c = 0; c < nc; c++) d[c] = _mm256_mul_ps(dx, _mm256_set1_ps(ax[c][b].d));
-        for (int l = 0; l < 8; l++) {
-            const __m256i v = _mm256_xor_si256(
-                _mm256_load_si256((const __m256i *)(cera_pack_qs(x, CERA_TYPE_Q8_0, b) + 64 * l + 32 * h)),
-                flip);
-            const __m256i av = _mm256_sign_epi8(v, v);
-            for (int c = 0; c < nc; c++) {
-                const __m256i yw = bcast32(y[c][b].qs + 4 * l);
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(yw, v)), ones);
-                acc[c][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d[c], acc[c][l]);
-            }
-        }
-    }
-    for (int c = 0; c < nc; c++) {
-        const __m256 lo =
-            _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][4]), _mm256_add_ps(acc[c][2], acc[c][6]));
-        const __m256 hi =
-            _mm256_add_ps(_mm256_add_ps(acc[c][1], acc[c][5]), _mm256_add_ps(acc[c][3], acc[c][7]));
-        _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h,
-                         _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
-    }
-}
-
-/* All 16 rows against one activation column (a decode step) in one pass over the group, as
- * q4_0x16_col: 16 accumulators (more than the registers; the compiler keeps some in memory, which
- * costs less than reading the group twice), each output's chain as q8_0x8_cols'. */
-static void q8_0x16_col(int64_t nb, float *s, const uint8_t *x, const uint8_t *a, const uint8_t *aux) {
-    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    const block_q8_0 *y = (const block_q8_0 *)a;
-    const cera_pack_aux_q8_0 *ax = (const cera_pack_aux_q8_0 *)aux;
-    __m256 acc[2][8];
-    for (int h = 0; h < 2; h++)
-        for (int l = 0; l < 8; l++) acc[h][l] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m256 dy = _mm256_set1_ps(ax[b].d);
-        const __m256 d0 = _mm256_mul_ps(
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)cera_pack_d(x, CERA_TYPE_Q8_0, b))), dy);
-        const __m256 d1 = _mm256_mul_ps(
-            _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8))), dy);
         const uint8_t *q = cera_pack_qs(x, CERA_TYPE_Q8_0, b);
-        for (int l = 0; l < 8; l++) {
-            const __m256i yw = bcast32(y[b].qs + 4 * l);
-            for (int h = 0; h < 2; h++) {
-                const __m256i v =
-                    _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * l + 32 * h)), flip);
-                const __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yw, v)), ones);
-                acc[h][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), h ? d1 : d0, acc[h][l]);
-            }
+        __m256 d[2][COLS_Q8_0];
+        for (int j = 0; j < nh; j++) {
+            const __m256 dx = _mm256_cvtph_ps(
+                _mm_load_si128((const __m128i *)(cera_pack_d(x, CERA_TYPE_Q8_0, b) + 8 * (h0 + j))));
+            for (int c = 0; c < nc; c++) d[j][c] = _mm256_mul_ps(dx, _mm256_set1_ps(ax[c][b].d));
         }
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < nh; j++) {
+                const __m256i v =
+                    _mm256_xor_si256(_mm256_load_si256((const __m256i *)(q + 64 * l + 32 * (h0 + j))), flip);
+                const __m256i av = _mm256_sign_epi8(v, v);
+                for (int c = 0; c < nc; c++) {
+                    const __m256i yw = bcast32(y[c][b].qs + 4 * l);
+                    const __m256i p =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(yw, v)), ones);
+                    acc[j][c][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d[j][c], acc[j][c][l]);
+                }
+            }
     }
-    for (int h = 0; h < 2; h++) {
-        const __m256 lo =
-            _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][4]), _mm256_add_ps(acc[h][2], acc[h][6]));
-        const __m256 hi =
-            _mm256_add_ps(_mm256_add_ps(acc[h][1], acc[h][5]), _mm256_add_ps(acc[h][3], acc[h][7]));
-        _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
-    }
+    for (int j = 0; j < nh; j++)
+        for (int c = 0; c < nc; c++) {
+            const __m256 *r = acc[j][c];
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(r[0], r[4]), _mm256_add_ps(r[2], r[6]));
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(r[1], r[5]), _mm256_add_ps(r[3], r[7]));
+            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * (h0 + j),
+                             _mm256_add_ps(_mm256_add_ps(lo, hi), _mm256_setzero_ps()));
+        }
 }
 
 static void packed_q8_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
+    const int64_t nb = n / QK8_0;
+    const uint8_t *x = w, *ap = a, *xp = aux;
     if (nc == 1) {
-        q8_0x16_col(n / QK8_0, s, w, a, aux);
+        q8_0_cols(nb, 0, 2, s, s_stride, x, ap, a_stride, xp, aux_stride, 1);
         return;
     }
     for (int h = 0; h < 2; h++) {
         if (nc == COLS_Q8_0)
-            q8_0x8_cols(n / QK8_0, h, s, s_stride, w, a, a_stride, aux, aux_stride, COLS_Q8_0);
+            q8_0_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, COLS_Q8_0);
         else
-            q8_0x8_cols(n / QK8_0, h, s, s_stride, w, a, a_stride, aux, aux_stride, 2);
+            q8_0_cols(nb, h, 1, s, s_stride, x, ap, a_stride, xp, aux_stride, 2);
     }
 }
 
@@ -370,54 +320,52 @@ static inline __attribute__((always_inline)) void q4_kx16_cols(int64_t nb, float
                                                                const uint8_t *x, const uint8_t *a,
                                                                size_t a_stride, const uint8_t *aux,
                                                                size_t aux_stride, int nc) {
-    const int nh = 2; /* halves */
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2][COLS_Q4_K], accm[2][COLS_Q4_K];
-    for (int j = 0; j < nh; j++)
-        for (int c = 0; c < nc; c++) acc[j][c] = accm[j][c] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < nc; c++) acc[h][c] = accm[h][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *u = cera_pack_q4_k_unit(x, b);
         __m256i isum[2][COLS_Q4_K];
-        for (int j = 0; j < nh; j++)
-            for (int c = 0; c < nc; c++) isum[j][c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < nc; c++) isum[h][c] = _mm256_setzero_si256();
         for (int ch = 0; ch < 4; ch++) {
             const int8_t *yq[COLS_Q4_K];
             __m256i plo[2][COLS_Q4_K], phi[2][COLS_Q4_K];
             for (int c = 0; c < nc; c++) {
                 yq[c] = ((const block_q8_k *)(a + (size_t)c * a_stride))[b].qs + 64 * ch;
-                for (int j = 0; j < nh; j++) plo[j][c] = phi[j][c] = _mm256_setzero_si256();
+                for (int h = 0; h < 2; h++) plo[h][c] = phi[h][c] = _mm256_setzero_si256();
             }
             for (int l = 0; l < 8; l++) {
                 __m256i lo[2], hi[2];
-                for (int j = 0; j < nh; j++) {
+                for (int h = 0; h < 2; h++) {
                     const __m256i v = _mm256_load_si256(
-                        (const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * j));
-                    lo[j] = _mm256_and_si256(v, low4);
-                    hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                        (const __m256i *)(u + CERA_PACK_Q4_K_QS + 64 * (8 * ch + l) + 32 * h));
+                    lo[h] = _mm256_and_si256(v, low4);
+                    hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
                 }
                 for (int c = 0; c < nc; c++) {
                     const __m256i ylo = bcast32(yq[c] + 4 * l), yhi = bcast32(yq[c] + 32 + 4 * l);
-                    for (int j = 0; j < nh; j++) {
-                        plo[j][c] = _mm256_add_epi16(plo[j][c], _mm256_maddubs_epi16(lo[j], ylo));
-                        phi[j][c] = _mm256_add_epi16(phi[j][c], _mm256_maddubs_epi16(hi[j], yhi));
+                    for (int h = 0; h < 2; h++) {
+                        plo[h][c] = _mm256_add_epi16(plo[h][c], _mm256_maddubs_epi16(lo[h], ylo));
+                        phi[h][c] = _mm256_add_epi16(phi[h][c], _mm256_maddubs_epi16(hi[h], yhi));
                     }
                 }
             }
-            for (int j = 0; j < nh; j++) {
+            for (int h = 0; h < 2; h++) {
                 __m256i sc[2];
                 for (int t = 0; t < 2; t++) {
                     const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                        (const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * j)));
+                        (const __m128i *)(u + CERA_PACK_Q4_K_SC + 16 * (2 * ch + t) + 8 * h)));
                     sc[t] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)); /* the scale in both halves */
                 }
                 for (int c = 0; c < nc; c++) {
-                    isum[j][c] = _mm256_add_epi32(isum[j][c], _mm256_madd_epi16(plo[j][c], sc[0]));
-                    isum[j][c] = _mm256_add_epi32(isum[j][c], _mm256_madd_epi16(phi[j][c], sc[1]));
+                    isum[h][c] = _mm256_add_epi32(isum[h][c], _mm256_madd_epi16(plo[h][c], sc[0]));
+                    isum[h][c] = _mm256_add_epi32(isum[h][c], _mm256_madd_epi16(phi[h][c], sc[1]));
                 }
             }
         }
-        for (int j = 0; j < nh; j++) {
-            const int h = j;
+        for (int h = 0; h < 2; h++) {
             const __m256 dx = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 16 * h)));
             const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(u + 32 + 16 * h)));
             for (int c = 0; c < nc; c++) {
@@ -431,14 +379,14 @@ static inline __attribute__((always_inline)) void q4_kx16_cols(int64_t nb, float
                     imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn, _mm256_set1_epi32(pair)));
                 }
                 const __m256 dy = _mm256_set1_ps(ax->d);
-                acc[j][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j][c]), _mm256_mul_ps(dx, dy), acc[j][c]);
-                accm[j][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, dy), accm[j][c]);
+                acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][c]), _mm256_mul_ps(dx, dy), acc[h][c]);
+                accm[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dm, dy), accm[h][c]);
             }
         }
     }
-    for (int j = 0; j < nh; j++)
+    for (int h = 0; h < 2; h++)
         for (int c = 0; c < nc; c++)
-            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * j, _mm256_sub_ps(acc[j][c], accm[j][c]));
+            _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * h, _mm256_sub_ps(acc[h][c], accm[h][c]));
 }
 
 static void packed_q4_k_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
