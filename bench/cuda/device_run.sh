@@ -17,7 +17,7 @@
 #   test_cuda_mma's short cases, cuda_bench --mma); mvrows checks and times the several-row matvec (test_cuda_matvec_rows, the
 #   sanitizers on two of its types, the one-row tests and kernels it touches, cuda_bench --matvec-rows); kv compares decode at depth 4096 with the tiled and the decode attention kernels
 #   and with each cache type of KV_CACHES (default "bf16 q8_0 q4_0"), for the weight types KV_TYPES (default q4_0); ncu times each kernel of one q4_0 decode token (NCU_RUN: of another
-#   command); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16");
+#   command); lora runs cuda_lora_bench for LORA_TYPES (default "q4_0 f16"; LORA_AB="VAR=VALUE ...": each again under each setting);
 #   mvsweep runs test_cuda_ops, the matvec micro-benchmark and tg128 under each matvec variant of
 #   MV_CONFIGS ("0 1 2 3": CERA_CUDA_MV) and prints a table of them last; mvtests runs
 #   the golden and engine tests under the ring variants with few blocks (MV_TEST_CONFIGS, "V:GRID ...":
@@ -176,6 +176,11 @@ if has lora; then
     for t in ${LORA_TYPES:-q4_0 f16}; do
         timeout 200 "$C/bin/cuda_lora_bench" --synth "$t" -r 16 -p 512 -n 128 -b 32 -s 32 --reps 3 2>&1 |
             tee -a "$OUT/lora.log"
+        for m in ${LORA_AB:-}; do # the same under another setting (A/B runs)
+            echo "-- $m"
+            env "$m" timeout 200 "$C/bin/cuda_lora_bench" --synth "$t" -r 16 -p 512 -n 128 -b 32 -s 32 --reps 3 \
+                2>&1 | tee -a "$OUT/lora.log"
+        done
     done
 fi
 if has variants; then
@@ -239,18 +244,21 @@ if has ncu; then
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
     # warm-up 8 tokens + 16: skip into the middle and profile one token's launches
     # NCU_RUN: another program and its arguments instead (NCU_SKIP, NCU_COUNT: the launches)
+    # NCU_FILTER: only the kernels whose names match this regex; NCU_FULL=1: keep template arguments
     # shellcheck disable=SC2086
     timeout 200 "$NCU" --clock-control none --graph-profiling node --launch-skip "${NCU_SKIP:-3500}" \
-        --launch-count "${NCU_COUNT:-260}" --metrics gpu__time_duration.sum --csv \
+        --launch-count "${NCU_COUNT:-260}" ${NCU_FILTER:+--kernel-name "regex:$NCU_FILTER"} \
+        --metrics gpu__time_duration.sum --csv \
         ${NCU_RUN:-"$C/bin/cuda_bench" --synth q4_0 -p 0 -n 16 -d 0 -r 1 --bw-gib 1} >"$OUT/ncu.csv" 2>/dev/null
     python3 - "$OUT/ncu.csv" <<'PY'
-import csv, sys, collections, re
+import csv, sys, collections, re, os
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
 t = collections.defaultdict(float); n = collections.Counter()
 for r in rows[1:]:
     v = float(r[vi].replace(",", "")) * {"ns": 1e-3, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(r[ui], 1.0)
-    k = re.sub(r"[<(].*", "", r[ki]); t[k] += v; n[k] += 1
+    k = re.sub(r"\(.*", "", r[ki]) if os.environ.get("NCU_FULL") else re.sub(r"[<(].*", "", r[ki])
+    t[k] += v; n[k] += 1
 tot = sum(t.values())
 for k in sorted(t, key=lambda k: -t[k]):
     print(f"{k:40s} {n[k]:4d} launches {t[k]:8.1f} us  {t[k]/n[k]:6.2f} us each  {100*t[k]/tot:5.1f} %")
