@@ -76,6 +76,9 @@ static inline __attribute__((always_inline)) void q4_0_cols(int64_t nb, int h0, 
         for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * s_stride + 8 * (h0 + j), acc[j][c]);
 }
 
+/* A decode column takes both halves in one pass; prompt columns one half per pass. The column
+ * counts are spelled out as constants where they can be, so that the always-inline body keeps
+ * its accumulators in registers (packed_q8_0_avx2 likewise). */
 static void packed_q4_0_avx2(int64_t n, float *s, size_t s_stride, const void *w, const void *a,
                              size_t a_stride, const void *aux, size_t aux_stride, int nc) {
     const int64_t nb = n / QK4_0;
